@@ -1,0 +1,1 @@
+//! rdma-node-agent: host preparation and RDMA health for Kubernetes nodes.
