@@ -1,1 +1,14 @@
-//! rdma-node-agent: host preparation and RDMA health for Kubernetes nodes.
+//! rdma-node-agent: host preparation and RDMA health for Kubernetes GPU/RDMA nodes.
+//!
+//! Each concern gathers facts through the root-aware [`host`] layer, decides with
+//! pure functions, and hands file changes to the [`ledger`], which can undo them.
+
+pub mod agent;
+pub mod check;
+pub mod config;
+pub mod containerd;
+pub mod host;
+pub mod ledger;
+pub mod plan;
+pub mod pods;
+pub mod procfs;

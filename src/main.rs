@@ -1,1 +1,165 @@
-fn main() {}
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+use rdma_node_agent::agent::Agent;
+use rdma_node_agent::check::{EXIT_UNKNOWN, Report};
+use rdma_node_agent::config::{self, Config};
+use rdma_node_agent::host::Host;
+
+/// Prepares a Kubernetes node's host for RDMA workloads and reports its RDMA health.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    /// Act on the tree under DIR instead of the live host (like `systemctl --root`).
+    #[arg(long, global = true, default_value = "/", value_name = "DIR")]
+    root: PathBuf,
+    /// The agent's config, resolved under --root.
+    #[arg(long, global = true, default_value = config::DEFAULT_PATH, value_name = "FILE")]
+    config: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Read-only checks. Exit 0 ok, 1 a check failed, 2 could not tell (node-problem-detector's convention).
+    Check {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show what `apply` would change, files as unified diffs.
+    Plan {
+        #[arg(long)]
+        json: bool,
+        /// Exit 2 when there are changes (0 when converged).
+        #[arg(long)]
+        exit_code: bool,
+    },
+    /// Converge the host; a second run changes nothing.
+    Apply {
+        #[arg(long)]
+        json: bool,
+        /// Change files only; leave restarts for later.
+        #[arg(long)]
+        no_restart: bool,
+    },
+    /// Restore every file the agent changed to its original bytes and remove what it created.
+    Revert {
+        #[arg(long)]
+        json: bool,
+        /// Also restore files that were edited by someone else since the agent wrote them.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+fn load(cli: &Cli) -> anyhow::Result<Agent> {
+    let host = Host::new(&cli.root);
+    let config = Config::load(&host, &cli.config).context("invalid agent config")?;
+    Ok(Agent::new(host, config))
+}
+
+fn print_json(v: &impl serde::Serialize) {
+    let mut out = std::io::stdout().lock();
+    let _ = serde_json::to_writer_pretty(&mut out, v);
+    let _ = writeln!(out);
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match &cli.command {
+        Command::Check { json } => {
+            let agent = match load(&cli) {
+                Ok(a) => a,
+                Err(e) => {
+                    // First line stays a short summary for node-problem-detector.
+                    println!("rdma-node-agent cannot check: its config is invalid");
+                    eprintln!("error: {e:#}");
+                    return Ok(ExitCode::from(EXIT_UNKNOWN as u8));
+                }
+            };
+            let report: Report = agent.check();
+            if *json {
+                print_json(&report);
+            } else {
+                print!("{}", report.to_text());
+            }
+            Ok(ExitCode::from(report.exit_code() as u8))
+        }
+        Command::Plan { json, exit_code } => {
+            let plan = load(&cli)?.plan().context("cannot plan")?;
+            if *json {
+                print_json(&plan.to_json());
+            } else {
+                print!("{}", plan.to_text());
+            }
+            Ok(if *exit_code && !plan.is_empty() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+        Command::Apply { json, no_restart } => {
+            let out = load(&cli)?.apply(!no_restart).context("apply failed")?;
+            if *json {
+                print_json(&out);
+            } else if out.changed.is_empty() && out.actions.is_empty() {
+                println!("No changes: the node is converged.");
+            } else {
+                for p in &out.changed {
+                    println!("changed: {}", p.display());
+                }
+                for a in &out.actions {
+                    println!("{}: {}: {}", a.status, a.action, a.detail);
+                }
+            }
+            for n in &out.notes {
+                eprintln!("note: {n}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Revert { json, force } => {
+            let out = load(&cli)?.revert(*force).context("revert failed")?;
+            if *json {
+                print_json(&out);
+            } else {
+                for p in &out.restored {
+                    println!("restored: {}", p.display());
+                }
+                for p in &out.removed {
+                    println!("removed: {}", p.display());
+                }
+                for (p, why) in &out.kept {
+                    println!("kept: {}: {why}", p.display());
+                }
+                if out.restored.is_empty() && out.removed.is_empty() && out.kept.is_empty() {
+                    println!("Nothing to revert: the agent has changed no file.");
+                }
+            }
+            Ok(if out.kept.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,322 @@
+//! The agent's own configuration, `/etc/rdma-node-agent/config.toml` under the root.
+//! Parsed strictly: an unknown key is an error naming the key, line and column.
+//! Every key and default is documented in `etc/rdma-node-agent/config.toml`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Deserializer};
+
+use crate::host::{Host, HostError};
+
+pub const DEFAULT_PATH: &str = "/etc/rdma-node-agent/config.toml";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error(transparent)]
+    Host(#[from] HostError),
+    #[error("{path}:{line}:{column}: {message}")]
+    Invalid {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub containerd: ContainerdConfig,
+    pub pods: PodsConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ContainerdConfig {
+    pub enabled: bool,
+    pub config_path: PathBuf,
+    pub memlock: Limit,
+    /// Runtime handlers that get the base spec; empty = every CRI handler plus the default.
+    pub handlers: Vec<String>,
+    /// Where the agent writes its base spec for handlers that have none of their own.
+    pub base_spec_path: PathBuf,
+    /// Other rlimits to set in the base spec (soft = hard), e.g. `RLIMIT_NOFILE = 1048576`.
+    /// Unlisted rlimits are inherited from containerd, as without a base spec.
+    pub rlimits: BTreeMap<RlimitName, Limit>,
+    /// The containerd binary used to validate an edited config (`containerd config dump`).
+    pub binary: PathBuf,
+}
+
+impl Default for ContainerdConfig {
+    fn default() -> Self {
+        ContainerdConfig {
+            enabled: true,
+            config_path: "/etc/containerd/config.toml".into(),
+            memlock: Limit::UNLIMITED,
+            handlers: Vec::new(),
+            base_spec_path: "/etc/containerd/rdma-node-agent/base-spec.json".into(),
+            rlimits: BTreeMap::new(),
+            binary: "containerd".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PodsConfig {
+    /// How a running pod container whose locked-memory limit is below target is reported.
+    pub below_target: Severity,
+}
+
+impl Default for PodsConfig {
+    fn default() -> Self {
+        PodsConfig {
+            below_target: Severity::Warn,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Warn,
+    Fail,
+}
+
+/// A resource limit: a byte count, a size with a binary unit, or unlimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Limit(pub u64);
+
+impl Limit {
+    /// RLIM_INFINITY, as the kernel and OCI JSON spell it.
+    pub const UNLIMITED: Limit = Limit(u64::MAX);
+
+    pub fn is_unlimited(self) -> bool {
+        self == Limit::UNLIMITED
+    }
+
+    /// Parses `unlimited`/`infinity`, `4MiB`, `4M`, `64K`, `1GiB` or a plain byte count.
+    /// Units are powers of 1024 as in systemd; decimal units are refused, not guessed.
+    pub fn parse(s: &str) -> Result<Limit, String> {
+        let t = s.trim();
+        if t.eq_ignore_ascii_case("unlimited") || t.eq_ignore_ascii_case("infinity") {
+            return Ok(Limit::UNLIMITED);
+        }
+        let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+        let (num, unit) = t.split_at(split);
+        let n: u64 = num.parse().map_err(|_| {
+            format!("{s:?} is not a size: use a byte count, a size like \"4MiB\", or \"unlimited\"")
+        })?;
+        let shift = match unit.trim() {
+            "" | "B" => 0,
+            "K" | "KiB" => 10,
+            "M" | "MiB" => 20,
+            "G" | "GiB" => 30,
+            "T" | "TiB" => 40,
+            "KB" | "MB" | "GB" | "TB" | "kB" => {
+                return Err(format!(
+                    "{s:?}: decimal units are ambiguous here; use KiB, MiB, GiB or TiB (powers of 1024)"
+                ));
+            }
+            other => {
+                return Err(format!(
+                    "{s:?}: unknown unit {other:?}; use KiB, MiB, GiB or TiB"
+                ));
+            }
+        };
+        n.checked_mul(1u64 << shift)
+            .filter(|v| *v != u64::MAX)
+            .map(Limit)
+            .ok_or_else(|| format!("{s:?} is too large; use \"unlimited\""))
+    }
+
+    /// The spelling systemd's `LimitMEMLOCK=` accepts.
+    pub fn systemd_value(self) -> String {
+        if self.is_unlimited() {
+            "infinity".into()
+        } else {
+            self.0.to_string()
+        }
+    }
+}
+
+impl fmt::Display for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_unlimited() {
+            return f.write_str("unlimited");
+        }
+        for (unit, shift) in [("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)] {
+            if self.0 >= 1 << shift && self.0 % (1 << shift) == 0 {
+                return write!(f, "{}{unit}", self.0 >> shift);
+            }
+        }
+        write!(f, "{} bytes", self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Limit {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Int(u64),
+            Str(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Int(n) => Ok(Limit(n)),
+            Raw::Str(s) => Limit::parse(&s).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// The rlimits an OCI spec may carry, other than RLIMIT_MEMLOCK (which has its own key).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RlimitName(String);
+
+const RLIMITS: &[&str] = &[
+    "RLIMIT_AS",
+    "RLIMIT_CORE",
+    "RLIMIT_CPU",
+    "RLIMIT_DATA",
+    "RLIMIT_FSIZE",
+    "RLIMIT_LOCKS",
+    "RLIMIT_MSGQUEUE",
+    "RLIMIT_NICE",
+    "RLIMIT_NOFILE",
+    "RLIMIT_NPROC",
+    "RLIMIT_RSS",
+    "RLIMIT_RTPRIO",
+    "RLIMIT_RTTIME",
+    "RLIMIT_SIGPENDING",
+    "RLIMIT_STACK",
+];
+
+impl RlimitName {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for RlimitName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        if s == "RLIMIT_MEMLOCK" {
+            return Err(serde::de::Error::custom(
+                "set RLIMIT_MEMLOCK with containerd.memlock, not in containerd.rlimits",
+            ));
+        }
+        if RLIMITS.contains(&s.as_str()) {
+            Ok(RlimitName(s))
+        } else {
+            Err(serde::de::Error::custom(format!(
+                "unknown rlimit {s:?}; expected one of {}",
+                RLIMITS.join(", ")
+            )))
+        }
+    }
+}
+
+impl Config {
+    /// Reads the config under the root; a missing file means the built-in defaults.
+    pub fn load(host: &Host, path: &Path) -> Result<Config, ConfigError> {
+        match host.read_string(path)? {
+            None => Ok(Config::default()),
+            Some(text) => Config::parse(&text, &host.path(path)),
+        }
+    }
+
+    pub fn parse(text: &str, shown_path: &Path) -> Result<Config, ConfigError> {
+        toml::from_str(text).map_err(|e| {
+            let (line, column) = e.span().map(|s| line_col(text, s.start)).unwrap_or((1, 1));
+            ConfigError::Invalid {
+                path: shown_path.to_owned(),
+                line,
+                column,
+                message: e.message().to_owned(),
+            }
+        })
+    }
+}
+
+/// 1-based line and column (in characters) of a byte offset.
+pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_parse() {
+        assert_eq!(Limit::parse("unlimited"), Ok(Limit::UNLIMITED));
+        assert_eq!(Limit::parse("infinity"), Ok(Limit::UNLIMITED));
+        assert_eq!(Limit::parse("4MiB"), Ok(Limit(4 << 20)));
+        assert_eq!(Limit::parse("4M"), Ok(Limit(4 << 20)));
+        assert_eq!(Limit::parse("65536"), Ok(Limit(65536)));
+        assert!(Limit::parse("4MB").unwrap_err().contains("decimal"));
+        assert!(Limit::parse("lots").is_err());
+        assert!(Limit::parse("99999999999TiB").is_err());
+        assert_eq!(Limit(4 << 20).to_string(), "4MiB");
+        assert_eq!(Limit::UNLIMITED.to_string(), "unlimited");
+        assert_eq!(Limit(1000).to_string(), "1000 bytes");
+    }
+
+    #[test]
+    fn defaults_when_empty() {
+        let c = Config::parse("", Path::new("c.toml")).unwrap();
+        assert_eq!(c, Config::default());
+        assert!(c.containerd.memlock.is_unlimited());
+    }
+
+    #[test]
+    fn full_config() {
+        let c = Config::parse(
+            r#"
+[containerd]
+memlock = "4MiB"
+handlers = ["runc", "nvidia"]
+[containerd.rlimits]
+RLIMIT_NOFILE = 1048576
+[pods]
+below_target = "fail"
+"#,
+            Path::new("c.toml"),
+        )
+        .unwrap();
+        assert_eq!(c.containerd.memlock, Limit(4 << 20));
+        assert_eq!(c.containerd.handlers, vec!["runc", "nvidia"]);
+        assert_eq!(c.pods.below_target, Severity::Fail);
+        assert_eq!(c.containerd.rlimits.len(), 1);
+    }
+
+    #[test]
+    fn unknown_key_names_key_line_and_column() {
+        let e = Config::parse("[containerd]\nmemlok = \"4MiB\"\n", Path::new("/x/c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("/x/c.toml:2:1: "), "{e}");
+        assert!(e.contains("memlok"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_are_located() {
+        let e = Config::parse("[containerd]\nmemlock = \"4MB\"\n", Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("c.toml:2:11: "), "{e}");
+        assert!(e.contains("decimal"), "{e}");
+        let e = Config::parse(
+            "[containerd.rlimits]\nRLIMIT_MEMLOCK = 1\n",
+            Path::new("c.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("containerd.memlock"), "{e}");
+    }
+}

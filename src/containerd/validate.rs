@@ -1,0 +1,109 @@
+//! `containerd config dump` on the edited files before anything is written: the
+//! installed containerd's own parser is the judge of what it will accept at restart.
+
+use std::io;
+use std::path::Path;
+use std::process::Command;
+
+use toml_edit::{Array, DocumentMut, value};
+
+use super::ContainerdError;
+use super::toml::Version;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Validation {
+    Passed(String),
+    Skipped(String),
+}
+
+/// Validates the files of one config set (main first, in load order), given as text.
+/// They are copied into a temp dir with the main file's imports pointing at the
+/// copies, so the check sees exactly the candidate files in containerd's order.
+pub fn validate(
+    binary: &Path,
+    files: &[String],
+    version: Version,
+) -> Result<Validation, ContainerdError> {
+    match dump(binary, files) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Validation::Skipped(format!(
+            "not validated: {} not found",
+            binary.display()
+        ))),
+        Err(e) => Err(ContainerdError::Validation(format!(
+            "could not run {} config dump: {e}",
+            binary.display()
+        ))),
+        Ok(Ok(out)) => {
+            let read_as = out
+                .lines()
+                .find_map(|l| l.strip_prefix("version = "))
+                .and_then(|v| v.trim().parse::<i64>().ok());
+            if read_as != Some(version.number()) {
+                return Ok(Validation::Skipped(format!(
+                    "not validated: the installed containerd reads config version {} as {}",
+                    version.number(),
+                    read_as.map_or("unknown".into(), |v| v.to_string())
+                )));
+            }
+            Ok(Validation::Passed(format!(
+                "validated with `{} config dump`",
+                binary.display()
+            )))
+        }
+        Ok(Err(message)) => Err(ContainerdError::Validation(format!(
+            "containerd rejects the edited config: {message}; nothing was written"
+        ))),
+    }
+}
+
+/// Like `validate`, for the files as they are now: tells a broken node from an agent bug.
+pub fn current_fails(binary: &Path, files: &[String]) -> Option<String> {
+    match dump(binary, files) {
+        Ok(Err(message)) => Some(message),
+        _ => None,
+    }
+}
+
+fn dump(binary: &Path, files: &[String]) -> io::Result<Result<String, String>> {
+    let dir = tempfile::tempdir()?;
+    let names: Vec<String> = (0..files.len())
+        .map(|i| {
+            dir.path()
+                .join(format!("{i}.toml"))
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    for (i, text) in files.iter().enumerate() {
+        let mut doc: DocumentMut = match text.parse() {
+            Ok(d) => d,
+            // Let containerd report the syntax error in its own words.
+            Err(_) => {
+                std::fs::write(&names[i], text)?;
+                continue;
+            }
+        };
+        if doc.contains_key("imports") || i == 0 {
+            let imports: Array = if i == 0 {
+                names[1..].iter().map(String::as_str).collect()
+            } else {
+                Array::new()
+            };
+            doc["imports"] = value(imports);
+        }
+        std::fs::write(&names[i], doc.to_string())?;
+    }
+    let out = Command::new(binary)
+        .arg("--config")
+        .arg(&names[0])
+        .args(["config", "dump"])
+        .output()?;
+    if out.status.success() {
+        Ok(Ok(String::from_utf8_lossy(&out.stdout).into_owned()))
+    } else {
+        let msg = String::from_utf8_lossy(&out.stderr)
+            .trim()
+            .replace(dir.path().to_string_lossy().as_ref(), "<candidate>");
+        Ok(Err(msg))
+    }
+}

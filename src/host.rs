@@ -1,0 +1,371 @@
+//! The root-aware host layer: the only place that touches the filesystem.
+//!
+//! Every path the agent knows is host-absolute (`/etc/containerd/config.toml`);
+//! `Host` maps it under `--root`, so every check runs unchanged on a fixture tree.
+
+use std::ffi::OsStr;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::SystemTime;
+
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: io::Error },
+    #[error("cannot write {path}: {source}")]
+    Write { path: PathBuf, source: io::Error },
+    #[error("cannot remove {path}: {source}")]
+    Remove { path: PathBuf, source: io::Error },
+    #[error("{path} is not valid UTF-8")]
+    NotUtf8 { path: PathBuf },
+    #[error("bad glob pattern {pattern:?}: {message}")]
+    Glob { pattern: String, message: String },
+    #[error("{path}: too many levels of symbolic links")]
+    SymlinkLoop { path: PathBuf },
+}
+
+pub type Result<T> = std::result::Result<T, HostError>;
+
+/// A file's bytes and the metadata the agent needs to restore it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileData {
+    pub bytes: Vec<u8>,
+    pub mode: u32,
+    pub modified: Option<SystemTime>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Host {
+    root: PathBuf,
+}
+
+impl Host {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Host { root: root.into() }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// True when the agent acts on the running machine, not on a tree under `--root`.
+    pub fn is_live(&self) -> bool {
+        self.root == Path::new("/")
+    }
+
+    /// The real path of a host-absolute path under the root. `..` cannot climb above the root.
+    pub fn path(&self, host_path: &Path) -> PathBuf {
+        let mut out = self.root.clone();
+        for c in normalize(host_path).components() {
+            if let Component::Normal(n) = c {
+                out.push(n);
+            }
+        }
+        out
+    }
+
+    pub fn read(&self, p: &Path) -> Result<Option<FileData>> {
+        let real = self.path(p);
+        match fs::read(&real) {
+            Ok(bytes) => {
+                let meta = fs::metadata(&real).map_err(|source| HostError::Read {
+                    path: real.clone(),
+                    source,
+                })?;
+                Ok(Some(FileData {
+                    bytes,
+                    mode: meta.mode() & 0o7777,
+                    modified: meta.modified().ok(),
+                }))
+            }
+            Err(e) if missing(&e) => Ok(None),
+            Err(source) => Err(HostError::Read { path: real, source }),
+        }
+    }
+
+    pub fn read_string(&self, p: &Path) -> Result<Option<String>> {
+        match self.read(p)? {
+            None => Ok(None),
+            Some(d) => String::from_utf8(d.bytes)
+                .map(Some)
+                .map_err(|_| HostError::NotUtf8 { path: self.path(p) }),
+        }
+    }
+
+    pub fn exists(&self, p: &Path) -> bool {
+        self.path(p).symlink_metadata().is_ok()
+    }
+
+    /// Names in a directory, sorted; empty when the directory does not exist.
+    pub fn list_dir(&self, p: &Path) -> Result<Vec<String>> {
+        let real = self.path(p);
+        let rd = match fs::read_dir(&real) {
+            Ok(rd) => rd,
+            Err(e) if missing(&e) => return Ok(Vec::new()),
+            Err(source) => return Err(HostError::Read { path: real, source }),
+        };
+        let mut names: Vec<String> = rd
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    /// Host-absolute paths matching a host-absolute glob pattern, sorted.
+    pub fn glob(&self, pattern: &str) -> Result<Vec<PathBuf>> {
+        let real_pattern = self.path(Path::new(pattern));
+        // Glob metacharacters in the root itself must not be interpreted.
+        let escaped_root = glob::Pattern::escape(&self.root.to_string_lossy());
+        let rel = real_pattern
+            .strip_prefix(&self.root)
+            .unwrap_or(&real_pattern)
+            .to_string_lossy()
+            .into_owned();
+        let full = Path::new(&escaped_root).join(rel);
+        let paths = glob::glob(&full.to_string_lossy()).map_err(|e| HostError::Glob {
+            pattern: pattern.to_owned(),
+            message: e.to_string(),
+        })?;
+        let mut out: Vec<PathBuf> = paths
+            .filter_map(|p| p.ok())
+            .filter_map(|p| {
+                p.strip_prefix(&self.root)
+                    .ok()
+                    .map(|r| Path::new("/").join(r))
+            })
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
+    /// Follows symbolic links without leaving the root (sysfs is full of relative links).
+    /// Returns the host-absolute target.
+    pub fn resolve(&self, p: &Path) -> Result<PathBuf> {
+        let mut done = PathBuf::from("/");
+        let mut todo: Vec<std::ffi::OsString> = normalize(p)
+            .components()
+            .rev()
+            .filter_map(|c| match c {
+                Component::Normal(n) => Some(n.to_owned()),
+                _ => None,
+            })
+            .collect();
+        let mut hops = 0;
+        while let Some(name) = todo.pop() {
+            if name == OsStr::new("..") {
+                done.pop();
+                continue;
+            }
+            let candidate = done.join(&name);
+            match fs::read_link(self.path(&candidate)) {
+                Ok(target) => {
+                    hops += 1;
+                    if hops > 40 {
+                        return Err(HostError::SymlinkLoop { path: self.path(p) });
+                    }
+                    if target.is_absolute() {
+                        done = PathBuf::from("/");
+                    }
+                    for c in target.components().rev() {
+                        match c {
+                            Component::Normal(n) => todo.push(n.to_owned()),
+                            Component::ParentDir => todo.push("..".into()),
+                            _ => {}
+                        }
+                    }
+                }
+                Err(_) => done = candidate,
+            }
+        }
+        Ok(done)
+    }
+
+    /// Writes a file atomically: temp file in the same directory, fsync, rename, fsync dir.
+    /// A reader (or a crash) sees the old bytes or the new bytes, never a mix.
+    pub fn write_atomic(&self, p: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+        let real = self.path(p);
+        let err = |source| HostError::Write {
+            path: real.clone(),
+            source,
+        };
+        let dir = real.parent().unwrap_or(Path::new("/")).to_path_buf();
+        fs::create_dir_all(&dir).map_err(err)?;
+        let name = real.file_name().unwrap_or_default().to_string_lossy();
+        let tmp = dir.join(format!(".{name}.rdma-node-agent.{}", std::process::id()));
+        let result = (|| {
+            let mut f = OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(mode)
+                .open(&tmp)?;
+            f.write_all(bytes)?;
+            // The umask may have narrowed the mode given to open().
+            f.set_permissions(fs::Permissions::from_mode(mode))?;
+            f.sync_all()?;
+            fs::rename(&tmp, &real)?;
+            File::open(&dir)?.sync_all()
+        })();
+        if result.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        result.map_err(err)
+    }
+
+    /// Appends to a log file (the journal): one write, then fsync.
+    pub fn append(&self, p: &Path, bytes: &[u8]) -> Result<()> {
+        let real = self.path(p);
+        let err = |source| HostError::Write {
+            path: real.clone(),
+            source,
+        };
+        if let Some(dir) = real.parent() {
+            fs::create_dir_all(dir).map_err(err)?;
+        }
+        let mut f = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .open(&real)
+            .map_err(err)?;
+        f.write_all(bytes).and_then(|_| f.sync_data()).map_err(err)
+    }
+
+    /// Removes a file; a file that is already gone is not an error.
+    pub fn remove(&self, p: &Path) -> Result<()> {
+        let real = self.path(p);
+        match fs::remove_file(&real) {
+            Ok(()) => {
+                if let Some(dir) = real.parent() {
+                    let _ = File::open(dir).and_then(|d| d.sync_all());
+                }
+                Ok(())
+            }
+            Err(e) if missing(&e) => Ok(()),
+            Err(source) => Err(HostError::Remove { path: real, source }),
+        }
+    }
+
+    /// Removes a directory if it is empty (so `revert` leaves no trace of what it created).
+    pub fn remove_dir_if_empty(&self, p: &Path) {
+        let _ = fs::remove_dir(self.path(p));
+    }
+
+    /// Runs a program of the host, only when acting on the live machine: a fixture
+    /// tree has no binaries we could trust to match it. `None` when not live or absent.
+    pub fn run(&self, program: &str, args: &[&str]) -> Option<io::Result<Output>> {
+        if !self.is_live() {
+            return None;
+        }
+        match Command::new(program).args(args).output() {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            other => Some(other),
+        }
+    }
+}
+
+fn missing(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+    )
+}
+
+/// Lexically removes `.` and resolves `..` without touching the filesystem.
+fn normalize(p: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for c in p.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(n) => out.push(n),
+            _ => {}
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    #[test]
+    fn paths_stay_under_the_root() {
+        let h = Host::new("/tmp/r");
+        assert_eq!(h.path(Path::new("/etc/x")), PathBuf::from("/tmp/r/etc/x"));
+        assert_eq!(
+            h.path(Path::new("/../../etc/x")),
+            PathBuf::from("/tmp/r/etc/x")
+        );
+    }
+
+    #[test]
+    fn atomic_write_replaces_and_keeps_mode() {
+        let t = tempfile::tempdir().unwrap();
+        let h = Host::new(t.path());
+        h.write_atomic(Path::new("/a/b.txt"), b"one", 0o640)
+            .unwrap();
+        h.write_atomic(Path::new("/a/b.txt"), b"two", 0o600)
+            .unwrap();
+        let d = h.read(Path::new("/a/b.txt")).unwrap().unwrap();
+        assert_eq!(d.bytes, b"two");
+        assert_eq!(d.mode, 0o600);
+        assert_eq!(h.list_dir(Path::new("/a")).unwrap(), vec!["b.txt"]);
+    }
+
+    #[test]
+    fn resolves_relative_links_inside_the_root() {
+        let t = tempfile::tempdir().unwrap();
+        let h = Host::new(t.path());
+        fs::create_dir_all(t.path().join("sys/devices/pci0/infiniband/mlx5_0")).unwrap();
+        fs::create_dir_all(t.path().join("sys/class/infiniband")).unwrap();
+        symlink(
+            "../../devices/pci0/infiniband/mlx5_0",
+            t.path().join("sys/class/infiniband/mlx5_0"),
+        )
+        .unwrap();
+        // An absolute link must not escape to the real /.
+        symlink("/sys/devices", t.path().join("sys/abs")).unwrap();
+        assert_eq!(
+            h.resolve(Path::new("/sys/class/infiniband/mlx5_0"))
+                .unwrap(),
+            PathBuf::from("/sys/devices/pci0/infiniband/mlx5_0")
+        );
+        assert_eq!(
+            h.resolve(Path::new("/sys/abs/pci0")).unwrap(),
+            PathBuf::from("/sys/devices/pci0")
+        );
+    }
+
+    #[test]
+    fn glob_returns_host_paths() {
+        let t = tempfile::tempdir().unwrap();
+        let h = Host::new(t.path());
+        h.write_atomic(Path::new("/etc/c/conf.d/b.toml"), b"", 0o644)
+            .unwrap();
+        h.write_atomic(Path::new("/etc/c/conf.d/a.toml"), b"", 0o644)
+            .unwrap();
+        assert_eq!(
+            h.glob("/etc/c/conf.d/*.toml").unwrap(),
+            vec![
+                PathBuf::from("/etc/c/conf.d/a.toml"),
+                PathBuf::from("/etc/c/conf.d/b.toml")
+            ]
+        );
+    }
+
+    #[test]
+    fn missing_files_are_none() {
+        let t = tempfile::tempdir().unwrap();
+        let h = Host::new(t.path());
+        assert!(h.read(Path::new("/nope")).unwrap().is_none());
+        assert!(h.list_dir(Path::new("/nope")).unwrap().is_empty());
+        h.remove(Path::new("/nope")).unwrap();
+    }
+}

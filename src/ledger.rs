@@ -1,0 +1,315 @@
+//! What the agent changed on the host, so that every change can be undone:
+//! the original bytes of each file before the agent first touched it, a hash of
+//! what the agent last wrote, and an append-only journal.
+//!
+//! Layout under `/var/lib/rdma-node-agent/`:
+//! `ledger.json` (the owned files), `originals/<escaped path>`, `journal.jsonl`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::host::{Host, HostError};
+use crate::plan::{FileChange, Plan};
+
+pub const STATE_DIR: &str = "/var/lib/rdma-node-agent";
+
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error(transparent)]
+    Host(#[from] HostError),
+    #[error(
+        "{path} is corrupt ({message}); move it away to start a new ledger (reverting will then not know the originals)"
+    )]
+    Corrupt { path: PathBuf, message: String },
+    #[error("the original of {path} is missing from {backup}: cannot restore it")]
+    MissingOriginal { path: PathBuf, backup: PathBuf },
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Ledger {
+    /// Host-absolute path → what it was before the agent first changed it.
+    pub files: BTreeMap<PathBuf, Original>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Original {
+    pub existed: bool,
+    pub mode: u32,
+    pub owner: String,
+    /// Directories the agent created to hold the file, outermost first.
+    #[serde(default)]
+    pub created_dirs: Vec<PathBuf>,
+    /// sha256 of what the agent last wrote (`None`: it removed the file).
+    pub written_sha256: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct JournalEntry<'a> {
+    time: u64,
+    event: &'a str,
+    path: &'a Path,
+    owner: &'a str,
+    reason: &'a str,
+}
+
+/// What `revert` did, per file.
+#[derive(Debug, Default, Serialize)]
+pub struct RevertOutcome {
+    pub restored: Vec<PathBuf>,
+    pub removed: Vec<PathBuf>,
+    /// Changed by someone else since the agent wrote them: left alone.
+    pub kept: Vec<(PathBuf, String)>,
+}
+
+fn state_path(name: &str) -> PathBuf {
+    Path::new(STATE_DIR).join(name)
+}
+
+fn backup_path(file: &Path) -> PathBuf {
+    let escaped = file
+        .to_string_lossy()
+        .replace('%', "%25")
+        .replace('/', "%2F");
+    state_path("originals").join(escaped)
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl Ledger {
+    pub fn load(host: &Host) -> Result<Ledger, LedgerError> {
+        let p = state_path("ledger.json");
+        match host.read(&p)? {
+            None => Ok(Ledger::default()),
+            Some(d) => serde_json::from_slice(&d.bytes).map_err(|e| LedgerError::Corrupt {
+                path: host.path(&p),
+                message: e.to_string(),
+            }),
+        }
+    }
+
+    fn save(&self, host: &Host) -> Result<(), LedgerError> {
+        let mut bytes = serde_json::to_vec_pretty(self).expect("ledger serializes");
+        bytes.push(b'\n');
+        host.write_atomic(&state_path("ledger.json"), &bytes, 0o600)?;
+        Ok(())
+    }
+
+    fn journal(&self, host: &Host, event: &str, path: &Path, owner: &str, reason: &str) {
+        let entry = JournalEntry {
+            time: now(),
+            event,
+            path,
+            owner,
+            reason,
+        };
+        let mut line = serde_json::to_vec(&entry).expect("journal entry serializes");
+        line.push(b'\n');
+        // The journal is history, not state: failing to append must not undo a change.
+        if let Err(e) = host.append(&state_path("journal.jsonl"), &line) {
+            tracing::warn!("could not append to the journal: {e}");
+        }
+    }
+
+    /// Keeps the original before the first change of a file. Written (and fsynced)
+    /// before the file itself changes, so a crash in between loses nothing.
+    fn remember(&mut self, host: &Host, change: &FileChange) -> Result<(), LedgerError> {
+        if self.files.contains_key(&change.path) {
+            return Ok(());
+        }
+        let current = host.read(&change.path)?;
+        if let Some(d) = &current {
+            host.write_atomic(&backup_path(&change.path), &d.bytes, 0o600)?;
+        }
+        let created_dirs = if current.is_none() {
+            missing_dirs(host, &change.path)
+        } else {
+            Vec::new()
+        };
+        self.files.insert(
+            change.path.clone(),
+            Original {
+                existed: current.is_some(),
+                mode: current.as_ref().map_or(change.mode, |d| d.mode),
+                owner: change.owner.to_owned(),
+                created_dirs,
+                written_sha256: None,
+            },
+        );
+        self.save(host)
+    }
+
+    /// Carries out the plan's file changes, atomically, one file at a time.
+    pub fn apply(&mut self, host: &Host, plan: &Plan) -> Result<(), LedgerError> {
+        for change in &plan.changes {
+            self.remember(host, change)?;
+            match &change.new {
+                Some(bytes) => host.write_atomic(&change.path, bytes, change.mode)?,
+                None => host.remove(&change.path)?,
+            }
+            if let Some(o) = self.files.get_mut(&change.path) {
+                o.written_sha256 = change.new.as_deref().map(sha256);
+            }
+            self.save(host)?;
+            let event = match change.kind() {
+                crate::plan::ChangeKind::Create => "create",
+                crate::plan::ChangeKind::Modify => "modify",
+                crate::plan::ChangeKind::Remove => "remove",
+            };
+            self.journal(host, event, &change.path, change.owner, &change.reason);
+        }
+        Ok(())
+    }
+
+    /// Puts back the original bytes of every file the agent changed and removes
+    /// what it created. A file changed by someone else since is kept, not lost.
+    pub fn revert(mut self, host: &Host, force: bool) -> Result<RevertOutcome, LedgerError> {
+        let mut out = RevertOutcome::default();
+        let files = std::mem::take(&mut self.files);
+        for (path, orig) in files {
+            let current = host.read(&path)?;
+            let current_sha = current.as_ref().map(|d| sha256(&d.bytes));
+            if !force && current_sha != orig.written_sha256 {
+                let why = format!(
+                    "changed since the agent wrote it; kept as is (original at {})",
+                    host.path(&backup_path(&path)).display()
+                );
+                out.kept.push((path.clone(), why));
+                // Keep the record so a later `revert --force` can still restore it.
+                self.files.insert(path, orig);
+                continue;
+            }
+            if orig.existed {
+                let backup = backup_path(&path);
+                let bytes = host
+                    .read(&backup)?
+                    .ok_or_else(|| LedgerError::MissingOriginal {
+                        path: path.clone(),
+                        backup: host.path(&backup),
+                    })?
+                    .bytes;
+                host.write_atomic(&path, &bytes, orig.mode)?;
+                host.remove(&backup)?;
+                self.journal(host, "restore", &path, &orig.owner, "revert");
+                out.restored.push(path);
+            } else {
+                host.remove(&path)?;
+                for dir in orig.created_dirs.iter().rev() {
+                    host.remove_dir_if_empty(dir);
+                }
+                self.journal(host, "remove", &path, &orig.owner, "revert");
+                out.removed.push(path);
+            }
+        }
+        if self.files.is_empty() {
+            host.remove(&state_path("ledger.json"))?;
+            host.remove_dir_if_empty(&state_path("originals"));
+        } else {
+            self.save(host)?;
+        }
+        Ok(out)
+    }
+}
+
+/// The directories above `path` that do not exist yet, outermost first.
+fn missing_dirs(host: &Host, path: &Path) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = path
+        .ancestors()
+        .skip(1)
+        .take_while(|d| !host.exists(d))
+        .map(Path::to_path_buf)
+        .collect();
+    dirs.reverse();
+    dirs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn change(path: &str, old: Option<&[u8]>, new: Option<&[u8]>) -> FileChange {
+        FileChange {
+            path: path.into(),
+            old: old.map(<[u8]>::to_vec),
+            new: new.map(<[u8]>::to_vec),
+            mode: 0o644,
+            owner: "test",
+            reason: "test".into(),
+        }
+    }
+
+    #[test]
+    fn apply_then_revert_is_byte_identical() {
+        let t = tempfile::tempdir().unwrap();
+        let host = Host::new(t.path());
+        host.write_atomic(Path::new("/etc/a.toml"), b"# mine\na = 1\n", 0o640)
+            .unwrap();
+        let plan = Plan {
+            changes: vec![
+                change("/etc/a.toml", Some(b"# mine\na = 1\n"), Some(b"a = 2\n")),
+                change("/etc/new/dir/spec.json", None, Some(b"{}\n")),
+            ],
+            ..Plan::default()
+        };
+        let mut l = Ledger::load(&host).unwrap();
+        l.apply(&host, &plan).unwrap();
+        // A second apply of the same plan must not overwrite the saved original.
+        l.apply(&host, &plan).unwrap();
+        let l = Ledger::load(&host).unwrap();
+        assert_eq!(l.files.len(), 2);
+        let out = l.revert(&host, false).unwrap();
+        assert_eq!(out.restored, vec![PathBuf::from("/etc/a.toml")]);
+        assert_eq!(out.removed, vec![PathBuf::from("/etc/new/dir/spec.json")]);
+        let a = host.read(Path::new("/etc/a.toml")).unwrap().unwrap();
+        assert_eq!(a.bytes, b"# mine\na = 1\n");
+        assert_eq!(a.mode, 0o640);
+        assert!(!host.exists(Path::new("/etc/new")));
+        assert!(!host.exists(&state_path("ledger.json")));
+        let journal = host
+            .read_string(&state_path("journal.jsonl"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(journal.lines().count(), 6);
+    }
+
+    #[test]
+    fn revert_keeps_files_edited_since() {
+        let t = tempfile::tempdir().unwrap();
+        let host = Host::new(t.path());
+        host.write_atomic(Path::new("/etc/a"), b"1", 0o644).unwrap();
+        let mut l = Ledger::default();
+        l.apply(
+            &host,
+            &Plan {
+                changes: vec![change("/etc/a", Some(b"1"), Some(b"2"))],
+                ..Plan::default()
+            },
+        )
+        .unwrap();
+        host.write_atomic(Path::new("/etc/a"), b"3", 0o644).unwrap();
+        let out = Ledger::load(&host).unwrap().revert(&host, false).unwrap();
+        assert_eq!(out.kept.len(), 1);
+        assert_eq!(host.read(Path::new("/etc/a")).unwrap().unwrap().bytes, b"3");
+        // --force restores the original anyway.
+        let out = Ledger::load(&host).unwrap().revert(&host, true).unwrap();
+        assert_eq!(out.restored.len(), 1);
+        assert_eq!(host.read(Path::new("/etc/a")).unwrap().unwrap().bytes, b"1");
+    }
+}

@@ -1,0 +1,203 @@
+//! What `apply` would do: file changes (shown as unified diffs) and live actions.
+//! Pure values: concerns produce them, `ledger` carries them out.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+use similar::TextDiff;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileChange {
+    /// Host-absolute path.
+    pub path: PathBuf,
+    /// Current bytes; `None` when the file does not exist yet.
+    pub old: Option<Vec<u8>>,
+    /// Wanted bytes; `None` to remove the file.
+    pub new: Option<Vec<u8>>,
+    pub mode: u32,
+    /// The concern that owns this file (`containerd`, `systemd`, …).
+    pub owner: &'static str,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChangeKind {
+    Create,
+    Modify,
+    Remove,
+}
+
+impl FileChange {
+    pub fn kind(&self) -> ChangeKind {
+        match (&self.old, &self.new) {
+            (None, _) => ChangeKind::Create,
+            (Some(_), None) => ChangeKind::Remove,
+            (Some(_), Some(_)) => ChangeKind::Modify,
+        }
+    }
+
+    /// A unified diff; binary-safe (lossy) since every file we own is text.
+    pub fn diff(&self) -> String {
+        let old = self
+            .old
+            .as_deref()
+            .map(String::from_utf8_lossy)
+            .unwrap_or_default();
+        let new = self
+            .new
+            .as_deref()
+            .map(String::from_utf8_lossy)
+            .unwrap_or_default();
+        let p = self.path.display().to_string();
+        let a = if self.old.is_some() {
+            p.clone()
+        } else {
+            "/dev/null".into()
+        };
+        let b = if self.new.is_some() {
+            p
+        } else {
+            "/dev/null".into()
+        };
+        TextDiff::from_lines(old.as_ref(), new.as_ref())
+            .unified_diff()
+            .context_radius(3)
+            .header(&a, &b)
+            .to_string()
+    }
+}
+
+/// A live action that follows file changes (restarting a unit, switching a kernel mode).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Action {
+    pub kind: ActionKind,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum ActionKind {
+    RestartUnit { unit: String },
+}
+
+impl std::fmt::Display for ActionKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ActionKind::RestartUnit { unit } => write!(f, "restart {unit}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub changes: Vec<FileChange>,
+    pub actions: Vec<Action>,
+    /// Things the operator should know that are neither changes nor failures.
+    pub notes: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct ChangeJson<'a> {
+    path: String,
+    kind: ChangeKind,
+    owner: &'a str,
+    reason: &'a str,
+    diff: String,
+}
+
+impl Plan {
+    pub fn is_empty(&self) -> bool {
+        self.changes.is_empty() && self.actions.is_empty()
+    }
+
+    pub fn extend(&mut self, other: Plan) {
+        self.changes.extend(other.changes);
+        for a in other.actions {
+            if !self.actions.contains(&a) {
+                self.actions.push(a);
+            }
+        }
+        self.notes.extend(other.notes);
+    }
+
+    pub fn to_text(&self) -> String {
+        if self.is_empty() {
+            let mut out = String::from("No changes: the node is converged.\n");
+            for n in &self.notes {
+                out.push_str(&format!("note: {n}\n"));
+            }
+            return out;
+        }
+        let mut out = format!(
+            "{} file change(s), {} action(s)\n",
+            self.changes.len(),
+            self.actions.len()
+        );
+        for c in &self.changes {
+            out.push_str(&format!("\n# {} ({})\n", c.path.display(), c.reason));
+            out.push_str(&c.diff());
+        }
+        for a in &self.actions {
+            out.push_str(&format!("\naction: {} ({})\n", a.kind, a.reason));
+        }
+        for n in &self.notes {
+            out.push_str(&format!("note: {n}\n"));
+        }
+        out
+    }
+
+    pub fn to_json(&self) -> serde_json::Value {
+        let changes: Vec<ChangeJson> = self
+            .changes
+            .iter()
+            .map(|c| ChangeJson {
+                path: c.path.display().to_string(),
+                kind: c.kind(),
+                owner: c.owner,
+                reason: &c.reason,
+                diff: c.diff(),
+            })
+            .collect();
+        serde_json::json!({
+            "changes": changes,
+            "actions": self.actions,
+            "notes": self.notes,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn diff_shows_only_changed_lines() {
+        let c = FileChange {
+            path: "/etc/x.toml".into(),
+            old: Some(b"a = 1\nb = 2\n".to_vec()),
+            new: Some(b"a = 1\nb = 3\n".to_vec()),
+            mode: 0o644,
+            owner: "test",
+            reason: "r".into(),
+        };
+        let d = c.diff();
+        assert!(d.starts_with("--- /etc/x.toml\n+++ /etc/x.toml\n"), "{d}");
+        assert!(d.contains("-b = 2\n+b = 3\n"));
+        assert_eq!(c.kind(), ChangeKind::Modify);
+    }
+
+    #[test]
+    fn created_files_diff_from_dev_null() {
+        let c = FileChange {
+            path: "/etc/y".into(),
+            old: None,
+            new: Some(b"x\n".to_vec()),
+            mode: 0o644,
+            owner: "test",
+            reason: "r".into(),
+        };
+        assert!(c.diff().starts_with("--- /dev/null\n+++ /etc/y\n"));
+        assert_eq!(c.kind(), ChangeKind::Create);
+    }
+}

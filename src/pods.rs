@@ -1,0 +1,198 @@
+//! The `pods.memlock` check: running pod containers whose locked-memory limit is
+//! below target. A new base spec only reaches containers created after containerd
+//! restarts, so pods started earlier keep the old limit until they are recreated.
+
+use serde::Serialize;
+use serde_json::json;
+
+use crate::check::{Check, Status};
+use crate::config::{Limit, Severity};
+use crate::host::{Host, Result};
+use crate::procfs;
+
+pub const CHECK_ID: &str = "pods.memlock";
+
+/// A process of a pod container, found by its kubepods cgroup.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PodProcess {
+    pub pid: u32,
+    pub comm: String,
+    pub pod_uid: Option<String>,
+    pub container_id: Option<String>,
+    #[serde(serialize_with = "as_display")]
+    pub memlock: Limit,
+}
+
+fn as_display<S: serde::Serializer>(l: &Limit, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.collect_str(l)
+}
+
+/// Pod identity from a `/proc/<pid>/cgroup` text, for cgroupfs and systemd drivers:
+/// `/kubepods/besteffort/pod<uid>/<id>` or
+/// `/kubepods.slice/…/kubepods-besteffort-pod<uid_>.slice/cri-containerd-<id>.scope`.
+pub fn parse_cgroup(text: &str) -> Option<(Option<String>, Option<String>)> {
+    let path = text
+        .lines()
+        .filter_map(|l| l.splitn(3, ':').nth(2))
+        .find(|p| p.contains("kubepods"))?;
+    let mut pod = None;
+    let mut container = None;
+    for seg in path.split('/') {
+        if let Some(uid) = seg.strip_prefix("pod") {
+            pod = Some(uid.to_owned());
+        } else if let Some(rest) = seg.strip_suffix(".slice") {
+            if let Some(i) = rest.rfind("-pod") {
+                pod = Some(rest[i + 4..].replace('_', "-"));
+            }
+        }
+        let id = seg
+            .trim_end_matches(".scope")
+            .rsplit('-')
+            .next()
+            .unwrap_or(seg);
+        if id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
+            container = Some(id.to_owned());
+        }
+    }
+    Some((pod, container))
+}
+
+pub fn gather(host: &Host) -> Result<Vec<PodProcess>> {
+    let mut out: Vec<PodProcess> = Vec::new();
+    for pid in procfs::pids(host)? {
+        let Some(cg) = procfs::read(host, pid, "cgroup") else {
+            continue;
+        };
+        let Some((pod_uid, container_id)) = parse_cgroup(&cg) else {
+            continue;
+        };
+        // One process per container is enough to tell its limit.
+        if container_id.is_some() && out.iter().any(|p| p.container_id == container_id) {
+            continue;
+        }
+        let comm = procfs::comm(host, pid).unwrap_or_default();
+        let Some(memlock) = procfs::read(host, pid, "limits")
+            .and_then(|l| procfs::parse_limit(&l, procfs::MEMLOCK_ROW))
+        else {
+            continue;
+        };
+        out.push(PodProcess {
+            pid,
+            comm,
+            pod_uid,
+            container_id,
+            memlock,
+        });
+    }
+    Ok(out)
+}
+
+pub fn check(procs: &[PodProcess], target: Limit, severity: Severity) -> Check {
+    // The sandbox's pause process never registers memory: it is not a finding.
+    let low: Vec<&PodProcess> = procs
+        .iter()
+        .filter(|p| p.comm != "pause" && p.memlock < target)
+        .collect();
+    if low.is_empty() {
+        return Check::new(
+            CHECK_ID,
+            Status::Ok,
+            format!(
+                "{} pod container(s) running, none below memlock {target}",
+                procs.len()
+            ),
+        );
+    }
+    let status = match severity {
+        Severity::Warn => Status::Warn,
+        Severity::Fail => Status::Fail,
+    };
+    let named: Vec<String> = low
+        .iter()
+        .take(5)
+        .map(|p| {
+            format!(
+                "pod {} container {} ({}, pid {}, memlock {})",
+                p.pod_uid.as_deref().unwrap_or("?"),
+                p.container_id.as_deref().map_or("?", |c| &c[..12]),
+                p.comm,
+                p.pid,
+                p.memlock
+            )
+        })
+        .collect();
+    let more = if low.len() > 5 {
+        format!(" and {} more", low.len() - 5)
+    } else {
+        String::new()
+    };
+    Check::new(
+        CHECK_ID,
+        status,
+        format!(
+            "{} pod container(s) run below memlock {target} (started before the change; recreate their pods): {}{more}",
+            low.len(),
+            named.join("; ")
+        ),
+    )
+    .with_details(json!({ "below_target": low }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn cgroupfs_and_systemd_paths() {
+        let v1 = format!("4:memory:/kubepods/besteffort/pod1234-ab/{ID}\n0::/\n");
+        assert_eq!(
+            parse_cgroup(&v1),
+            Some((Some("1234-ab".into()), Some(ID.into())))
+        );
+        let sd = format!(
+            "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod12_34.slice/cri-containerd-{ID}.scope\n"
+        );
+        assert_eq!(
+            parse_cgroup(&sd),
+            Some((Some("12-34".into()), Some(ID.into())))
+        );
+        assert_eq!(parse_cgroup("0::/user.slice\n"), None);
+    }
+
+    fn proc(comm: &str, memlock: Limit) -> PodProcess {
+        PodProcess {
+            pid: 7,
+            comm: comm.into(),
+            pod_uid: Some("uid".into()),
+            container_id: Some(ID.into()),
+            memlock,
+        }
+    }
+
+    #[test]
+    fn names_containers_below_target() {
+        let c = check(
+            &[
+                proc("ib_write_bw", Limit(65536)),
+                proc("pause", Limit(65536)),
+            ],
+            Limit::UNLIMITED,
+            Severity::Warn,
+        );
+        assert_eq!(c.status, Status::Warn);
+        assert!(
+            c.message
+                .contains("pod uid container 0123456789ab (ib_write_bw, pid 7, memlock 64KiB)"),
+            "{}",
+            c.message
+        );
+        let ok = check(
+            &[proc("x", Limit::UNLIMITED)],
+            Limit::UNLIMITED,
+            Severity::Fail,
+        );
+        assert_eq!(ok.status, Status::Ok);
+    }
+}
