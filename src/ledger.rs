@@ -183,6 +183,7 @@ impl Ledger {
     pub fn revert(mut self, host: &Host, force: bool) -> Result<RevertOutcome, LedgerError> {
         let mut out = RevertOutcome::default();
         let files = std::mem::take(&mut self.files);
+        let mut created_dirs: Vec<PathBuf> = Vec::new();
         for (path, orig) in files {
             let current = host.read(&path)?;
             let current_sha = current.as_ref().map(|d| sha256(&d.bytes));
@@ -211,12 +212,15 @@ impl Ledger {
                 out.restored.push(path);
             } else {
                 host.remove(&path)?;
-                for dir in orig.created_dirs.iter().rev() {
-                    host.remove_dir_if_empty(dir);
-                }
+                created_dirs.extend(orig.created_dirs.iter().cloned());
                 self.journal(host, "remove", &path, &orig.owner, "revert");
                 out.removed.push(path);
             }
+        }
+        // Deepest first, once every file is gone: two files may share a created dir.
+        created_dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+        for dir in created_dirs {
+            host.remove_dir_if_empty(&dir);
         }
         if self.files.is_empty() {
             host.remove(&state_path("ledger.json"))?;

@@ -234,7 +234,12 @@ fn version_of(file: &ConfigFile, shown: &Path) -> Result<Version, ContainerdErro
 
 /// The main file and, breadth-first as containerd loads them, its imports.
 pub fn load_set(host: &Host, main_path: &Path) -> Result<ConfigSet, ContainerdError> {
-    let main = read_file(host, main_path)?;
+    let mut main = read_file(host, main_path)?;
+    if main.original.is_none() {
+        // A new file must say its version: without one containerd reads version 1.
+        // Version 2 is read by containerd 1.3 to 2.x (2.x migrates it on load).
+        main.doc.insert("version", toml_edit::value(2));
+    }
     let version = version_of(&main, &host.path(main_path))?;
     let mut files = vec![main];
     if version == Version::V1 {

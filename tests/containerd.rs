@@ -1,0 +1,442 @@
+//! The containerd concern on fixture trees, through the real binary: plan, apply,
+//! idempotence, revert, every config version, and bad input. Where containerd is
+//! installed, every edit is also validated by its own `containerd config dump`.
+
+mod support;
+
+use std::path::Path;
+
+use serde_json::Value;
+use support::*;
+
+const SPEC: &str = "/etc/containerd/rdma-node-agent/base-spec.json";
+const CONFIG: &str = "/etc/containerd/config.toml";
+
+fn code(o: &std::process::Output) -> i32 {
+    o.status.code().unwrap()
+}
+
+fn memlock_of(spec_text: &str) -> Option<(u64, u64)> {
+    let v: Value = serde_json::from_str(spec_text).unwrap();
+    v["process"]["rlimits"]
+        .as_array()?
+        .iter()
+        .find(|r| r["type"] == "RLIMIT_MEMLOCK")
+        .map(|r| (r["soft"].as_u64().unwrap(), r["hard"].as_u64().unwrap()))
+}
+
+fn handlers_of(root: &Path) -> Vec<(String, String)> {
+    let c = json(&agent(root, &["check", "--json"]));
+    let check = c["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "containerd.memlock")
+        .unwrap()
+        .clone();
+    check["details"]["handlers"]
+        .as_array()
+        .unwrap_or(&vec![])
+        .iter()
+        .map(|h| {
+            (
+                h["handler"].as_str().unwrap().to_owned(),
+                h["base_runtime_spec"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn apply_ok(root: &Path) -> String {
+    let o = agent(root, &["apply"]);
+    assert_eq!(code(&o), 0, "apply failed: {}{}", stdout(&o), stderr(&o));
+    let edited_v2 = stdout(&o).contains(&format!("changed: {CONFIG}"))
+        && read(root, CONFIG).contains("version = 2");
+    if edited_v2 && have_containerd() {
+        assert!(
+            stderr(&o).contains("validated with `containerd config dump`"),
+            "edits were not validated by containerd: {}",
+            stderr(&o)
+        );
+    }
+    stdout(&o)
+}
+
+/// plan → apply → converged → apply changes nothing → revert is byte-identical.
+fn round_trip(root: &Path) {
+    let before = snapshot(root);
+    let plan = agent(root, &["plan", "--exit-code"]);
+    assert_eq!(code(&plan), 2, "{}{}", stdout(&plan), stderr(&plan));
+    apply_ok(root);
+    let again = agent(root, &["plan", "--exit-code"]);
+    assert_eq!(code(&again), 0, "not converged: {}", stdout(&again));
+    assert_eq!(apply_ok(root).trim(), "No changes: the node is converged.");
+    let r = agent(root, &["revert"]);
+    assert_eq!(code(&r), 0, "{}{}", stdout(&r), stderr(&r));
+    // The agent's journal of what happened stays; everything else is as before.
+    let state = Path::new("var/lib/rdma-node-agent");
+    let not_state =
+        |p: &std::path::PathBuf, _: &mut Vec<u8>| !(p.starts_with(state) || state.starts_with(p));
+    let mut after = snapshot(root);
+    after.retain(not_state);
+    let mut expected = before.clone();
+    expected.retain(not_state);
+    assert_eq!(
+        after.keys().collect::<Vec<_>>(),
+        expected.keys().collect::<Vec<_>>()
+    );
+    assert!(after == expected, "revert is not byte-identical");
+}
+
+#[test]
+fn v100_plan_shows_both_diffs_and_keeps_comments() {
+    let t = node("v100");
+    let root = t.path();
+    let original = read(root, CONFIG);
+    let o = agent(root, &["plan"]);
+    assert_eq!(code(&o), 0);
+    let text = stdout(&o);
+    assert!(
+        text.contains(&format!("+          base_runtime_spec = \"{SPEC}\"")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("--- /dev/null\n+++ {SPEC}")),
+        "{text}"
+    );
+    assert!(text.contains("action: restart containerd.service"));
+
+    apply_ok(root);
+    let edited = read(root, CONFIG);
+    for line in original.lines().filter(|l| l.contains('#')) {
+        assert!(edited.contains(line), "comment line lost: {line}");
+    }
+    // Only one line was added.
+    assert_eq!(edited.lines().count(), original.lines().count() + 1);
+    let spec = read(root, SPEC);
+    assert_eq!(memlock_of(&spec), Some((u64::MAX, u64::MAX)));
+    assert!(spec.contains("18446744073709551615"));
+    assert!(
+        !spec.contains("RLIMIT_NOFILE"),
+        "open-files limit must be inherited, not 1024"
+    );
+}
+
+#[test]
+fn v100_round_trip() {
+    let t = node("v100");
+    round_trip(t.path());
+    assert!(!t.path().join("etc/containerd/rdma-node-agent").exists());
+}
+
+#[test]
+fn a100_v3_conf_d_handlers_each_get_the_spec_where_they_are_defined() {
+    let t = node("a100");
+    let root = t.path();
+    apply_ok(root);
+    let mut names: Vec<String> = handlers_of(root).into_iter().map(|(h, _)| h).collect();
+    names.sort();
+    assert_eq!(names, vec!["nvidia", "nvidia-cdi", "runc"]);
+    let main = read(root, CONFIG);
+    let dropin = read(root, "/etc/containerd/conf.d/99-nvidia.toml");
+    assert_eq!(main.matches("base_runtime_spec").count(), 1, "{main}");
+    assert_eq!(dropin.matches("base_runtime_spec").count(), 2, "{dropin}");
+    assert!(main.contains(&format!("base_runtime_spec = \"{SPEC}\"")));
+    round_trip(node("a100").path());
+}
+
+#[test]
+fn kubespray_base_spec_keeps_its_content() {
+    let t = node("kubespray");
+    let root = t.path();
+    let config_before = read(root, CONFIG);
+    let spec_before: Value =
+        serde_json::from_str(&read(root, "/etc/containerd/cri-base.json")).unwrap();
+    apply_ok(root);
+    assert_eq!(
+        read(root, CONFIG),
+        config_before,
+        "its handler already had a base spec"
+    );
+    let spec_after: Value =
+        serde_json::from_str(&read(root, "/etc/containerd/cri-base.json")).unwrap();
+    let rl = spec_after["process"]["rlimits"].as_array().unwrap();
+    assert_eq!(
+        rl[0],
+        serde_json::json!({"type": "RLIMIT_NOFILE", "hard": 65535, "soft": 65535})
+    );
+    assert_eq!(
+        memlock_of(&read(root, "/etc/containerd/cri-base.json")),
+        Some((u64::MAX, u64::MAX))
+    );
+    // Nothing else in the operator's spec moved.
+    let mut a = spec_after.clone();
+    let mut b = spec_before.clone();
+    a["process"]["rlimits"] = Value::Null;
+    b["process"]["rlimits"] = Value::Null;
+    assert_eq!(a, b);
+    assert!(!root.join(SPEC.trim_start_matches('/')).exists());
+}
+
+#[test]
+fn k3s_edits_config_and_template_together() {
+    let t = node("k3s");
+    let root = t.path();
+    let dir = "/var/lib/rancher/k3s/agent/etc/containerd";
+    apply_ok(root);
+    for f in ["config.toml", "config.toml.tmpl"] {
+        let text = read(root, &format!("{dir}/{f}"));
+        assert!(
+            text.contains(&format!("base_runtime_spec = \"{SPEC}\"")),
+            "{f}: {text}"
+        );
+    }
+}
+
+#[test]
+fn k3s_without_a_plain_template_is_refused_clearly() {
+    let t = node("k3s");
+    let root = t.path();
+    let tmpl = root.join("var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl");
+    std::fs::remove_file(&tmpl).unwrap();
+    let before = snapshot(root);
+    let o = agent(root, &["apply"]);
+    assert_eq!(code(&o), 1);
+    assert!(
+        stderr(&o).contains("generated by k3s/rke2 at every start"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(stderr(&o).contains("config.toml.tmpl"));
+    assert_eq!(snapshot(root), before);
+
+    std::fs::write(&tmpl, "{{ template \"base\" . }}\n").unwrap();
+    let o = agent(root, &["plan"]);
+    assert_eq!(code(&o), 1);
+    assert!(stderr(&o).contains("is a Go template"), "{}", stderr(&o));
+}
+
+/// A root holding only the given containerd config.
+fn root_with_config(fixture: &str) -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(fixtures().join("containerd").join(fixture)).unwrap();
+    write(t.path(), CONFIG, &text);
+    t
+}
+
+#[test]
+fn version_1_legacy_layout() {
+    let t = root_with_config("v1-legacy.toml");
+    apply_ok(t.path());
+    let text = read(t.path(), CONFIG);
+    assert!(text.contains(&format!(
+        "[plugins.cri.containerd.runtimes.runc]\n      runtime_type = \"io.containerd.runc.v2\"\n      base_runtime_spec = \"{SPEC}\""
+    )), "{text}");
+    round_trip(root_with_config("v1-legacy.toml").path());
+}
+
+#[test]
+fn version_4_every_handler() {
+    let t = root_with_config("v4.toml");
+    apply_ok(t.path());
+    assert_eq!(
+        read(t.path(), CONFIG).matches("base_runtime_spec").count(),
+        2
+    );
+    round_trip(root_with_config("v4.toml").path());
+}
+
+#[test]
+fn dotted_keys_and_inline_tables_are_edited_in_place() {
+    let t = root_with_config("dotted-inline.toml");
+    apply_ok(t.path());
+    let text = read(t.path(), CONFIG);
+    assert!(text.contains("version = 2 # dotted keys and inline tables are legal TOML too"));
+    assert!(text.contains("# pinned"));
+    let doc: toml::Table = text.parse().expect("still valid TOML");
+    let runtimes = &doc["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"];
+    for h in ["runc", "nvidia"] {
+        assert_eq!(
+            runtimes[h]["base_runtime_spec"].as_str(),
+            Some(SPEC),
+            "{text}"
+        );
+    }
+    assert_eq!(
+        runtimes["runc"]["options"]["SystemdCgroup"].as_bool(),
+        Some(true)
+    );
+    round_trip(root_with_config("dotted-inline.toml").path());
+}
+
+#[test]
+fn implicit_default_runtime_is_created_with_its_runtime_type() {
+    let t = root_with_config("v2-empty-default.toml");
+    apply_ok(t.path());
+    let doc: toml::Table = read(t.path(), CONFIG).parse().unwrap();
+    let runc = &doc["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["runc"];
+    assert_eq!(runc["runtime_type"].as_str(), Some("io.containerd.runc.v2"));
+    assert_eq!(runc["base_runtime_spec"].as_str(), Some(SPEC));
+    // The registry setting is untouched.
+    assert!(read(t.path(), CONFIG).starts_with("version = 2\n# Only a registry mirror"));
+}
+
+#[test]
+fn absent_config_is_written_with_an_explicit_version() {
+    let t = tempfile::tempdir().unwrap();
+    apply_ok(t.path());
+    let doc: toml::Table = read(t.path(), CONFIG).parse().unwrap();
+    assert_eq!(doc["version"].as_integer(), Some(2));
+    let runc = &doc["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["runc"];
+    assert_eq!(runc["runtime_type"].as_str(), Some("io.containerd.runc.v2"));
+    let r = agent(t.path(), &["revert"]);
+    assert_eq!(code(&r), 0);
+    assert!(
+        !t.path().join("etc/containerd").exists(),
+        "created files and dirs removed"
+    );
+}
+
+#[test]
+fn refusals_name_the_file_and_change_nothing() {
+    let cases = [
+        ("broken.toml", "config.toml:4:40: invalid basic string"),
+        (
+            "bad-version.toml",
+            "containerd config version 7 is not one this agent knows",
+        ),
+        ("v1-with-v2-sections.toml", "has no `version` key"),
+    ];
+    for (fixture, expected) in cases {
+        let t = root_with_config(fixture);
+        let before = snapshot(t.path());
+        for cmd in [&["plan"][..], &["apply"][..]] {
+            let o = agent(t.path(), cmd);
+            assert_eq!(code(&o), 1, "{fixture}: {}", stdout(&o));
+            assert!(stderr(&o).contains(expected), "{fixture}: {}", stderr(&o));
+        }
+        let c = agent(t.path(), &["check"]);
+        assert_eq!(code(&c), 1, "{fixture}");
+        assert!(stdout(&c).contains(expected), "{fixture}: {}", stdout(&c));
+        assert_eq!(snapshot(t.path()), before, "{fixture}: files changed");
+    }
+}
+
+#[test]
+fn bad_agent_config_names_line_and_column_and_changes_nothing() {
+    let t = node("v100");
+    write(
+        t.path(),
+        "/etc/rdma-node-agent/config.toml",
+        "[containerd]\nmemlock = \"4MiB\"\nhandler = [\"runc\"]\n",
+    );
+    let before = snapshot(t.path());
+    let o = agent(t.path(), &["apply"]);
+    assert_eq!(code(&o), 1);
+    let err = stderr(&o);
+    assert!(
+        err.contains("etc/rdma-node-agent/config.toml:3:1: "),
+        "{err}"
+    );
+    assert!(err.contains("handler"), "{err}");
+    let c = agent(t.path(), &["check"]);
+    assert_eq!(code(&c), 2, "could not tell: NPD's unknown");
+    assert!(stdout(&c).lines().next().unwrap().len() <= 80);
+    assert_eq!(snapshot(t.path()), before);
+}
+
+#[test]
+fn configured_handlers_only_and_unknown_handler_refused() {
+    let t = node("a100");
+    write(
+        t.path(),
+        "/etc/rdma-node-agent/config.toml",
+        "[containerd]\nhandlers = [\"nvidia\"]\nmemlock = \"4MiB\"\n",
+    );
+    apply_ok(t.path());
+    assert_eq!(
+        read(t.path(), CONFIG).matches("base_runtime_spec").count(),
+        0
+    );
+    assert_eq!(
+        read(t.path(), "/etc/containerd/conf.d/99-nvidia.toml")
+            .matches("base_runtime_spec")
+            .count(),
+        1
+    );
+    assert_eq!(memlock_of(&read(t.path(), SPEC)), Some((4 << 20, 4 << 20)));
+
+    write(
+        t.path(),
+        "/etc/rdma-node-agent/config.toml",
+        "[containerd]\nhandlers = [\"kata\"]\n",
+    );
+    let o = agent(t.path(), &["plan"]);
+    assert_eq!(code(&o), 1);
+    assert!(
+        stderr(&o).contains("runtime handler \"kata\""),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn changing_the_target_updates_only_the_spec() {
+    let t = node("v100");
+    apply_ok(t.path());
+    let config = read(t.path(), CONFIG);
+    write(
+        t.path(),
+        "/etc/rdma-node-agent/config.toml",
+        "[containerd]\nmemlock = \"4MiB\"\n",
+    );
+    let o = agent(t.path(), &["plan"]);
+    let text = stdout(&o);
+    assert!(
+        text.contains("-                \"hard\": 18446744073709551615,"),
+        "{text}"
+    );
+    assert!(
+        text.contains("+                \"hard\": 4194304,"),
+        "{text}"
+    );
+    apply_ok(t.path());
+    assert_eq!(read(t.path(), CONFIG), config);
+    // Revert still returns the very first original.
+    let r = agent(t.path(), &["revert"]);
+    assert_eq!(code(&r), 0);
+    assert!(!read(t.path(), CONFIG).contains("base_runtime_spec"));
+}
+
+#[test]
+fn check_reports_restart_pending_and_old_pods() {
+    let t = node("v100");
+    apply_ok(t.path());
+    let c = json(&agent(t.path(), &["check", "--json"]));
+    let by_id = |id: &str| {
+        c["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["id"] == id)
+            .unwrap()
+            .clone()
+    };
+    // The fixture's containerd (pid 812) started long before the files changed.
+    let cm = by_id("containerd.memlock");
+    assert_eq!(cm["status"], "fail");
+    assert!(
+        cm["message"].as_str().unwrap().contains("restart pending"),
+        "{cm}"
+    );
+    let pods = by_id("pods.memlock");
+    assert_eq!(pods["status"], "warn");
+    assert!(
+        pods["message"]
+            .as_str()
+            .unwrap()
+            .contains("pod 6f1c2d3e-aaaa-bbbb-cccc-0123456789ab container 9a8b7c6d5e4f"),
+        "{pods}"
+    );
+    assert_eq!(c["ok"], false);
+}

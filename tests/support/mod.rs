@@ -1,0 +1,109 @@
+//! Shared helpers for the integration tests: fixture trees copied into temp dirs,
+//! the real binary run against them, and whole-tree snapshots for "nothing changed".
+
+#![allow(dead_code)] // each test binary uses its own subset
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+/// Copies a directory tree, keeping symbolic links as links (sysfs fixtures need them).
+pub fn copy_tree(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for e in fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        let ty = e.file_type().unwrap();
+        if ty.is_symlink() {
+            symlink(fs::read_link(e.path()).unwrap(), &target).unwrap();
+        } else if ty.is_dir() {
+            copy_tree(&e.path(), &target);
+        } else {
+            fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}
+
+/// A private copy of `tests/fixtures/nodes/<name>`.
+pub fn node(name: &str) -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    copy_tree(&fixtures().join("nodes").join(name), t.path());
+    t
+}
+
+pub fn agent(root: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rdma-node-agent"))
+        .arg("--root")
+        .arg(root)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+pub fn json(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", stdout(o), stderr(o)))
+}
+
+/// Every file under a root with its bytes (links as their target), for before/after comparisons.
+pub fn snapshot(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    fn walk(base: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
+        for e in fs::read_dir(dir).unwrap() {
+            let e = e.unwrap();
+            let p = e.path();
+            let rel = p.strip_prefix(base).unwrap().to_owned();
+            let ty = e.file_type().unwrap();
+            if ty.is_symlink() {
+                out.insert(
+                    rel,
+                    fs::read_link(&p)
+                        .unwrap()
+                        .into_os_string()
+                        .into_encoded_bytes(),
+                );
+            } else if ty.is_dir() {
+                out.insert(rel.clone(), Vec::new());
+                walk(base, &p, out);
+            } else {
+                out.insert(rel, fs::read(&p).unwrap());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(root, root, &mut out);
+    out
+}
+
+pub fn write(root: &Path, path: &str, text: &str) {
+    let p = root.join(path.trim_start_matches('/'));
+    fs::create_dir_all(p.parent().unwrap()).unwrap();
+    fs::write(p, text).unwrap();
+}
+
+pub fn read(root: &Path, path: &str) -> String {
+    fs::read_to_string(root.join(path.trim_start_matches('/'))).unwrap()
+}
+
+/// True when the containerd binary is installed, so edits are validated by it.
+/// With RDMA_AGENT_REQUIRE_CONTAINERD=1 (set by scripts/test.sh) its absence fails.
+pub fn have_containerd() -> bool {
+    let present = Command::new("containerd").arg("--version").output().is_ok();
+    if !present && std::env::var_os("RDMA_AGENT_REQUIRE_CONTAINERD").is_some() {
+        panic!("containerd is required (RDMA_AGENT_REQUIRE_CONTAINERD is set) but not installed");
+    }
+    present
+}
