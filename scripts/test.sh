@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The whole test suite: formatting, clippy, unit and fixture tests, and the tests
+# against real components (containerd + runc over CRI). Installs what it needs.
+# Run as root on Debian/Ubuntu: `sudo scripts/test.sh`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" != 0 ]; then
+    echo "scripts/test.sh needs root (it installs packages and runs containerd)." >&2
+    echo "Without root, 'cargo test' runs the unit and fixture tests only." >&2
+    exit 1
+fi
+
+# Debian packages the real-component tests use, by the command that proves each is there.
+declare -A packages=(
+    [containerd]=containerd
+    [runc]=runc
+    [protoc]=protobuf-compiler
+    [unshare]=util-linux
+)
+missing=()
+for cmd in "${!packages[@]}"; do
+    command -v "$cmd" >/dev/null 2>&1 || missing+=("${packages[$cmd]}")
+done
+# The test images are built from the static busybox (a dynamic one would need libc in the image).
+dpkg -s busybox-static >/dev/null 2>&1 || missing+=(busybox-static)
+if ((${#missing[@]})); then
+    echo "installing: ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "cargo is not installed: install a Rust toolchain (rustup) first" >&2
+    exit 1
+fi
+
+# Build outputs and test images are cached outside the checkout.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/rdma-node-agent/target}"
+# Tests that use containerd fail, rather than skip, when it is missing.
+export RDMA_AGENT_REQUIRE_CONTAINERD=1
+
+cargo fmt --all -- --check
+cargo clippy --all-targets --quiet -- -D warnings
+cargo test --all-targets -- --include-ignored
