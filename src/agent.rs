@@ -1,7 +1,9 @@
 //! Runs every concern over one host: gather facts, decide, report checks, plan,
-//! apply through the ledger, revert.
+//! apply through the ledger (restarting what the changes need, verified, rolled
+//! back when the restarted service does not come back healthy), revert.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -10,8 +12,10 @@ use crate::config::Config;
 use crate::containerd::{self, ContainerdError, validate::Validation};
 use crate::host::{Host, HostError};
 use crate::ledger::{Ledger, LedgerError, RevertOutcome};
+use crate::lock::{self, LockError};
 use crate::plan::{ActionKind, Plan};
 use crate::pods;
+use crate::systemd::{ServiceManager, SystemdError, dropin};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
@@ -21,17 +25,41 @@ pub enum AgentError {
     Ledger(#[from] LedgerError),
     #[error(transparent)]
     Host(#[from] HostError),
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    #[error(transparent)]
+    Systemd(#[from] SystemdError),
+    #[error(
+        "{unit} did not come back healthy after the restart ({reason}); the previous files were restored and {unit} restarted again: {after}"
+    )]
+    RolledBack {
+        unit: String,
+        reason: String,
+        after: String,
+        /// The plan that failed, so it is not retried until something changes.
+        digest: String,
+    },
+    #[error(
+        "not retried: the same change was rolled back before ({reason}); fix the cause or change the config"
+    )]
+    HeldBack { reason: String },
 }
 
 pub struct Agent {
     pub host: Host,
     pub config: Config,
+    /// systemd, on the live host when its bus answers.
+    pub manager: Option<Box<dyn ServiceManager>>,
 }
 
 /// One pass over the host: what every concern found and what it would change.
 pub struct Assessment {
     pub checks: Vec<Check>,
     pub plan: Result<Plan, AgentError>,
+    /// containerd's socket, to verify it after a restart.
+    grpc_address: Option<PathBuf>,
+    /// Files whose change should trigger a new reconcile.
+    pub watch: Vec<PathBuf>,
 }
 
 #[derive(Debug, Serialize)]
@@ -48,15 +76,52 @@ pub struct ApplyOutcome {
     pub notes: Vec<String>,
 }
 
+impl ApplyOutcome {
+    pub fn is_empty(&self) -> bool {
+        self.changed.is_empty() && self.actions.is_empty()
+    }
+}
+
 impl Agent {
     pub fn new(host: Host, config: Config) -> Self {
-        Agent { host, config }
+        Agent {
+            host,
+            config,
+            manager: None,
+        }
+    }
+
+    /// On the live host, also connects to systemd; without it, restarts are
+    /// reported as pending and checks rely on files and /proc.
+    pub fn connect(host: Host, config: Config) -> Self {
+        let manager: Option<Box<dyn ServiceManager>> = if host.is_live() {
+            match crate::systemd::dbus::Dbus::system() {
+                Ok(d) => Some(Box::new(d)),
+                Err(e) => {
+                    tracing::warn!("{e}; restarts will be left pending");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        Agent {
+            host,
+            config,
+            manager,
+        }
+    }
+
+    fn manager(&self) -> Option<&dyn ServiceManager> {
+        self.manager.as_deref()
     }
 
     pub fn assess(&self) -> Assessment {
         let mut checks = Vec::new();
         let mut plan = Plan::default();
         let mut error: Option<AgentError> = None;
+        let mut grpc_address = None;
+        let mut watch = Vec::new();
 
         let cfg = &self.config.containerd;
         if cfg.enabled {
@@ -65,6 +130,8 @@ impl Agent {
                     checks.push(containerd::check(Some(&facts), &Ok(decision.clone()), cfg));
                     plan.extend(decision.plan);
                     plan.notes.extend(notes);
+                    watch.extend(facts.watched_files());
+                    grpc_address = Some(facts.grpc_address);
                 }
                 Err(e) => {
                     checks.push(containerd::check(None, &Err(e.to_string()), cfg));
@@ -73,6 +140,23 @@ impl Agent {
             }
         } else {
             checks.push(containerd::check(None, &Err(String::new()), cfg));
+        }
+
+        let sd = &self.config.systemd;
+        if sd.enabled {
+            match dropin::gather(&self.host, sd, self.manager()) {
+                Ok(facts) => {
+                    watch.extend(facts.iter().map(|f| f.path.clone()));
+                    checks.push(dropin::check(&facts, sd));
+                    plan.extend(dropin::decide(&facts, sd));
+                }
+                Err(e) => {
+                    checks.push(Check::new(dropin::CHECK_ID, Status::Unknown, e.to_string()));
+                    error.get_or_insert(e.into());
+                }
+            }
+        } else {
+            checks.push(dropin::check(&[], sd));
         }
 
         checks.push(match pods::gather(&self.host) {
@@ -86,6 +170,8 @@ impl Agent {
                 Some(e) => Err(e),
                 None => Ok(plan),
             },
+            grpc_address,
+            watch,
         }
     }
 
@@ -93,7 +179,7 @@ impl Agent {
         &self,
     ) -> Result<(containerd::Facts, containerd::Decision, Vec<String>), AgentError> {
         let cfg = &self.config.containerd;
-        let facts = containerd::gather(&self.host, cfg)?;
+        let facts = containerd::gather(&self.host, cfg, self.manager())?;
         let host = &self.host;
         let decision = containerd::decide(&facts, cfg, &|p| host.path(p))?;
         let mut notes = Vec::new();
@@ -152,35 +238,98 @@ impl Agent {
 
     /// Converges the host. Live actions run only on the live root and when allowed.
     pub fn apply(&self, restart: bool) -> Result<ApplyOutcome, AgentError> {
-        let plan = self.plan()?;
+        self.apply_unless(restart, None)
+    }
+
+    /// Like `apply`, but refuses a plan whose digest is `held_back` (one that was
+    /// rolled back before), so a failing change does not restart a service in a loop.
+    pub fn apply_unless(
+        &self,
+        restart: bool,
+        held_back: Option<(&str, &str)>,
+    ) -> Result<ApplyOutcome, AgentError> {
+        let _lock = lock::acquire(
+            &self.host,
+            Path::new(lock::LOCK_PATH),
+            Duration::from_secs(10),
+        )?;
+        let assessment = self.assess();
+        let plan = assessment.plan?;
+        if let Some((digest, reason)) = held_back {
+            if !plan.is_empty() && plan.digest() == digest {
+                return Err(AgentError::HeldBack {
+                    reason: reason.to_owned(),
+                });
+            }
+        }
         let mut ledger = Ledger::load(&self.host)?;
         ledger.apply(&self.host, &plan)?;
-        let actions = plan
-            .actions
-            .iter()
-            .map(|a| {
-                let (status, detail) = if !self.host.is_live() {
-                    (
-                        "skipped",
-                        format!("--root {} is not the live host", self.host.root().display()),
-                    )
-                } else if !restart {
-                    ("skipped", "--no-restart".to_owned())
-                } else {
-                    match &a.kind {
-                        ActionKind::RestartUnit { unit } => (
-                            "pending",
-                            format!("restart it to take effect: systemctl restart {unit}"),
-                        ),
-                    }
-                };
-                ActionOutcome {
-                    action: a.kind.to_string(),
-                    status,
-                    detail: format!("{detail} ({})", a.reason),
+
+        let mut actions = Vec::new();
+        let mut reloaded = false;
+        for a in &plan.actions {
+            let ActionKind::RestartUnit { unit } = &a.kind;
+            let skipped = |why: String| ActionOutcome {
+                action: a.kind.to_string(),
+                status: "skipped",
+                detail: format!("{why} ({})", a.reason),
+            };
+            let manager = match self.manager() {
+                _ if !self.host.is_live() => {
+                    actions.push(skipped(format!(
+                        "--root {} is not the live host",
+                        self.host.root().display()
+                    )));
+                    continue;
                 }
-            })
-            .collect();
+                _ if !restart => {
+                    actions.push(skipped("--no-restart: restart it to take effect".into()));
+                    continue;
+                }
+                None => {
+                    actions.push(ActionOutcome {
+                        action: a.kind.to_string(),
+                        status: "pending",
+                        detail: format!(
+                            "systemd is not reachable over D-Bus: run `systemctl daemon-reload && systemctl restart {unit}` ({})",
+                            a.reason
+                        ),
+                    });
+                    continue;
+                }
+                Some(m) => m,
+            };
+            if !reloaded {
+                manager.reload()?;
+                reloaded = true;
+            }
+            match self.restart_verified(manager, unit, assessment.grpc_address.as_deref()) {
+                Ok(()) => actions.push(ActionOutcome {
+                    action: a.kind.to_string(),
+                    status: "done",
+                    detail: a.reason.clone(),
+                }),
+                Err(reason) => {
+                    tracing::error!(unit = %unit, "restart failed, rolling back: {reason}");
+                    ledger.rollback(&self.host, &plan)?;
+                    manager.reload()?;
+                    let after = match self.restart_verified(
+                        manager,
+                        unit,
+                        assessment.grpc_address.as_deref(),
+                    ) {
+                        Ok(()) => "it is healthy again".to_owned(),
+                        Err(e) => format!("it is still unhealthy: {e}"),
+                    };
+                    return Err(AgentError::RolledBack {
+                        unit: unit.clone(),
+                        reason,
+                        after,
+                        digest: plan.digest(),
+                    });
+                }
+            }
+        }
         Ok(ApplyOutcome {
             changed: plan.changes.iter().map(|c| c.path.clone()).collect(),
             actions,
@@ -188,7 +337,32 @@ impl Agent {
         })
     }
 
+    fn restart_verified(
+        &self,
+        manager: &dyn ServiceManager,
+        unit: &str,
+        grpc_address: Option<&Path>,
+    ) -> Result<(), String> {
+        let timeout = Duration::from_secs(self.config.daemon.restart_timeout_secs);
+        manager.restart(unit, timeout).map_err(|e| e.to_string())?;
+        match (unit, grpc_address) {
+            (containerd::UNIT, Some(addr)) => {
+                containerd::verify(&self.host, manager, addr, timeout)
+            }
+            _ => match manager.status(unit) {
+                Ok(s) if s.active_state == "active" => Ok(()),
+                Ok(s) => Err(format!("{unit} is {}", s.active_state)),
+                Err(e) => Err(e.to_string()),
+            },
+        }
+    }
+
     pub fn revert(&self, force: bool) -> Result<RevertOutcome, AgentError> {
+        let _lock = lock::acquire(
+            &self.host,
+            Path::new(lock::LOCK_PATH),
+            Duration::from_secs(10),
+        )?;
         Ok(Ledger::load(&self.host)?.revert(&self.host, force)?)
     }
 }

@@ -28,8 +28,63 @@ pub enum ConfigError {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
+    pub mode: Mode,
     pub containerd: ContainerdConfig,
+    pub systemd: SystemdConfig,
     pub pods: PodsConfig,
+    pub daemon: DaemonConfig,
+}
+
+/// What `serve` does with what it finds: converge, or only report (never writes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    #[default]
+    Enforce,
+    Report,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SystemdConfig {
+    pub enabled: bool,
+    /// Units that get a LimitMEMLOCK drop-in.
+    pub units: Vec<String>,
+    pub memlock: Limit,
+    /// The drop-in's file name under /etc/systemd/system/<unit>.d/.
+    pub dropin: String,
+}
+
+impl Default for SystemdConfig {
+    fn default() -> Self {
+        SystemdConfig {
+            enabled: true,
+            units: vec!["containerd.service".into()],
+            memlock: Limit::UNLIMITED,
+            dropin: "50-rdma-node-agent.conf".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DaemonConfig {
+    /// Full reconcile at least this often, besides file changes and SIGHUP.
+    pub interval_secs: u64,
+    /// How long file-change events are gathered before one reconcile.
+    pub debounce_ms: u64,
+    /// How long a restarted unit has to become active and answer.
+    pub restart_timeout_secs: u64,
+}
+
+impl Default for DaemonConfig {
+    fn default() -> Self {
+        DaemonConfig {
+            interval_secs: 300,
+            debounce_ms: 200,
+            restart_timeout_secs: 60,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

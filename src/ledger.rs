@@ -178,6 +178,31 @@ impl Ledger {
         Ok(())
     }
 
+    /// Undoes one apply (after a restart that did not come back healthy): every
+    /// file of the plan gets the bytes it had just before, newest change first.
+    pub fn rollback(&mut self, host: &Host, plan: &Plan) -> Result<(), LedgerError> {
+        for change in plan.changes.iter().rev() {
+            match &change.old {
+                Some(bytes) => host.write_atomic(&change.path, bytes, change.mode)?,
+                None => host.remove(&change.path)?,
+            }
+            let back_to_original =
+                change.old.is_none() && self.files.get(&change.path).is_some_and(|o| !o.existed);
+            if back_to_original {
+                if let Some(o) = self.files.remove(&change.path) {
+                    for dir in o.created_dirs.iter().rev() {
+                        host.remove_dir_if_empty(dir);
+                    }
+                }
+            } else if let Some(o) = self.files.get_mut(&change.path) {
+                o.written_sha256 = change.old.as_deref().map(sha256);
+            }
+            self.save(host)?;
+            self.journal(host, "rollback", &change.path, change.owner, &change.reason);
+        }
+        Ok(())
+    }
+
     /// Puts back the original bytes of every file the agent changed and removes
     /// what it created. A file changed by someone else since is kept, not lost.
     pub fn revert(mut self, host: &Host, force: bool) -> Result<RevertOutcome, LedgerError> {
@@ -294,6 +319,41 @@ mod tests {
     }
 
     #[test]
+    fn rollback_returns_to_the_bytes_before_this_apply() {
+        let t = tempfile::tempdir().unwrap();
+        let host = Host::new(t.path());
+        host.write_atomic(Path::new("/etc/a"), b"v1", 0o644)
+            .unwrap();
+        let mut l = Ledger::default();
+        let first = Plan {
+            changes: vec![change("/etc/a", Some(b"v1"), Some(b"v2"))],
+            ..Plan::default()
+        };
+        l.apply(&host, &first).unwrap();
+        let second = Plan {
+            changes: vec![
+                change("/etc/a", Some(b"v2"), Some(b"v3")),
+                change("/etc/d/new", None, Some(b"n")),
+            ],
+            ..Plan::default()
+        };
+        l.apply(&host, &second).unwrap();
+        l.rollback(&host, &second).unwrap();
+        assert_eq!(
+            host.read(Path::new("/etc/a")).unwrap().unwrap().bytes,
+            b"v2"
+        );
+        assert!(!host.exists(Path::new("/etc/d")));
+        // Revert still knows the very first original.
+        let out = Ledger::load(&host).unwrap().revert(&host, false).unwrap();
+        assert_eq!(out.restored, vec![PathBuf::from("/etc/a")]);
+        assert_eq!(
+            host.read(Path::new("/etc/a")).unwrap().unwrap().bytes,
+            b"v1"
+        );
+    }
+
+    #[test]
     fn revert_keeps_files_edited_since() {
         let t = tempfile::tempdir().unwrap();
         let host = Host::new(t.path());
@@ -310,6 +370,7 @@ mod tests {
         host.write_atomic(Path::new("/etc/a"), b"3", 0o644).unwrap();
         let out = Ledger::load(&host).unwrap().revert(&host, false).unwrap();
         assert_eq!(out.kept.len(), 1);
+        assert!(out.kept[0].1.contains("changed since the agent wrote it"));
         assert_eq!(host.read(Path::new("/etc/a")).unwrap().unwrap().bytes, b"3");
         // --force restores the original anyway.
         let out = Ledger::load(&host).unwrap().revert(&host, true).unwrap();

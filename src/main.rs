@@ -47,6 +47,8 @@ enum Command {
         #[arg(long)]
         no_restart: bool,
     },
+    /// Run as a daemon: keep the node converged (or only report, with mode = "report").
+    Serve,
     /// Restore every file the agent changed to its original bytes and remove what it created.
     Revert {
         #[arg(long)]
@@ -60,7 +62,7 @@ enum Command {
 fn load(cli: &Cli) -> anyhow::Result<Agent> {
     let host = Host::new(&cli.root);
     let config = Config::load(&host, &cli.config).context("invalid agent config")?;
-    Ok(Agent::new(host, config))
+    Ok(Agent::connect(host, config))
 }
 
 fn print_json(v: &impl serde::Serialize) {
@@ -121,6 +123,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Serve => {
+            let daemon = rdma_node_agent::daemon::Daemon::new(cli.root.clone(), cli.config.clone());
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .context("cannot start the async runtime")?
+                .block_on(daemon.run())?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Revert { json, force } => {
             let out = load(&cli)?.revert(*force).context("revert failed")?;
             if *json {
@@ -148,14 +160,30 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// Logs go to journald, with structured fields, when systemd connected our output
+/// to the journal; to stderr otherwise.
+fn init_logging(serve: bool) {
+    use tracing_subscriber::prelude::*;
+    let default = if serve { "info" } else { "warn" };
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default.into());
+    let journald = std::env::var_os("JOURNAL_STREAM")
+        .is_some()
+        .then(|| tracing_journald::layer().ok())
+        .flatten();
+    let registry = tracing_subscriber::registry().with(filter);
+    match journald {
+        Some(j) => registry.with(j).init(),
+        None => registry
+            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+            .init(),
+    }
+}
+
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .init();
-    match run(Cli::parse()) {
+    let cli = Cli::parse();
+    init_logging(matches!(cli.command, Command::Serve));
+    match run(cli) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");

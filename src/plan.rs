@@ -111,6 +111,20 @@ impl Plan {
         self.changes.is_empty() && self.actions.is_empty()
     }
 
+    /// Identifies what this plan would write, to recognise a plan that was
+    /// already tried and rolled back.
+    pub fn digest(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        for c in &self.changes {
+            h.update(c.path.as_os_str().as_encoded_bytes());
+            h.update([0]);
+            h.update(c.new.as_deref().unwrap_or(b"\0removed"));
+            h.update([0]);
+        }
+        h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    }
+
     pub fn extend(&mut self, other: Plan) {
         self.changes.extend(other.changes);
         for a in other.actions {

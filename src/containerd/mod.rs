@@ -9,7 +9,7 @@ pub mod validate;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::json;
 
@@ -18,6 +18,7 @@ use crate::config::ContainerdConfig;
 use crate::host::{Host, HostError};
 use crate::plan::{Action, ActionKind, FileChange, Plan};
 use crate::procfs;
+use crate::systemd::ServiceManager;
 use spec::{Rlimits, SpecError};
 use toml::{ConfigFile, Version};
 
@@ -103,9 +104,49 @@ pub struct Facts {
     pub template: String,
     pub template_source: String,
     /// When the running containerd started (`None`: not running).
-    pub containerd_started: Option<SystemTime>,
+    pub containerd_started: Option<Started>,
     /// Newest modification time among the config files and specs.
     pub newest_change: Option<SystemTime>,
+    /// Live actions can follow from this decision (the live host, not a --root tree).
+    pub live: bool,
+    /// containerd's socket (`grpc.address`), to verify it answers after a restart.
+    pub grpc_address: PathBuf,
+}
+
+/// When a process started, and whether that is exact (systemd's microsecond
+/// timestamp) or derived from /proc (whole-second boot time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Started {
+    pub at: SystemTime,
+    pub exact: bool,
+}
+
+impl Facts {
+    /// The config files (and k3s template) and base specs this concern reads.
+    pub fn watched_files(&self) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = self.set.files.iter().map(|f| f.path.clone()).collect();
+        if let Some(t) = &self.rancher_template {
+            v.extend(t.files.iter().map(|f| f.path.clone()));
+        }
+        v.extend(self.specs.keys().cloned());
+        v
+    }
+
+    /// containerd started before its config or a base spec last changed, so it
+    /// has not read them. A /proc-derived start time is only trusted to a second.
+    pub fn restart_pending(&self) -> bool {
+        match (self.containerd_started, self.newest_change) {
+            (Some(s), Some(changed)) => {
+                let slack = if s.exact {
+                    Duration::ZERO
+                } else {
+                    Duration::from_secs(1)
+                };
+                s.at + slack < changed
+            }
+            _ => false,
+        }
+    }
 }
 
 /// What the concern decided: the edits and what to report.
@@ -118,7 +159,11 @@ pub struct Decision {
 
 // ---------- gather ----------
 
-pub fn gather(host: &Host, cfg: &ContainerdConfig) -> Result<Facts, ContainerdError> {
+pub fn gather(
+    host: &Host,
+    cfg: &ContainerdConfig,
+    manager: Option<&dyn ServiceManager>,
+) -> Result<Facts, ContainerdError> {
     let main_path = config_path(host, cfg);
     let rancher = RANCHER_CONFIGS.iter().any(|p| Path::new(p) == main_path);
     let set = load_set(host, &main_path)?;
@@ -170,8 +215,17 @@ pub fn gather(host: &Host, cfg: &ContainerdConfig) -> Result<Facts, ContainerdEr
         _ => builtin_template(),
     };
 
-    let containerd_started =
-        procfs::find_by_comm(host, "containerd")?.and_then(|pid| procfs::start_time(host, pid));
+    let containerd_started = match manager.and_then(|m| m.status(UNIT).ok()) {
+        Some(st) if st.active_state == "active" => st.started.map(|at| Started { at, exact: true }),
+        Some(_) => None,
+        None => procfs::find_by_comm(host, "containerd")?
+            .and_then(|pid| procfs::start_time(host, pid))
+            .map(|at| Started { at, exact: false }),
+    };
+    let grpc_address = set.files[0]
+        .get_str(&["grpc", "address"])
+        .unwrap_or("/run/containerd/containerd.sock")
+        .into();
 
     Ok(Facts {
         set,
@@ -181,6 +235,8 @@ pub fn gather(host: &Host, cfg: &ContainerdConfig) -> Result<Facts, ContainerdEr
         template_source,
         containerd_started,
         newest_change: newest,
+        live: host.is_live(),
+        grpc_address,
     })
 }
 
@@ -520,6 +576,15 @@ pub fn decide(
             },
             reason: "containerd reads base specs only at start; pods started before keep their old limit until recreated".into(),
         });
+    } else if facts.live && facts.restart_pending() {
+        // Files already right (an earlier apply with --no-restart, or one that was
+        // killed before restarting): the restart is still owed.
+        plan.actions.push(Action {
+            kind: ActionKind::RestartUnit {
+                unit: UNIT.to_owned(),
+            },
+            reason: "containerd started before its config or base spec last changed".into(),
+        });
     }
     for c in &plan.changes {
         if !pending
@@ -567,8 +632,8 @@ pub fn check(
         .with_details(details);
     }
     let facts = facts.expect("a decision comes from facts");
-    match (facts.containerd_started, facts.newest_change) {
-        (None, _) => Check::new(
+    match facts.containerd_started {
+        None => Check::new(
             CHECK_ID,
             Status::Warn,
             format!(
@@ -577,7 +642,7 @@ pub fn check(
                 cfg.memlock
             ),
         ),
-        (Some(started), Some(changed)) if started < changed => Check::new(
+        Some(_) if facts.restart_pending() => Check::new(
             CHECK_ID,
             Status::Fail,
             format!(
@@ -585,7 +650,7 @@ pub fn check(
                 cfg.memlock
             ),
         ),
-        _ => Check::new(
+        Some(_) => Check::new(
             CHECK_ID,
             Status::Ok,
             format!(
@@ -596,4 +661,75 @@ pub fn check(
         ),
     }
     .with_details(details)
+}
+
+/// After a restart: the unit is active, its socket answers and the CRI plugin
+/// loaded. A base spec CRI cannot load does not stop containerd, it only makes the
+/// CRI plugin fail: so the plugin is checked, not just the process.
+pub fn verify(
+    host: &Host,
+    manager: &dyn ServiceManager,
+    grpc_address: &Path,
+    timeout: Duration,
+) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    let address = grpc_address.to_string_lossy().into_owned();
+    loop {
+        let state = manager
+            .status(UNIT)
+            .map(|s| s.active_state)
+            .unwrap_or_else(|e| e.to_string());
+        let cri = if state == "active" {
+            match host.run("ctr", &["--address", &address, "plugins", "ls"]) {
+                Some(Ok(out)) if out.status.success() => {
+                    cri_status(&String::from_utf8_lossy(&out.stdout))
+                        .unwrap_or_else(|| "not listed".into())
+                }
+                Some(Ok(out)) => format!(
+                    "socket {address} does not answer: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ),
+                Some(Err(e)) => format!("cannot run ctr: {e}"),
+                None => "ctr not found".into(),
+            }
+        } else {
+            String::new()
+        };
+        if state == "active" && cri == "ok" {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(if state != "active" {
+                format!("{UNIT} is {state} after the restart (see journalctl -u containerd)")
+            } else {
+                format!(
+                    "containerd runs but its CRI plugin is {cri:?}: kubelet cannot start pods (see journalctl -u containerd)"
+                )
+            });
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// The status column of the CRI plugin's row in `ctr plugins ls`.
+pub fn cri_status(plugins_ls: &str) -> Option<String> {
+    plugins_ls.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.len() >= 3 && f[0] == "io.containerd.grpc.v1" && f[1] == "cri")
+            .then(|| f[f.len() - 1].to_owned())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cri_row_of_plugins_ls() {
+        let out = "TYPE                                  ID                       PLATFORMS      STATUS\n\
+io.containerd.grpc.v1                 introspection            -              ok\n\
+io.containerd.grpc.v1                 cri                      linux/amd64    error\n";
+        assert_eq!(cri_status(out).as_deref(), Some("error"));
+        assert_eq!(cri_status("nothing"), None);
+    }
 }

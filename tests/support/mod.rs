@@ -59,8 +59,34 @@ pub fn json(o: &Output) -> serde_json::Value {
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", stdout(o), stderr(o)))
 }
 
-/// Every file under a root with its bytes (links as their target), for before/after comparisons.
+/// The agent's own state and runtime dirs: not host files it manages.
+const AGENT_DIRS: &[&str] = &["var/lib/rdma-node-agent", "run/rdma-node-agent"];
+
+/// Every host file under a root with its bytes (links as their target), for
+/// before/after comparisons. The agent's own state (journal, lock) is left out,
+/// with the parents it had to create for it.
 pub fn snapshot(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut all = snapshot_all(root);
+    all.retain(|p, _| {
+        !AGENT_DIRS
+            .iter()
+            .any(|d| p.starts_with(d) || (Path::new(d).starts_with(p) && is_only_agent(root, p)))
+    });
+    all
+}
+
+/// A directory that holds nothing but the agent's own dirs (so the agent created it).
+fn is_only_agent(root: &Path, rel: &Path) -> bool {
+    fs::read_dir(root.join(rel)).unwrap().all(|e| {
+        let child = rel.join(e.unwrap().file_name());
+        AGENT_DIRS.iter().any(|d| {
+            Path::new(d) == child
+                || (Path::new(d).starts_with(&child) && is_only_agent(root, &child))
+        })
+    })
+}
+
+fn snapshot_all(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     fn walk(base: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
         for e in fs::read_dir(dir).unwrap() {
             let e = e.unwrap();

@@ -1,0 +1,303 @@
+//! `serve`: keeps the node converged. Reconciles at start, when a watched file
+//! changes (inotify, debounced), on SIGHUP and on a timer; tells systemd when it
+//! is ready and pings its watchdog; one daemon per host (lock file).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use futures_util::StreamExt;
+use inotify::{Inotify, WatchMask};
+use sd_notify::NotifyState;
+use serde::Serialize;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::agent::{Agent, AgentError};
+use crate::check::Report;
+use crate::config::{Config, Mode};
+use crate::host::Host;
+use crate::lock::{self, LockError};
+
+pub const DAEMON_LOCK: &str = "/run/rdma-node-agent/daemon.lock";
+
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error("another rdma-node-agent daemon is running: {0}")]
+    Running(#[source] LockError),
+    #[error("cannot set up {what}: {source}")]
+    Setup {
+        what: &'static str,
+        source: std::io::Error,
+    },
+}
+
+/// The outcome of one reconcile, as the health outputs show it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Cycle {
+    #[serde(flatten)]
+    pub report: Option<Report>,
+    pub mode: &'static str,
+    pub finished_unix: u64,
+    pub duration_ms: u64,
+    pub trigger: String,
+    pub changed: Vec<PathBuf>,
+    /// Why the cycle could not converge (a bad config, a refused edit, a rollback).
+    pub error: Option<String>,
+}
+
+pub type Shared = Arc<RwLock<Option<Cycle>>>;
+
+/// A plan that was rolled back: its digest and why, so it is not retried.
+type HeldBack = Option<(String, String)>;
+
+pub struct Daemon {
+    pub root: PathBuf,
+    pub config_path: PathBuf,
+    pub state: Shared,
+}
+
+impl Daemon {
+    pub fn new(root: PathBuf, config_path: PathBuf) -> Self {
+        Daemon {
+            root,
+            config_path,
+            state: Arc::default(),
+        }
+    }
+
+    pub async fn run(self) -> Result<(), DaemonError> {
+        let host = Host::new(&self.root);
+        let _instance = lock::acquire(&host, Path::new(DAEMON_LOCK), Duration::ZERO)
+            .map_err(DaemonError::Running)?;
+        let setup = |what| move |source| DaemonError::Setup { what, source };
+        let mut sighup = signal(SignalKind::hangup()).map_err(setup("SIGHUP"))?;
+        let mut sigterm = signal(SignalKind::terminate()).map_err(setup("SIGTERM"))?;
+        let mut sigint = signal(SignalKind::interrupt()).map_err(setup("SIGINT"))?;
+        let inotify = Inotify::init().map_err(setup("inotify"))?;
+        let mut events = inotify
+            .into_event_stream([0u8; 4096])
+            .map_err(setup("inotify"))?;
+        let mut watched: BTreeSet<PathBuf> = BTreeSet::new();
+        let watchdog = sd_notify::watchdog_enabled();
+        let mut watchdog_tick =
+            tokio::time::interval(watchdog.map_or(Duration::from_secs(3600), |w| w / 2));
+
+        let mut trigger = "start".to_owned();
+        let mut ready = false;
+        let mut held_back: HeldBack = None;
+        loop {
+            let (cycle, watch, interval, debounce, held) =
+                self.reconcile(&trigger, held_back.take()).await;
+            held_back = held;
+            let status = match (&cycle.error, &cycle.report) {
+                (Some(e), _) => format!("error: {e}"),
+                (None, Some(r)) => r.summary.clone(),
+                (None, None) => String::new(),
+            };
+            *self.state.write().expect("state lock") = Some(cycle);
+            for dir in watch_dirs(&host, &watch) {
+                if watched.insert(dir.clone()) {
+                    let mask = WatchMask::CLOSE_WRITE
+                        | WatchMask::MOVED_TO
+                        | WatchMask::MOVED_FROM
+                        | WatchMask::CREATE
+                        | WatchMask::DELETE;
+                    if let Err(e) = events.watches().add(host.path(&dir), mask) {
+                        tracing::warn!(dir = %dir.display(), "cannot watch: {e}");
+                    }
+                }
+            }
+            let mut states = vec![NotifyState::Status(&status)];
+            if !ready {
+                states.push(NotifyState::Ready);
+                ready = true;
+            }
+            let _ = sd_notify::notify(&states);
+
+            let timer = tokio::time::sleep(interval);
+            tokio::pin!(timer);
+            trigger = loop {
+                tokio::select! {
+                    _ = &mut timer => break "timer".to_owned(),
+                    _ = sighup.recv() => break "SIGHUP".to_owned(),
+                    _ = sigterm.recv() => return self.stop(),
+                    _ = sigint.recv() => return self.stop(),
+                    _ = watchdog_tick.tick() => {
+                        if watchdog.is_some() {
+                            let _ = sd_notify::notify(&[NotifyState::Watchdog]);
+                        }
+                    }
+                    Some(ev) = events.next() => {
+                        let first = ev
+                            .ok()
+                            .and_then(|e| e.name.map(|n| n.to_string_lossy().into_owned()))
+                            .unwrap_or_default();
+                        // Gather the burst (an editor's temp file, rename, chmod) into one run.
+                        let quiet = tokio::time::sleep(debounce);
+                        tokio::pin!(quiet);
+                        loop {
+                            tokio::select! {
+                                _ = &mut quiet => break,
+                                Some(_) = events.next() => {}
+                            }
+                        }
+                        break format!("file change ({first})");
+                    }
+                }
+            };
+        }
+    }
+
+    fn stop(&self) -> Result<(), DaemonError> {
+        let _ = sd_notify::notify(&[NotifyState::Stopping]);
+        tracing::info!("stopping");
+        Ok(())
+    }
+
+    /// One cycle on a blocking thread: the core is synchronous (file I/O, D-Bus
+    /// waits). Returns the cycle, the paths to watch and the timings to use next.
+    async fn reconcile(
+        &self,
+        trigger: &str,
+        held_back: HeldBack,
+    ) -> (Cycle, Vec<PathBuf>, Duration, Duration, HeldBack) {
+        let root = self.root.clone();
+        let config_path = self.config_path.clone();
+        let trigger = trigger.to_owned();
+        let started = Instant::now();
+        let out = tokio::task::spawn_blocking(move || {
+            reconcile_once(root, config_path, trigger, held_back)
+        })
+        .await;
+        let (mut cycle, watch, interval, debounce, held) = match out {
+            Ok(r) => r,
+            Err(e) => (
+                Cycle {
+                    report: None,
+                    mode: "unknown",
+                    finished_unix: 0,
+                    duration_ms: 0,
+                    trigger: "panic".into(),
+                    changed: Vec::new(),
+                    error: Some(format!("reconcile panicked: {e}")),
+                },
+                Vec::new(),
+                Duration::from_secs(60),
+                Duration::from_millis(200),
+                None,
+            ),
+        };
+        cycle.duration_ms = started.elapsed().as_millis() as u64;
+        cycle.finished_unix = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        (cycle, watch, interval, debounce, held)
+    }
+}
+
+fn reconcile_once(
+    root: PathBuf,
+    config_path: PathBuf,
+    trigger: String,
+    held_back: HeldBack,
+) -> (Cycle, Vec<PathBuf>, Duration, Duration, HeldBack) {
+    let host = Host::new(&root);
+    let mut watch = vec![config_path.clone()];
+    let config = match Config::load(&host, &config_path) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("agent config invalid, not acting: {e}");
+            let cycle = Cycle {
+                report: None,
+                mode: "unknown",
+                finished_unix: 0,
+                duration_ms: 0,
+                trigger,
+                changed: Vec::new(),
+                error: Some(format!("agent config invalid: {e}")),
+            };
+            return (
+                cycle,
+                watch,
+                Duration::from_secs(60),
+                Duration::from_millis(200),
+                held_back,
+            );
+        }
+    };
+    let interval = Duration::from_secs(config.daemon.interval_secs.max(1));
+    let debounce = Duration::from_millis(config.daemon.debounce_ms);
+    let mode = config.mode;
+    let agent = Agent::connect(host, config);
+    let mut changed = Vec::new();
+    let mut error = None;
+    let mut held = held_back.clone();
+    if mode == Mode::Enforce {
+        let hb = held_back.as_ref().map(|(d, r)| (d.as_str(), r.as_str()));
+        match agent.apply_unless(true, hb) {
+            Ok(out) => {
+                for p in &out.changed {
+                    tracing::info!(path = %p.display(), trigger = %trigger, "changed");
+                }
+                for a in &out.actions {
+                    tracing::info!(action = %a.action, status = a.status, "{}", a.detail);
+                }
+                changed = out.changed;
+                held = None;
+            }
+            Err(AgentError::RolledBack {
+                unit,
+                reason,
+                after,
+                digest,
+            }) => {
+                let e = AgentError::RolledBack {
+                    unit,
+                    reason: reason.clone(),
+                    after,
+                    digest: digest.clone(),
+                };
+                tracing::error!(trigger = %trigger, "apply rolled back: {e}");
+                error = Some(e.to_string());
+                held = Some((digest, reason));
+            }
+            Err(e) => {
+                tracing::error!(trigger = %trigger, "apply failed: {e}");
+                error = Some(e.to_string());
+            }
+        }
+    }
+    let assessment = agent.assess();
+    watch.extend(assessment.watch.iter().cloned());
+    let report = Report::new(assessment.checks);
+    tracing::info!(trigger = %trigger, ok = report.ok, "{}", report.summary);
+    let cycle = Cycle {
+        report: Some(report),
+        mode: match mode {
+            Mode::Enforce => "enforce",
+            Mode::Report => "report",
+        },
+        finished_unix: 0,
+        duration_ms: 0,
+        trigger,
+        changed,
+        error,
+    };
+    (cycle, watch, interval, debounce, held)
+}
+
+/// The directories to watch for the given files: a file is replaced by rename, so
+/// its directory is watched; a directory that does not exist yet is watched
+/// through its nearest existing ancestor, so its creation is noticed.
+fn watch_dirs(host: &Host, files: &[PathBuf]) -> BTreeSet<PathBuf> {
+    files
+        .iter()
+        .filter_map(|f| {
+            f.ancestors()
+                .skip(1)
+                .find(|d| host.path(d).is_dir())
+                .map(Path::to_path_buf)
+        })
+        .collect()
+}

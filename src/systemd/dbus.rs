@@ -1,0 +1,168 @@
+//! The systemd service manager over D-Bus (org.freedesktop.systemd1), with zbus.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use futures_util::StreamExt;
+use zbus::proxy::CacheProperties;
+use zbus::{Connection, OwnedObjectPath, proxy};
+
+use super::{ServiceManager, SystemdError, UnitStatus};
+
+#[proxy(
+    interface = "org.freedesktop.systemd1.Manager",
+    default_service = "org.freedesktop.systemd1",
+    default_path = "/org/freedesktop/systemd1"
+)]
+trait Manager {
+    fn subscribe(&self) -> zbus::Result<()>;
+    fn reload(&self) -> zbus::Result<()>;
+    fn load_unit(&self, name: &str) -> zbus::Result<OwnedObjectPath>;
+    fn restart_unit(&self, name: &str, mode: &str) -> zbus::Result<OwnedObjectPath>;
+    #[zbus(signal)]
+    fn job_removed(
+        &self,
+        id: u32,
+        job: OwnedObjectPath,
+        unit: String,
+        result: String,
+    ) -> zbus::Result<()>;
+}
+
+#[proxy(
+    interface = "org.freedesktop.systemd1.Unit",
+    default_service = "org.freedesktop.systemd1"
+)]
+trait Unit {
+    #[zbus(property)]
+    fn active_state(&self) -> zbus::Result<String>;
+}
+
+#[proxy(
+    interface = "org.freedesktop.systemd1.Service",
+    default_service = "org.freedesktop.systemd1"
+)]
+trait Service {
+    #[zbus(property, name = "MainPID")]
+    fn main_pid(&self) -> zbus::Result<u32>;
+    #[zbus(property, name = "LimitMEMLOCK")]
+    fn limit_memlock(&self) -> zbus::Result<u64>;
+    #[zbus(property, name = "ExecMainStartTimestamp")]
+    fn exec_main_start_timestamp(&self) -> zbus::Result<u64>;
+}
+
+/// A connection to the system bus with its own small runtime, so that the
+/// synchronous core (the CLI, the daemon's blocking reconcile) can use it.
+pub struct Dbus {
+    rt: tokio::runtime::Runtime,
+    conn: Connection,
+}
+
+fn call(name: &str) -> impl Fn(zbus::Error) -> SystemdError + '_ {
+    move |e| SystemdError::Call {
+        call: name.to_owned(),
+        message: e.to_string(),
+    }
+}
+
+impl Dbus {
+    /// Connects to the system bus (`DBUS_SYSTEM_BUS_ADDRESS` or the default socket).
+    pub fn system() -> Result<Dbus, SystemdError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| SystemdError::Connect(e.to_string()))?;
+        let conn = rt
+            .block_on(Connection::system())
+            .map_err(|e| SystemdError::Connect(e.to_string()))?;
+        Ok(Dbus { rt, conn })
+    }
+
+    async fn unit_path(&self, unit: &str) -> Result<OwnedObjectPath, SystemdError> {
+        let m = ManagerProxy::new(&self.conn)
+            .await
+            .map_err(call("Manager"))?;
+        // LoadUnit, not GetUnit: a unit that is not loaded yet is not an error.
+        m.load_unit(unit).await.map_err(call("LoadUnit"))
+    }
+}
+
+impl ServiceManager for Dbus {
+    fn reload(&self) -> Result<(), SystemdError> {
+        self.rt.block_on(async {
+            let m = ManagerProxy::new(&self.conn)
+                .await
+                .map_err(call("Manager"))?;
+            m.reload().await.map_err(call("Reload"))
+        })
+    }
+
+    fn restart(&self, unit: &str, timeout: Duration) -> Result<(), SystemdError> {
+        self.rt.block_on(async {
+            let m = ManagerProxy::new(&self.conn)
+                .await
+                .map_err(call("Manager"))?;
+            m.subscribe().await.map_err(call("Subscribe"))?;
+            // Listen before asking, so the job's end cannot slip by unseen.
+            let mut removed = m.receive_job_removed().await.map_err(call("JobRemoved"))?;
+            let job = m
+                .restart_unit(unit, "replace")
+                .await
+                .map_err(call("RestartUnit"))?;
+            let wait = async {
+                while let Some(signal) = removed.next().await {
+                    if let Ok(args) = signal.args() {
+                        if args.job == job {
+                            return Some(args.result.clone());
+                        }
+                    }
+                }
+                None
+            };
+            match tokio::time::timeout(timeout, wait).await {
+                Ok(Some(result)) if result == "done" => Ok(()),
+                Ok(Some(result)) => Err(SystemdError::JobFailed {
+                    unit: unit.to_owned(),
+                    result,
+                }),
+                Ok(None) | Err(_) => Err(SystemdError::JobTimeout {
+                    unit: unit.to_owned(),
+                    timeout,
+                }),
+            }
+        })
+    }
+
+    fn status(&self, unit: &str) -> Result<UnitStatus, SystemdError> {
+        self.rt.block_on(async {
+            let path = self.unit_path(unit).await?;
+            let u = UnitProxy::builder(&self.conn)
+                .path(path.clone())
+                .cache_properties(CacheProperties::No)
+                .build()
+                .await
+                .map_err(call("Unit"))?;
+            let active_state = u.active_state().await.map_err(call("ActiveState"))?;
+            let s = ServiceProxy::builder(&self.conn)
+                .path(path)
+                .cache_properties(CacheProperties::No)
+                .build()
+                .await
+                .map_err(call("Service"))?;
+            // A unit that is not a service has none of these: not an error.
+            let main_pid = s.main_pid().await.unwrap_or(0);
+            let limit_memlock = s.limit_memlock().await.ok();
+            let started = s
+                .exec_main_start_timestamp()
+                .await
+                .ok()
+                .filter(|us| *us > 0)
+                .map(|us| UNIX_EPOCH + Duration::from_micros(us));
+            Ok(UnitStatus {
+                active_state,
+                main_pid,
+                limit_memlock,
+                started,
+            })
+        })
+    }
+}
