@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -23,7 +24,7 @@ pub const DAEMON_LOCK: &str = "/run/rdma-node-agent/daemon.lock";
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
-    #[error("another rdma-node-agent daemon is running: {0}")]
+    #[error("a daemon is already running on this host")]
     Running(#[source] LockError),
     #[error("cannot set up {what}: {source}")]
     Setup {
@@ -55,6 +56,18 @@ pub struct Daemon {
     pub root: PathBuf,
     pub config_path: PathBuf,
     pub state: Shared,
+    /// Unix time the running reconcile started, 0 when idle (for the watchdog).
+    busy_since: Arc<AtomicU64>,
+}
+
+/// A reconcile longer than this is stuck: two restarts with verification at the
+/// longest sensible timeout, and margin.
+const STUCK_SECS: u64 = 15 * 60;
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 impl Daemon {
@@ -63,6 +76,7 @@ impl Daemon {
             root,
             config_path,
             state: Arc::default(),
+            busy_since: Arc::default(),
         }
     }
 
@@ -79,9 +93,22 @@ impl Daemon {
             .into_event_stream([0u8; 4096])
             .map_err(setup("inotify"))?;
         let mut watched: BTreeSet<PathBuf> = BTreeSet::new();
-        let watchdog = sd_notify::watchdog_enabled();
-        let mut watchdog_tick =
-            tokio::time::interval(watchdog.map_or(Duration::from_secs(3600), |w| w / 2));
+        // Pinged from its own task, since a reconcile may wait minutes for a restart
+        // and rollback; but not for a reconcile stuck beyond any bound it sets itself.
+        let busy = self.busy_since.clone();
+        if let Some(w) = sd_notify::watchdog_enabled() {
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(w / 2);
+                loop {
+                    tick.tick().await;
+                    let started = busy.load(Ordering::Relaxed);
+                    let stuck = started != 0 && unix_now().saturating_sub(started) > STUCK_SECS;
+                    if !stuck {
+                        let _ = sd_notify::notify(&[NotifyState::Watchdog]);
+                    }
+                }
+            });
+        }
 
         let mut trigger = "start".to_owned();
         let mut ready = false;
@@ -96,8 +123,10 @@ impl Daemon {
                 (None, None) => String::new(),
             };
             *self.state.write().expect("state lock") = Some(cycle);
+            let mut new_watches = false;
             for dir in watch_dirs(&host, &watch) {
                 if watched.insert(dir.clone()) {
+                    new_watches = true;
                     let mask = WatchMask::CLOSE_WRITE
                         | WatchMask::MOVED_TO
                         | WatchMask::MOVED_FROM
@@ -114,6 +143,12 @@ impl Daemon {
                 ready = true;
             }
             let _ = sd_notify::notify(&states);
+            if new_watches {
+                // A change made before these watches existed would go unseen until
+                // the timer: look once more now that they do.
+                trigger = "new watches".to_owned();
+                continue;
+            }
 
             let timer = tokio::time::sleep(interval);
             tokio::pin!(timer);
@@ -123,16 +158,15 @@ impl Daemon {
                     _ = sighup.recv() => break "SIGHUP".to_owned(),
                     _ = sigterm.recv() => return self.stop(),
                     _ = sigint.recv() => return self.stop(),
-                    _ = watchdog_tick.tick() => {
-                        if watchdog.is_some() {
-                            let _ = sd_notify::notify(&[NotifyState::Watchdog]);
-                        }
-                    }
                     Some(ev) = events.next() => {
                         let first = ev
                             .ok()
                             .and_then(|e| e.name.map(|n| n.to_string_lossy().into_owned()))
                             .unwrap_or_default();
+                        // Our own atomic writes: the reconcile that made them already ran.
+                        if first.contains(".rdma-node-agent.") {
+                            continue;
+                        }
                         // Gather the burst (an editor's temp file, rename, chmod) into one run.
                         let quiet = tokio::time::sleep(debounce);
                         tokio::pin!(quiet);
@@ -166,10 +200,12 @@ impl Daemon {
         let config_path = self.config_path.clone();
         let trigger = trigger.to_owned();
         let started = Instant::now();
+        self.busy_since.store(unix_now(), Ordering::Relaxed);
         let out = tokio::task::spawn_blocking(move || {
             reconcile_once(root, config_path, trigger, held_back)
         })
         .await;
+        self.busy_since.store(0, Ordering::Relaxed);
         let (mut cycle, watch, interval, debounce, held) = match out {
             Ok(r) => r,
             Err(e) => (
@@ -189,9 +225,7 @@ impl Daemon {
             ),
         };
         cycle.duration_ms = started.elapsed().as_millis() as u64;
-        cycle.finished_unix = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        cycle.finished_unix = unix_now();
         (cycle, watch, interval, debounce, held)
     }
 }

@@ -1,0 +1,168 @@
+//! `serve` on fixture trees through the real binary: converges at start, repairs a
+//! hand edit within a second, never writes in report mode, one instance at a
+//! time, stops promptly on SIGTERM.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+const CONFIG: &str = "/etc/containerd/config.toml";
+
+/// The daemon, killed on drop so a failing test never leaves it behind.
+struct Serve(Child);
+
+impl Serve {
+    fn start(root: &Path) -> Serve {
+        let child = Command::new(env!("CARGO_BIN_EXE_rdma-node-agent"))
+            .arg("--root")
+            .arg(root)
+            .arg("serve")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        Serve(child)
+    }
+
+    fn signal(&self, sig: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0.id() as i32), sig).unwrap();
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    start.elapsed()
+}
+
+fn has_spec(root: &Path) -> bool {
+    read(root, CONFIG).contains("base_runtime_spec")
+}
+
+#[test]
+fn converges_at_start_and_repairs_hand_edits_within_a_second() {
+    let t = node("v100");
+    let root = t.path();
+    let d = Serve::start(root);
+    wait_for("the first reconcile", Duration::from_secs(10), || {
+        has_spec(root)
+    });
+
+    for round in 0..3 {
+        // What an admin's editor does: write a new file and rename it over the old one.
+        let edited = read(root, CONFIG).replace("base_runtime_spec", "# removed by hand:");
+        write(root, "/etc/containerd/.config.toml.swp", &edited);
+        std::fs::rename(
+            root.join("etc/containerd/.config.toml.swp"),
+            root.join("etc/containerd/config.toml"),
+        )
+        .unwrap();
+        let took = wait_for("the repair", Duration::from_secs(5), || has_spec(root));
+        println!("round {round}: hand edit of config.toml repaired in {took:?}");
+        assert!(took <= Duration::from_secs(1), "repair took {took:?}");
+    }
+
+    // The drop-in is watched too.
+    let dropin = root.join("etc/systemd/system/containerd.service.d/50-rdma-node-agent.conf");
+    std::fs::remove_file(&dropin).unwrap();
+    let took = wait_for("the drop-in to return", Duration::from_secs(5), || {
+        dropin.exists()
+    });
+    assert!(took <= Duration::from_secs(1), "repair took {took:?}");
+
+    let start = Instant::now();
+    d.signal(nix::sys::signal::Signal::SIGTERM);
+    let mut d = d;
+    let status = d.0.wait().unwrap();
+    let took = start.elapsed();
+    println!("SIGTERM to exit: {took:?}");
+    assert!(status.success(), "{status:?}");
+    assert!(took < Duration::from_secs(1), "stop took {took:?}");
+}
+
+#[test]
+fn report_mode_never_writes() {
+    let t = node("v100");
+    let root = t.path();
+    write(
+        root,
+        "/etc/rdma-node-agent/config.toml",
+        "mode = \"report\"\n",
+    );
+    let before = snapshot(root);
+    let d = Serve::start(root);
+    std::thread::sleep(Duration::from_millis(800));
+    d.signal(nix::sys::signal::Signal::SIGHUP);
+    std::thread::sleep(Duration::from_millis(500));
+    drop(d);
+    assert_eq!(snapshot(root), before);
+}
+
+#[test]
+fn one_daemon_per_host() {
+    let t = node("v100");
+    let root = t.path();
+    let _d = Serve::start(root);
+    wait_for("the first daemon", Duration::from_secs(10), || {
+        has_spec(root)
+    });
+    let o = agent(root, &["serve"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("a daemon is already running on this host"),
+        "{err}"
+    );
+    assert!(err.contains("daemon.lock"), "{err}");
+}
+
+#[test]
+fn bad_agent_config_is_reported_not_acted_on_and_then_picked_up() {
+    let t = node("v100");
+    let root = t.path();
+    write(
+        root,
+        "/etc/rdma-node-agent/config.toml",
+        "[containerd]\nmemlok = 1\n",
+    );
+    let before = snapshot(root);
+    let _d = Serve::start(root);
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(
+        snapshot(root),
+        before,
+        "an invalid config must not be acted on"
+    );
+    // Fixing the config is noticed without a restart or SIGHUP.
+    write(
+        root,
+        "/etc/rdma-node-agent/config.toml",
+        "[containerd]\nmemlock = \"4MiB\"\n",
+    );
+    wait_for(
+        "the fixed config to be applied",
+        Duration::from_secs(5),
+        || {
+            root.join("etc/containerd/rdma-node-agent/base-spec.json")
+                .exists()
+        },
+    );
+    assert!(read(root, "/etc/containerd/rdma-node-agent/base-spec.json").contains("4194304"));
+}
