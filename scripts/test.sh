@@ -24,6 +24,8 @@ for cmd in "${!packages[@]}"; do
 done
 # The test images are built from the static busybox (a dynamic one would need libc in the image).
 dpkg -s busybox-static >/dev/null 2>&1 || missing+=(busybox-static)
+# A real Prometheus parser for the metrics test, and YAML for the alert rules (Debian's python3).
+/usr/bin/python3 -c 'import prometheus_client, yaml' >/dev/null 2>&1 || missing+=(python3-prometheus-client python3-yaml)
 if ((${#missing[@]})); then
     echo "installing: ${missing[*]}"
     apt-get update -qq

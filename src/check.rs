@@ -1,8 +1,8 @@
 //! The result of every concern's checks, and how it is reported (text, JSON, exit code).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
     Ok,
@@ -24,20 +24,20 @@ impl Status {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Check {
-    pub id: &'static str,
+    pub id: String,
     pub status: Status,
     pub message: String,
     /// Structured facts behind the message (handlers, processes, devices…).
-    #[serde(skip_serializing_if = "serde_json::Value::is_null")]
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
     pub details: serde_json::Value,
 }
 
 impl Check {
     pub fn new(id: &'static str, status: Status, message: impl Into<String>) -> Self {
         Check {
-            id,
+            id: id.to_owned(),
             status,
             message: message.into(),
             details: serde_json::Value::Null,
@@ -50,7 +50,7 @@ impl Check {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
     pub ok: bool,
     pub summary: String,
@@ -70,12 +70,12 @@ impl Report {
         let failing: Vec<&str> = checks
             .iter()
             .filter(|c| c.status == Status::Fail)
-            .map(|c| c.id)
+            .map(|c| c.id.as_str())
             .collect();
         let unknown: Vec<&str> = checks
             .iter()
             .filter(|c| c.status == Status::Unknown)
-            .map(|c| c.id)
+            .map(|c| c.id.as_str())
             .collect();
         let warned = checks.iter().filter(|c| c.status == Status::Warn).count();
         let summary = if !failing.is_empty() {

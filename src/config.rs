@@ -33,7 +33,30 @@ pub struct Config {
     pub systemd: SystemdConfig,
     pub pods: PodsConfig,
     pub daemon: DaemonConfig,
+    pub http: HttpConfig,
 }
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    pub enabled: bool,
+    /// `host:port` (loopback by default: nothing here is for the network) or `unix:/path`.
+    pub listen: String,
+    /// Connections beyond this are closed at once.
+    pub max_connections: usize,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            enabled: true,
+            listen: DEFAULT_LISTEN.into(),
+            max_connections: 4096,
+        }
+    }
+}
+
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9470";
 
 /// What `serve` does with what it finds: converge, or only report (never writes).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]

@@ -4,8 +4,8 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::StreamExt;
@@ -18,7 +18,9 @@ use crate::agent::{Agent, AgentError};
 use crate::check::Report;
 use crate::config::{Config, Mode};
 use crate::host::Host;
+use crate::http::{self, Board, Limits, Listen, Published};
 use crate::lock::{self, LockError};
+use crate::metrics::{self, Totals};
 
 pub const DAEMON_LOCK: &str = "/run/rdma-node-agent/daemon.lock";
 
@@ -26,6 +28,8 @@ pub const DAEMON_LOCK: &str = "/run/rdma-node-agent/daemon.lock";
 pub enum DaemonError {
     #[error("a daemon is already running on this host")]
     Running(#[source] LockError),
+    #[error(transparent)]
+    Http(#[from] http::HttpError),
     #[error("cannot set up {what}: {source}")]
     Setup {
         what: &'static str,
@@ -47,15 +51,15 @@ pub struct Cycle {
     pub error: Option<String>,
 }
 
-pub type Shared = Arc<RwLock<Option<Cycle>>>;
-
 /// A plan that was rolled back: its digest and why, so it is not retried.
 type HeldBack = Option<(String, String)>;
 
 pub struct Daemon {
     pub root: PathBuf,
     pub config_path: PathBuf,
-    pub state: Shared,
+    /// `serve --listen`, over the config's `http.listen`.
+    pub listen: Option<String>,
+    board: Board,
     /// Unix time the running reconcile started, 0 when idle (for the watchdog).
     busy_since: Arc<AtomicU64>,
 }
@@ -71,11 +75,12 @@ fn unix_now() -> u64 {
 }
 
 impl Daemon {
-    pub fn new(root: PathBuf, config_path: PathBuf) -> Self {
+    pub fn new(root: PathBuf, config_path: PathBuf, listen: Option<String>) -> Self {
         Daemon {
             root,
             config_path,
-            state: Arc::default(),
+            listen,
+            board: Arc::default(),
             busy_since: Arc::default(),
         }
     }
@@ -93,6 +98,8 @@ impl Daemon {
             .into_event_stream([0u8; 4096])
             .map_err(setup("inotify"))?;
         let mut watched: BTreeSet<PathBuf> = BTreeSet::new();
+        self.start_http(&host).await?;
+        let mut totals = Totals::default();
         // Pinged from its own task, since a reconcile may wait minutes for a restart
         // and rollback; but not for a reconcile stuck beyond any bound it sets itself.
         let busy = self.busy_since.clone();
@@ -122,7 +129,11 @@ impl Daemon {
                 (None, Some(r)) => r.summary.clone(),
                 (None, None) => String::new(),
             };
-            *self.state.write().expect("state lock") = Some(cycle);
+            totals.reconciles += 1;
+            totals.changes += cycle.changed.len() as u64;
+            totals.errors += u64::from(cycle.error.is_some());
+            let published = Published::new(&cycle, metrics::render(&cycle, totals));
+            *self.board.write().expect("board lock") = Some(Arc::new(published));
             let mut new_watches = false;
             for dir in watch_dirs(&host, &watch) {
                 if watched.insert(dir.clone()) {
@@ -181,6 +192,31 @@ impl Daemon {
                 }
             };
         }
+    }
+
+    /// Binds the endpoint before the first reconcile, so a taken port fails the
+    /// start (and systemd says why) instead of a silent daemon without health.
+    async fn start_http(&self, host: &Host) -> Result<(), DaemonError> {
+        // Settings come from the config at start; a config that does not parse
+        // yet still gets the default endpoint, which then reports the error.
+        let config = Config::load(host, &self.config_path).unwrap_or_default();
+        if !config.http.enabled && self.listen.is_none() {
+            return Ok(());
+        }
+        let listen = Listen::parse(self.listen.as_deref().unwrap_or(&config.http.listen));
+        let listener = http::bind(&listen).await.map_err(DaemonError::Http)?;
+        let d = &config.daemon;
+        let stale_after =
+            Duration::from_secs(d.interval_secs * 3 + d.restart_timeout_secs * 2 + 60);
+        let app = http::router(self.board.clone(), stale_after);
+        let limits = Limits {
+            max_connections: config.http.max_connections,
+            header_timeout: Duration::from_secs(5),
+            max_header_bytes: 16 * 1024,
+        };
+        tracing::info!(listen = ?listen, "health endpoint listening");
+        tokio::spawn(http::serve(listener, app, limits));
+        Ok(())
     }
 
     fn stop(&self) -> Result<(), DaemonError> {

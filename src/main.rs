@@ -47,8 +47,21 @@ enum Command {
         #[arg(long)]
         no_restart: bool,
     },
-    /// Run as a daemon: keep the node converged (or only report, with mode = "report").
-    Serve,
+    /// Run as a daemon: keep the node converged (or only report, with mode = "report")
+    /// and serve /healthz, /readyz, /status and /metrics.
+    Serve {
+        /// Where the health endpoint listens (`host:port` or `unix:/path`); default from the config.
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<String>,
+    },
+    /// Ask the running daemon for its last report (the same checks as `check`).
+    Status {
+        #[arg(long)]
+        json: bool,
+        /// The daemon's endpoint; default from the config.
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<String>,
+    },
     /// Restore every file the agent changed to its original bytes and remove what it created.
     Revert {
         #[arg(long)]
@@ -123,8 +136,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Serve => {
-            let daemon = rdma_node_agent::daemon::Daemon::new(cli.root.clone(), cli.config.clone());
+        Command::Status { json, listen } => status(&cli, *json, listen.as_deref()),
+        Command::Serve { listen } => {
+            let daemon = rdma_node_agent::daemon::Daemon::new(
+                cli.root.clone(),
+                cli.config.clone(),
+                listen.clone(),
+            );
             tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
                 .enable_all()
@@ -160,6 +178,44 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// Asks the daemon over loopback HTTP and prints its report like `check` does,
+/// with the same exit codes.
+fn status(cli: &Cli, json: bool, listen: Option<&str>) -> anyhow::Result<ExitCode> {
+    let host = Host::new(&cli.root);
+    let config = Config::load(&host, &cli.config).unwrap_or_default();
+    let addr = listen.unwrap_or(&config.http.listen).to_owned();
+    if addr.starts_with("unix:") {
+        anyhow::bail!("status speaks TCP only; query {addr} with `curl --unix-socket`");
+    }
+    let url = format!("http://{addr}/status");
+    let client = reqwest::blocking::Client::builder()
+        .timeout(std::time::Duration::from_secs(5))
+        .build()?;
+    let resp = client.get(&url).send().with_context(|| {
+        format!("no rdma-node-agent daemon answers at {addr} (is the service running? `systemctl status rdma-node-agent`)")
+    })?;
+    let body: serde_json::Value = resp
+        .json()
+        .with_context(|| format!("{url} did not answer with JSON"))?;
+    if let Some(e) = body.get("error").and_then(|e| e.as_str()) {
+        println!("rdma-node-agent daemon: {}", e.lines().next().unwrap_or(e));
+    }
+    let Some(report) = body
+        .get("checks")
+        .map(|_| serde_json::from_value::<Report>(body.clone()))
+        .transpose()
+        .context("the daemon's report is not in the expected form")?
+    else {
+        return Ok(ExitCode::from(EXIT_UNKNOWN as u8));
+    };
+    if json {
+        print_json(&body);
+    } else {
+        print!("{}", report.to_text());
+    }
+    Ok(ExitCode::from(report.exit_code() as u8))
+}
+
 /// Logs go to journald, with structured fields, when systemd connected our output
 /// to the journal; to stderr otherwise.
 fn init_logging(serve: bool) {
@@ -182,7 +238,7 @@ fn init_logging(serve: bool) {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(matches!(cli.command, Command::Serve));
+    init_logging(matches!(cli.command, Command::Serve { .. }));
     match run(cli) {
         Ok(code) => code,
         Err(e) => {

@@ -20,7 +20,7 @@ impl Serve {
         let child = Command::new(env!("CARGO_BIN_EXE_rdma-node-agent"))
             .arg("--root")
             .arg(root)
-            .arg("serve")
+            .args(["serve", "--listen", &free_addr()])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -123,7 +123,7 @@ fn one_daemon_per_host() {
     wait_for("the first daemon", Duration::from_secs(10), || {
         has_spec(root)
     });
-    let o = agent(root, &["serve"]);
+    let o = agent(root, &["serve", "--listen", &free_addr()]);
     assert_eq!(o.status.code(), Some(1));
     let err = stderr(&o);
     assert!(

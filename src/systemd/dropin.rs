@@ -179,7 +179,7 @@ pub fn check(facts: &[UnitFacts], cfg: &SystemdConfig) -> Check {
             CHECK_ID,
             Status::Ok,
             format!(
-                "{} run with LimitMEMLOCK={}",
+                "{}: LimitMEMLOCK={} in effect",
                 cfg.units.join(", "),
                 cfg.memlock.systemd_value()
             ),

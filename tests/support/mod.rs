@@ -133,3 +133,10 @@ pub fn have_containerd() -> bool {
     }
     present
 }
+
+/// A free loopback address for a daemon's health endpoint, so tests running in
+/// parallel never share the default port (a tiny race with other binders is accepted).
+pub fn free_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    format!("127.0.0.1:{}", l.local_addr().unwrap().port())
+}

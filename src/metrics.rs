@@ -1,0 +1,148 @@
+//! The Prometheus exposition of one reconcile, rendered once per cycle so that a
+//! scrape is a copy of bytes, never host work.
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+use crate::check::Status;
+use crate::daemon::Cycle;
+
+type Labels = Vec<(String, String)>;
+
+const STATUSES: [Status; 5] = [
+    Status::Ok,
+    Status::Warn,
+    Status::Fail,
+    Status::Unknown,
+    Status::Skipped,
+];
+
+/// Counters that live across cycles.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Totals {
+    pub reconciles: u64,
+    pub changes: u64,
+    pub errors: u64,
+}
+
+pub fn render(cycle: &Cycle, totals: Totals) -> String {
+    let mut r = Registry::with_prefix("rdma_node_agent");
+
+    let build = Family::<Labels, Gauge>::default();
+    build
+        .get_or_create(&vec![("version".into(), env!("CARGO_PKG_VERSION").into())])
+        .set(1);
+    r.register("build_info", "The agent's version", build);
+
+    let ready = Gauge::<i64>::default();
+    ready.set(i64::from(cycle.report.as_ref().is_some_and(|r| r.ok)));
+    r.register(
+        "ready",
+        "1 when every check is ok (what /readyz answers 200 for)",
+        ready,
+    );
+
+    let checks = Family::<Labels, Gauge>::default();
+    for c in cycle.report.iter().flat_map(|r| &r.checks) {
+        // One series per possible status, 1 for the current one: alerts need no regex.
+        for s in STATUSES {
+            checks
+                .get_or_create(&vec![
+                    ("check".into(), c.id.clone()),
+                    ("status".into(), s.as_str().into()),
+                ])
+                .set(i64::from(c.status == s));
+        }
+    }
+    r.register(
+        "check_status",
+        "Status of each check in the last reconcile",
+        checks,
+    );
+
+    let counter = |n: u64| {
+        let c = Counter::<u64>::default();
+        c.inc_by(n);
+        c
+    };
+    r.register(
+        "reconciles",
+        "Reconciles since the daemon started",
+        counter(totals.reconciles),
+    );
+    r.register(
+        "changes_applied",
+        "Files the agent changed since it started",
+        counter(totals.changes),
+    );
+    r.register(
+        "reconcile_errors",
+        "Reconciles that could not converge",
+        counter(totals.errors),
+    );
+
+    let duration = Gauge::<f64, AtomicU64>::default();
+    duration.set(cycle.duration_ms as f64 / 1000.0);
+    r.register(
+        "reconcile_duration_seconds",
+        "Duration of the last reconcile",
+        duration,
+    );
+    let last = Gauge::<i64>::default();
+    last.set(cycle.finished_unix as i64);
+    r.register(
+        "last_reconcile_timestamp_seconds",
+        "When the last reconcile finished (Unix time)",
+        last,
+    );
+
+    let mut out = String::new();
+    encode(&mut out, &r).expect("writing to a String cannot fail");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::{Check, Report};
+
+    #[test]
+    fn one_hot_check_status_and_counters() {
+        let cycle = Cycle {
+            report: Some(Report::new(vec![
+                Check::new("containerd.memlock", Status::Ok, ""),
+                Check::new("pods.memlock", Status::Warn, ""),
+            ])),
+            mode: "enforce",
+            finished_unix: 1_700_000_000,
+            duration_ms: 12,
+            trigger: "start".into(),
+            changed: vec![],
+            error: None,
+        };
+        let text = render(
+            &cycle,
+            Totals {
+                reconciles: 3,
+                changes: 2,
+                errors: 0,
+            },
+        );
+        assert!(
+            text.contains(
+                "rdma_node_agent_check_status{check=\"pods.memlock\",status=\"warn\"} 1\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("rdma_node_agent_check_status{check=\"pods.memlock\",status=\"ok\"} 0\n")
+        );
+        assert!(text.contains("rdma_node_agent_ready 1\n"));
+        assert!(text.contains("rdma_node_agent_reconciles_total 3\n"));
+        assert!(text.ends_with("# EOF\n"));
+    }
+}
