@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod cri;
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::symlink;
