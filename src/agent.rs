@@ -13,6 +13,7 @@ use crate::containerd::{self, ContainerdError, validate::Validation};
 use crate::host::{Host, HostError};
 use crate::ledger::{Ledger, LedgerError, RevertOutcome};
 use crate::lock::{self, LockError};
+use crate::nfd;
 use crate::plan::{ActionKind, Plan};
 use crate::pods;
 use crate::systemd::{ServiceManager, SystemdError, dropin};
@@ -164,6 +165,14 @@ impl Agent {
             Err(e) => Check::new(pods::CHECK_ID, Status::Unknown, e.to_string()),
         });
 
+        // Last: the labels summarise every check above.
+        match self.nfd_change(&checks) {
+            Ok(change) => plan.changes.extend(change),
+            Err(e) => {
+                error.get_or_insert(e);
+            }
+        }
+
         Assessment {
             checks,
             plan: match error {
@@ -226,6 +235,19 @@ impl Agent {
             }
         }
         Ok((facts, decision, notes))
+    }
+
+    fn nfd_change(&self, checks: &[Check]) -> Result<Option<crate::plan::FileChange>, AgentError> {
+        let cfg = &self.config.nfd;
+        if !cfg.enabled {
+            return Ok(None);
+        }
+        let current = self.host.read(&cfg.path)?.map(|d| d.bytes);
+        Ok(nfd::decide(
+            cfg,
+            current,
+            &nfd::labels(checks, &self.config),
+        ))
     }
 
     pub fn check(&self) -> Report {
@@ -330,8 +352,22 @@ impl Agent {
                 }
             }
         }
+        let mut changed: Vec<PathBuf> = plan.changes.iter().map(|c| c.path.clone()).collect();
+        // The labels were computed before this apply changed the node: refresh them.
+        if !plan.changes.is_empty() {
+            let after = self.assess();
+            if let Some(c) = self.nfd_change(&after.checks)? {
+                let labels = Plan {
+                    changes: vec![c],
+                    ..Plan::default()
+                };
+                ledger.apply(&self.host, &labels)?;
+                changed.extend(labels.changes.into_iter().map(|c| c.path));
+                changed.dedup();
+            }
+        }
         Ok(ApplyOutcome {
-            changed: plan.changes.iter().map(|c| c.path.clone()).collect(),
+            changed,
             actions,
             notes: plan.notes,
         })

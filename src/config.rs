@@ -34,6 +34,24 @@ pub struct Config {
     pub pods: PodsConfig,
     pub daemon: DaemonConfig,
     pub http: HttpConfig,
+    pub nfd: NfdConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NfdConfig {
+    pub enabled: bool,
+    /// A feature file in NFD's local source directory.
+    pub path: PathBuf,
+}
+
+impl Default for NfdConfig {
+    fn default() -> Self {
+        NfdConfig {
+            enabled: false,
+            path: "/etc/kubernetes/node-feature-discovery/features.d/rdma-node-agent".into(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

@@ -13,6 +13,7 @@ pub mod http;
 pub mod ledger;
 pub mod lock;
 pub mod metrics;
+pub mod nfd;
 pub mod plan;
 pub mod pods;
 pub mod procfs;

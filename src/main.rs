@@ -30,6 +30,9 @@ enum Command {
     Check {
         #[arg(long)]
         json: bool,
+        /// Report only this check (repeatable), e.g. for one node-problem-detector rule per check.
+        #[arg(long, value_name = "ID")]
+        only: Vec<String>,
     },
     /// Show what `apply` would change, files as unified diffs.
     Plan {
@@ -86,7 +89,7 @@ fn print_json(v: &impl serde::Serialize) {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match &cli.command {
-        Command::Check { json } => {
+        Command::Check { json, only } => {
             let agent = match load(&cli) {
                 Ok(a) => a,
                 Err(e) => {
@@ -96,7 +99,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     return Ok(ExitCode::from(EXIT_UNKNOWN as u8));
                 }
             };
-            let report: Report = agent.check();
+            let mut report: Report = agent.check();
+            if !only.is_empty() {
+                let known: Vec<String> = report.checks.iter().map(|c| c.id.clone()).collect();
+                if let Some(unknown) = only.iter().find(|id| !known.contains(id)) {
+                    println!("rdma-node-agent: no check named {unknown}");
+                    eprintln!("known checks: {}", known.join(", "));
+                    return Ok(ExitCode::from(EXIT_UNKNOWN as u8));
+                }
+                report.checks.retain(|c| only.contains(&c.id));
+                report = Report::new(report.checks);
+            }
             if *json {
                 print_json(&report);
             } else {

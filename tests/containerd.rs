@@ -435,3 +435,34 @@ fn check_reports_restart_pending_and_old_pods() {
     );
     assert_eq!(c["ok"], false);
 }
+
+#[test]
+fn nfd_feature_file_follows_the_checks_and_is_removed_by_revert() {
+    let t = node("v100");
+    let root = t.path();
+    write(
+        root,
+        "/etc/rdma-node-agent/config.toml",
+        "[nfd]\nenabled = true\n",
+    );
+    let before = snapshot(root);
+    apply_ok(root);
+    let labels = read(
+        root,
+        "/etc/kubernetes/node-feature-discovery/features.d/rdma-node-agent",
+    );
+    // The fixture's containerd has not restarted since the change: not ready yet.
+    assert!(
+        labels.contains("\nrdma-node-agent.ready=false\n"),
+        "{labels}"
+    );
+    assert!(
+        labels.contains("\nrdma-node-agent.memlock=unlimited\n"),
+        "{labels}"
+    );
+    let plan = agent(root, &["plan", "--exit-code"]);
+    assert_eq!(code(&plan), 0, "{}", stdout(&plan));
+    let r = agent(root, &["revert"]);
+    assert_eq!(code(&r), 0);
+    assert_eq!(snapshot(root), before);
+}
