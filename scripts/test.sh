@@ -17,6 +17,9 @@ declare -A packages=(
     [runc]=runc
     [protoc]=protobuf-compiler
     [unshare]=util-linux
+    [systemd-nspawn]=systemd-container
+    [mmdebstrap]=mmdebstrap
+    [curl]=curl
 )
 missing=()
 for cmd in "${!packages[@]}"; do

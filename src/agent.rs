@@ -188,7 +188,8 @@ impl Agent {
         &self,
     ) -> Result<(containerd::Facts, containerd::Decision, Vec<String>), AgentError> {
         let cfg = &self.config.containerd;
-        let facts = containerd::gather(&self.host, cfg, self.manager())?;
+        let owned = Ledger::load(&self.host)?.created_by(containerd::SPEC_OWNER);
+        let facts = containerd::gather(&self.host, cfg, self.manager(), &owned)?;
         let host = &self.host;
         let decision = containerd::decide(&facts, cfg, &|p| host.path(p))?;
         let mut notes = Vec::new();

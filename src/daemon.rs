@@ -311,7 +311,7 @@ fn reconcile_once(
                     tracing::info!(path = %p.display(), trigger = %trigger, "changed");
                 }
                 for a in &out.actions {
-                    tracing::info!(action = %a.action, status = a.status, "{}", a.detail);
+                    tracing::info!(action = %a.action, status = a.status, trigger = %trigger, "{}", a.detail);
                 }
                 changed = out.changed;
                 held = None;

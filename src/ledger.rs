@@ -105,6 +105,15 @@ impl Ledger {
         }
     }
 
+    /// Files of `owner` that the agent created (they did not exist before it).
+    pub fn created_by(&self, owner: &str) -> std::collections::BTreeSet<PathBuf> {
+        self.files
+            .iter()
+            .filter(|(_, o)| o.owner == owner && !o.existed)
+            .map(|(p, _)| p.clone())
+            .collect()
+    }
+
     fn save(&self, host: &Host) -> Result<(), LedgerError> {
         let mut bytes = serde_json::to_vec_pretty(self).expect("ledger serializes");
         bytes.push(b'\n');

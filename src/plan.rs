@@ -128,8 +128,13 @@ impl Plan {
     pub fn extend(&mut self, other: Plan) {
         self.changes.extend(other.changes);
         for a in other.actions {
-            if !self.actions.contains(&a) {
-                self.actions.push(a);
+            // One restart per unit, whichever concerns need it.
+            match self.actions.iter_mut().find(|x| x.kind == a.kind) {
+                Some(x) if !x.reason.contains(&a.reason) => {
+                    x.reason = format!("{}; {}", x.reason, a.reason);
+                }
+                Some(_) => {}
+                None => self.actions.push(a),
             }
         }
         self.notes.extend(other.notes);
@@ -199,6 +204,26 @@ mod tests {
         assert!(d.starts_with("--- /etc/x.toml\n+++ /etc/x.toml\n"), "{d}");
         assert!(d.contains("-b = 2\n+b = 3\n"));
         assert_eq!(c.kind(), ChangeKind::Modify);
+    }
+
+    #[test]
+    fn one_restart_per_unit() {
+        let restart = |reason: &str| Action {
+            kind: ActionKind::RestartUnit {
+                unit: "containerd.service".into(),
+            },
+            reason: reason.into(),
+        };
+        let mut p = Plan {
+            actions: vec![restart("spec changed")],
+            ..Plan::default()
+        };
+        p.extend(Plan {
+            actions: vec![restart("drop-in changed")],
+            ..Plan::default()
+        });
+        assert_eq!(p.actions.len(), 1);
+        assert_eq!(p.actions[0].reason, "spec changed; drop-in changed");
     }
 
     #[test]

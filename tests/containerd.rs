@@ -466,3 +466,33 @@ fn nfd_feature_file_follows_the_checks_and_is_removed_by_revert() {
     assert_eq!(code(&r), 0);
     assert_eq!(snapshot(root), before);
 }
+
+#[test]
+fn moving_base_spec_path_moves_the_agents_spec_and_removes_the_old_one() {
+    let t = node("v100");
+    let root = t.path();
+    apply_ok(root);
+    write(
+        root,
+        "/etc/rdma-node-agent/config.toml",
+        "[containerd]\nbase_spec_path = \"/etc/containerd/rdma.json\"\n",
+    );
+    let o = agent(root, &["plan"]);
+    let text = stdout(&o);
+    assert!(
+        text.contains("+          base_runtime_spec = \"/etc/containerd/rdma.json\""),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("--- {SPEC}\n+++ /dev/null")),
+        "{text}"
+    );
+    apply_ok(root);
+    assert!(!root.join(SPEC.trim_start_matches('/')).exists());
+    assert!(root.join("etc/containerd/rdma.json").exists());
+    assert_eq!(code(&agent(root, &["plan", "--exit-code"])), 0);
+    // Revert still gives back the node as it was before the very first apply.
+    assert_eq!(code(&agent(root, &["revert"])), 0);
+    assert!(!read(root, CONFIG).contains("base_runtime_spec"));
+    assert!(!root.join("etc/containerd/rdma.json").exists());
+}

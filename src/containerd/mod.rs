@@ -24,6 +24,8 @@ use toml::{ConfigFile, Version};
 
 pub const CHECK_ID: &str = "containerd.memlock";
 pub const UNIT: &str = "containerd.service";
+/// The ledger owner of base spec files (config files are owned by "containerd").
+pub const SPEC_OWNER: &str = "containerd-spec";
 const RUNC_TYPE: &str = "io.containerd.runc.v2";
 /// containerd ≥ 2.2 imports these by default when config.toml names no imports.
 const DEFAULT_V3_IMPORTS: &str = "/etc/containerd/conf.d/*.toml";
@@ -105,8 +107,10 @@ pub struct Facts {
     pub template_source: String,
     /// When the running containerd started (`None`: not running).
     pub containerd_started: Option<Started>,
-    /// Newest modification time among the config files and specs.
+    /// Newest modification time among the config files and the specs they reference.
     pub newest_change: Option<SystemTime>,
+    /// Spec files the agent created (not the operator's).
+    pub owned_specs: BTreeSet<PathBuf>,
     /// Live actions can follow from this decision (the live host, not a --root tree).
     pub live: bool,
     /// containerd's socket (`grpc.address`), to verify it answers after a restart.
@@ -159,10 +163,13 @@ pub struct Decision {
 
 // ---------- gather ----------
 
+/// `owned_specs`: spec files the agent created earlier (from its ledger): a handler
+/// pointing at one of them follows `base_spec_path` when that setting changes.
 pub fn gather(
     host: &Host,
     cfg: &ContainerdConfig,
     manager: Option<&dyn ServiceManager>,
+    owned_specs: &BTreeSet<PathBuf>,
 ) -> Result<Facts, ContainerdError> {
     let main_path = config_path(host, cfg);
     let rancher = RANCHER_CONFIGS.iter().any(|p| Path::new(p) == main_path);
@@ -173,17 +180,22 @@ pub fn gather(
         None
     };
 
-    let mut spec_paths: BTreeSet<PathBuf> = BTreeSet::new();
-    spec_paths.insert(cfg.base_spec_path.clone());
+    // The specs containerd reads (those the handlers reference), and the ones the
+    // agent may write: its configured path and the spec files it created before.
+    let mut referenced: BTreeSet<PathBuf> = BTreeSet::new();
     for s in std::iter::once(&set).chain(rancher_template.as_ref()) {
         let (handlers, _) = handlers(s);
-        spec_paths.extend(
+        referenced.extend(
             handlers
                 .into_iter()
                 .filter_map(|h| h.spec.map(PathBuf::from)),
         );
     }
+    let mut spec_paths = referenced.clone();
+    spec_paths.insert(cfg.base_spec_path.clone());
+    spec_paths.extend(owned_specs.iter().cloned());
     let mut specs = BTreeMap::new();
+    // Only what containerd reads can make a restart due.
     let mut newest = set
         .files
         .iter()
@@ -191,7 +203,7 @@ pub fn gather(
         .max();
     for p in spec_paths {
         let data = host.read(&p)?;
-        if let Some(d) = &data {
+        if let Some(d) = data.as_ref().filter(|_| referenced.contains(&p)) {
             newest = newest.max(d.modified);
         }
         let entry = match data {
@@ -235,6 +247,7 @@ pub fn gather(
         template_source,
         containerd_started,
         newest_change: newest,
+        owned_specs: owned_specs.clone(),
         live: host.is_live(),
         grpc_address,
     })
@@ -512,9 +525,11 @@ pub fn decide(
                     });
                 }
             };
+            // A spec the agent created is its own to move; an operator's stays.
             let spec_path = current
                 .clone()
                 .map(PathBuf::from)
+                .filter(|p| !facts.owned_specs.contains(p))
                 .unwrap_or_else(|| cfg.base_spec_path.clone());
             if current.as_deref().map(Path::new) != Some(spec_path.as_path()) {
                 let mut p = runtimes.clone();
@@ -542,7 +557,8 @@ pub fn decide(
     }
 
     let mut pending = Vec::new();
-    for (path, own) in spec_for_path {
+    for (path, own) in &spec_for_path {
+        let (path, own) = (path.clone(), *own);
         let current = facts.specs.get(&path).cloned().flatten();
         let new = match &current {
             Some((text, _)) => spec::patch(text, &limits, own),
@@ -564,8 +580,25 @@ pub fn decide(
                 old: old.map(String::into_bytes),
                 new: Some(new.into_bytes()),
                 mode: current.map_or(0o644, |(_, m)| m),
-                owner: "containerd",
+                owner: SPEC_OWNER,
                 reason,
+            });
+        }
+    }
+    // A spec the agent wrote earlier that no handler uses any more goes away.
+    for stale in facts
+        .owned_specs
+        .iter()
+        .filter(|p| !spec_for_path.contains_key(*p))
+    {
+        if let Some(Some((text, mode))) = facts.specs.get(stale) {
+            plan.changes.push(FileChange {
+                path: stale.clone(),
+                old: Some(text.clone().into_bytes()),
+                new: None,
+                mode: *mode,
+                owner: SPEC_OWNER,
+                reason: "no runtime handler uses this base spec any more".into(),
             });
         }
     }

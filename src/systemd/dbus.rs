@@ -101,7 +101,13 @@ impl ServiceManager for Dbus {
             let m = ManagerProxy::new(&self.conn)
                 .await
                 .map_err(call("Manager"))?;
-            m.subscribe().await.map_err(call("Subscribe"))?;
+            // Job signals are only sent to subscribed clients; once per connection.
+            match m.subscribe().await {
+                Ok(()) => {}
+                Err(zbus::Error::MethodError(name, _, _))
+                    if name.as_str() == "org.freedesktop.systemd1.AlreadySubscribed" => {}
+                Err(e) => return Err(call("Subscribe")(e)),
+            }
             // Listen before asking, so the job's end cannot slip by unseen.
             let mut removed = m.receive_job_removed().await.map_err(call("JobRemoved"))?;
             let job = m

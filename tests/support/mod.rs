@@ -4,6 +4,7 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 pub mod cri;
+pub mod nspawn;
 
 use std::collections::BTreeMap;
 use std::fs;

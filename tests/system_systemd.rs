@@ -1,0 +1,189 @@
+//! The agent as a systemd service on real systemd (PID 1 in systemd-nspawn), with
+//! the real containerd.service it prepares: sd_notify readiness, the drop-in and
+//! systemd's view of it, one verified containerd restart, repair of hand edits,
+//! rollback of a change that breaks CRI, journald, stop time, hardening score.
+
+mod support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use support::nspawn::Machine;
+
+const CONFIG: &str = "/etc/containerd/config.toml";
+
+fn install_agent(m: &Machine, config: &str) {
+    m.install(
+        Path::new(env!("CARGO_BIN_EXE_rdma-node-agent")),
+        "/usr/bin/rdma-node-agent",
+        0o755,
+    );
+    let unit = Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/rdma-node-agent.service");
+    m.install(&unit, "/etc/systemd/system/rdma-node-agent.service", 0o644);
+    m.write("/etc/rdma-node-agent/config.toml", config);
+    m.sh("systemctl daemon-reload");
+}
+
+fn cri_ok(m: &Machine) -> bool {
+    m.sh("ctr plugins ls 2>/dev/null | awk '$1==\"io.containerd.grpc.v1\" && $2==\"cri\" {print $NF}'")
+        .trim()
+        == "ok"
+}
+
+fn status(m: &Machine) -> serde_json::Value {
+    serde_json::from_str(&m.sh("curl -s http://127.0.0.1:9470/status"))
+        .unwrap_or(serde_json::Value::Null)
+}
+
+#[test]
+#[ignore = "needs root, systemd-nspawn and a Debian mirror: run via scripts/test.sh"]
+fn infinity_dropin_is_what_systemd_reports() {
+    let m = Machine::boot();
+    // Only files and a reload: on these machines (hard memlock 8 MiB, no
+    // CAP_SYS_RESOURCE) no process can actually run with infinity.
+    install_agent(&m, "[containerd]\nenabled = false\n");
+    let o = m.exec(&["rdma-node-agent", "apply", "--no-restart"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        m.read("/etc/systemd/system/containerd.service.d/50-rdma-node-agent.conf")
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .collect::<Vec<_>>(),
+        vec!["[Service]", "LimitMEMLOCK=infinity"]
+    );
+    m.sh("systemctl daemon-reload");
+    assert_eq!(
+        m.sh("systemctl show -P LimitMEMLOCK containerd").trim(),
+        "infinity"
+    );
+    assert!(
+        m.sh("systemctl show -P DropInPaths containerd")
+            .contains("50-rdma-node-agent.conf")
+    );
+}
+
+#[test]
+#[ignore = "needs root, systemd-nspawn and a Debian mirror: run via scripts/test.sh"]
+fn service_prepares_containerd_and_keeps_it_working() {
+    let m = Machine::boot();
+    assert_eq!(m.sh("systemctl is-active containerd").trim(), "active");
+    let pid_before = m.main_pid("containerd");
+    install_agent(
+        &m,
+        "[containerd]\nmemlock = \"4MiB\"\n\n[systemd]\nmemlock = \"4MiB\"\n",
+    );
+
+    // Type=notify: `start` returns once the agent sent READY=1 after its first reconcile.
+    let t = Instant::now();
+    let o = m.exec(&["systemctl", "start", "rdma-node-agent"]);
+    assert!(
+        o.status.success(),
+        "start: {}\n{}",
+        String::from_utf8_lossy(&o.stderr),
+        m.sh("journalctl -u rdma-node-agent --no-pager | tail -20")
+    );
+    println!(
+        "systemctl start (first reconcile + containerd restart): {:?}",
+        t.elapsed()
+    );
+    assert_eq!(m.sh("systemctl is-active rdma-node-agent").trim(), "active");
+
+    assert_eq!(
+        m.sh("systemctl show -P LimitMEMLOCK containerd").trim(),
+        "4194304"
+    );
+    let pid_after = m.main_pid("containerd");
+    assert_ne!(pid_after, pid_before, "containerd was restarted");
+    assert!(
+        m.read(&format!("/proc/{pid_after}/limits"))
+            .lines()
+            .any(|l| l.starts_with("Max locked memory")
+                && l.split_whitespace().nth(3) == Some("4194304"))
+    );
+    assert!(cri_ok(&m), "CRI plugin loaded after the restart");
+    assert!(m.read(CONFIG).contains("base_runtime_spec"));
+
+    // A second reconcile (SIGHUP through ExecReload) restarts nothing.
+    m.sh("systemctl reload rdma-node-agent");
+    m.wait("the SIGHUP reconcile", Duration::from_secs(10), |m| {
+        status(m)["trigger"] == "SIGHUP"
+    });
+    assert_eq!(
+        m.main_pid("containerd"),
+        pid_after,
+        "no restart when nothing changed"
+    );
+    let s = status(&m);
+    assert_eq!(s["ok"], true, "{s}");
+    assert_eq!(
+        m.sh("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:9470/readyz"),
+        "200"
+    );
+
+    // A hand edit of config.toml is repaired (and containerd restarted for it).
+    m.sh(&format!("sed -i '/base_runtime_spec/d' {CONFIG}"));
+    let took = m.wait("the repair", Duration::from_secs(10), |m| {
+        m.read(CONFIG).contains("base_runtime_spec")
+    });
+    println!("hand edit of config.toml repaired in {took:?}");
+    assert!(took <= Duration::from_secs(1), "repair took {took:?}");
+    m.wait("containerd back", Duration::from_secs(30), cri_ok);
+
+    // A base spec that passes the agent's checks but that CRI cannot load (a
+    // wrong type): the restart is verified, fails, and is rolled back.
+    let mut broken: serde_json::Value =
+        serde_json::from_str(&m.read("/etc/containerd/rdma-node-agent/base-spec.json")).unwrap();
+    broken["linux"]["resources"] = serde_json::json!("not an object");
+    m.write(
+        "/etc/containerd/broken-spec.json",
+        &serde_json::to_string_pretty(&broken).unwrap(),
+    );
+    let good_config = m.read(CONFIG);
+    m.write(
+        "/etc/rdma-node-agent/config.toml",
+        "[containerd]\nmemlock = \"4MiB\"\nbase_spec_path = \"/etc/containerd/broken-spec.json\"\n\n[systemd]\nmemlock = \"4MiB\"\n\n[daemon]\nrestart_timeout_secs = 10\n",
+    );
+    m.wait("the rollback", Duration::from_secs(60), |m| {
+        status(m)["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("restored"))
+    });
+    let s = status(&m);
+    println!("rollback reported: {}", s["error"]);
+    assert_eq!(m.read(CONFIG), good_config, "previous config restored");
+    m.wait(
+        "containerd healthy after the rollback",
+        Duration::from_secs(30),
+        cri_ok,
+    );
+    assert_eq!(m.sh("systemctl is-active containerd").trim(), "active");
+    // Held back: the same change is not retried in a loop.
+    let pid = m.main_pid("containerd");
+    m.sh("systemctl reload rdma-node-agent");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        m.main_pid("containerd"),
+        pid,
+        "a rolled-back change is not retried"
+    );
+    assert!(
+        status(&m)["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("not retried")
+    );
+
+    let journal = m.sh("journalctl -u rdma-node-agent --no-pager -o cat");
+    assert!(journal.contains("changed"), "{journal}");
+    assert!(journal.contains("rolled back"), "{journal}");
+
+    let t = Instant::now();
+    m.sh("systemctl stop rdma-node-agent");
+    let took = t.elapsed();
+    println!("systemctl stop: {took:?}");
+    assert!(took < Duration::from_secs(1), "stop took {took:?}");
+
+    let security =
+        m.sh("systemd-analyze security rdma-node-agent.service --no-pager 2>&1 | tail -1");
+    println!("systemd-analyze security: {}", security.trim());
+}
