@@ -27,6 +27,10 @@ for cmd in "${!packages[@]}"; do
 done
 # The test images are built from the static busybox (a dynamic one would need libc in the image).
 dpkg -s busybox-static >/dev/null 2>&1 || missing+=(busybox-static)
+# Packaging and fleet tests: rpm to inspect the .rpm, ansible-core and ansible-lint.
+command -v rpm >/dev/null 2>&1 || missing+=(rpm)
+command -v ansible-playbook >/dev/null 2>&1 || missing+=(ansible-core)
+command -v ansible-lint >/dev/null 2>&1 || missing+=(ansible-lint)
 # A real Prometheus parser for the metrics test, and YAML for the alert rules (Debian's python3).
 /usr/bin/python3 -c 'import prometheus_client, yaml' >/dev/null 2>&1 || missing+=(python3-prometheus-client python3-yaml)
 if ((${#missing[@]})); then
@@ -46,4 +50,14 @@ export RDMA_AGENT_REQUIRE_CONTAINERD=1
 
 cargo fmt --all -- --check
 cargo clippy --all-targets --quiet -- -D warnings
+(cd packaging/ansible && ansible-lint --nocolor -q)
+
+# The packages under test: the release, and a rebuilt one to upgrade to.
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+bash scripts/package.sh >/dev/null
+bash scripts/package.sh --deb-version "$version-2" >/dev/null
+export RDMA_AGENT_DEB="$CARGO_TARGET_DIR/dist/rdma-node-agent_${version}-1_amd64.deb"
+export RDMA_AGENT_DEB_UPGRADE="$CARGO_TARGET_DIR/dist/rdma-node-agent_${version}-2_amd64.deb"
+export RDMA_AGENT_RPM="$CARGO_TARGET_DIR/dist/rdma-node-agent-${version}-1.x86_64.rpm"
+
 cargo test --all-targets -- --include-ignored

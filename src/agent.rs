@@ -394,12 +394,86 @@ impl Agent {
         }
     }
 
-    pub fn revert(&self, force: bool) -> Result<RevertOutcome, AgentError> {
+    /// Restores every file the agent changed, then restarts the units that read
+    /// them (on the live host) so the node runs as it did before the agent.
+    pub fn revert(&self, force: bool) -> Result<RevertResult, AgentError> {
         let _lock = lock::acquire(
             &self.host,
             Path::new(lock::LOCK_PATH),
             Duration::from_secs(10),
         )?;
-        Ok(Ledger::load(&self.host)?.revert(&self.host, force)?)
+        let ledger = Ledger::load(&self.host)?;
+        let unit_of: Vec<(PathBuf, Option<String>)> = ledger
+            .files
+            .iter()
+            .map(|(p, o)| (p.clone(), unit_reading(p, &o.owner)))
+            .collect();
+        let files = ledger.revert(&self.host, force)?;
+        let mut units: Vec<String> = unit_of
+            .into_iter()
+            .filter(|(p, _)| files.restored.contains(p) || files.removed.contains(p))
+            .filter_map(|(_, u)| u)
+            .collect();
+        units.sort();
+        units.dedup();
+        let mut actions = Vec::new();
+        for unit in units {
+            let action = format!("restart {unit}");
+            let outcome = match self.manager() {
+                _ if !self.host.is_live() => ("skipped", "not the live host".to_owned()),
+                None => (
+                    "pending",
+                    format!(
+                        "systemd is not reachable: run `systemctl daemon-reload && systemctl restart {unit}`"
+                    ),
+                ),
+                Some(m) => {
+                    match m.reload().map_err(|e| e.to_string()).and_then(|_| {
+                        self.restart_verified(m, &unit, self.grpc_address().as_deref())
+                    }) {
+                        Ok(()) => ("done", "runs with its original configuration".to_owned()),
+                        Err(e) => ("failed", e),
+                    }
+                }
+            };
+            actions.push(ActionOutcome {
+                action,
+                status: outcome.0,
+                detail: outcome.1,
+            });
+        }
+        Ok(RevertResult { files, actions })
     }
+
+    fn grpc_address(&self) -> Option<PathBuf> {
+        containerd::gather(
+            &self.host,
+            &self.config.containerd,
+            None,
+            &Default::default(),
+        )
+        .ok()
+        .map(|f| f.grpc_address)
+    }
+}
+
+/// The unit that reads a file the agent owns, so a revert knows what to restart.
+fn unit_reading(path: &Path, owner: &str) -> Option<String> {
+    match owner {
+        "containerd" | containerd::SPEC_OWNER => Some(containerd::UNIT.to_owned()),
+        "systemd" => path
+            .parent()?
+            .file_name()?
+            .to_str()?
+            .strip_suffix(".d")
+            .map(str::to_owned),
+        _ => None,
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct RevertResult {
+    #[serde(flatten)]
+    pub files: RevertOutcome,
+    pub actions: Vec<ActionOutcome>,
 }

@@ -65,6 +65,9 @@ enum Command {
         #[arg(long, value_name = "ADDR")]
         listen: Option<String>,
     },
+    /// Write the man page and shell completions generated from this CLI into DIR (for packaging).
+    #[command(hide = true)]
+    GenerateAssets { dir: PathBuf },
     /// Restore every file the agent changed to its original bytes and remove what it created.
     Revert {
         #[arg(long)]
@@ -149,6 +152,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::GenerateAssets { dir } => {
+            generate_assets(dir)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Status { json, listen } => status(&cli, *json, listen.as_deref()),
         Command::Serve { listen } => {
             let daemon = rdma_node_agent::daemon::Daemon::new(
@@ -165,9 +172,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Revert { json, force } => {
-            let out = load(&cli)?.revert(*force).context("revert failed")?;
+            let result = load(&cli)?.revert(*force).context("revert failed")?;
+            let out = &result.files;
             if *json {
-                print_json(&out);
+                print_json(&result);
             } else {
                 for p in &out.restored {
                     println!("restored: {}", p.display());
@@ -181,8 +189,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 if out.restored.is_empty() && out.removed.is_empty() && out.kept.is_empty() {
                     println!("Nothing to revert: the agent has changed no file.");
                 }
+                for a in &result.actions {
+                    println!("{}: {}: {}", a.status, a.action, a.detail);
+                }
             }
-            Ok(if out.kept.is_empty() {
+            let failed = result.actions.iter().any(|a| a.status == "failed");
+            Ok(if out.kept.is_empty() && !failed {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::FAILURE
@@ -227,6 +239,29 @@ fn status(cli: &Cli, json: bool, listen: Option<&str>) -> anyhow::Result<ExitCod
         print!("{}", report.to_text());
     }
     Ok(ExitCode::from(report.exit_code() as u8))
+}
+
+/// The man page (rdma-node-agent.8) and bash, zsh and fish completions.
+fn generate_assets(dir: &std::path::Path) -> anyhow::Result<()> {
+    use clap::CommandFactory;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let cmd = Cli::command().name("rdma-node-agent");
+    let mut man = Vec::new();
+    clap_mangen::Man::new(cmd.clone())
+        .section("8")
+        .render(&mut man)
+        .context("cannot render the man page")?;
+    std::fs::write(dir.join("rdma-node-agent.8"), man)?;
+    for (shell, file) in [
+        (clap_complete::Shell::Bash, "rdma-node-agent.bash"),
+        (clap_complete::Shell::Zsh, "_rdma-node-agent"),
+        (clap_complete::Shell::Fish, "rdma-node-agent.fish"),
+    ] {
+        let mut out = Vec::new();
+        clap_complete::generate(shell, &mut cmd.clone(), "rdma-node-agent", &mut out);
+        std::fs::write(dir.join(file), out)?;
+    }
+    Ok(())
 }
 
 /// Logs go to journald, with structured fields, when systemd connected our output

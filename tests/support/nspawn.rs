@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 
 const CACHE: &str = "/var/cache/rdma-node-agent/rootfs";
-const PACKAGES: &str =
-    "systemd,systemd-sysv,dbus,containerd,runc,curl,iproute2,procps,ca-certificates";
+// ansible-core and python3-apt: the Ansible role runs inside the machine (connection local).
+const PACKAGES: &str = "systemd,systemd-sysv,dbus,containerd,runc,curl,iproute2,procps,ca-certificates,ansible-core,python3-apt";
 /// Bump when the recipe changes, so old caches are not reused.
 const RECIPE: &str = "1";
 

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Builds the .deb and the .rpm from a clean checkout: `scripts/package.sh [--deb-version V]`.
+# Packages land in $CARGO_TARGET_DIR/dist/.
+# cargo-deb and cargo-generate-rpm are installed once, from crates.io, into a cache.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/rdma-node-agent/target}"
+tools="${RDMA_AGENT_TOOLS:-/var/cache/rdma-node-agent/tools}"
+export PATH="$tools/bin:$PATH"
+for tool in cargo-deb cargo-generate-rpm; do
+    command -v "$tool" >/dev/null 2>&1 || cargo install --locked --quiet --root "$tools" "$tool"
+done
+
+deb_version=()
+if [ "${1:-}" = --deb-version ]; then
+    deb_version=(--deb-version "$2")
+fi
+
+cargo build --release --locked
+"$CARGO_TARGET_DIR/release/rdma-node-agent" generate-assets packaging/generated
+dist="$CARGO_TARGET_DIR/dist"
+mkdir -p "$dist"
+cargo deb --no-build "${deb_version[@]}" --output "$dist/"
+cargo generate-rpm --output "$dist/"
+ls -1 "$dist"/*.deb "$dist"/*.rpm

@@ -1,0 +1,262 @@
+//! The real .deb installed into real systemd (nspawn): install → running and
+//! converged → upgrade keeps the operator's config → purge leaves every touched
+//! file byte-identical to before install. The Ansible role, run twice with real
+//! ansible-playbook, converges and then changes nothing. The .rpm is inspected
+//! and installed into a scratch root as far as this Debian machine allows.
+//!
+//! scripts/test.sh builds the packages first (scripts/package.sh) and passes
+//! their paths in RDMA_AGENT_DEB, RDMA_AGENT_DEB_UPGRADE and RDMA_AGENT_RPM.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use support::nspawn::Machine;
+
+fn package(var: &str) -> PathBuf {
+    let p = std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {
+        panic!("{var} is not set: run scripts/test.sh, which builds the packages")
+    });
+    assert!(p.exists(), "{} does not exist", p.display());
+    p
+}
+
+/// Config the node's operator puts in place: 4 MiB, as this machine's hard
+/// memlock limit of 8 MiB allows no more for containerd itself.
+const NODE_CONFIG: &str = "[containerd]\nmemlock = \"4MiB\"\n\n[systemd]\nmemlock = \"4MiB\"\n";
+
+/// Files the agent may touch, with their bytes (None: absent).
+fn touched(m: &Machine) -> BTreeMap<&'static str, Option<Vec<u8>>> {
+    [
+        "/etc/containerd/config.toml",
+        "/etc/containerd/rdma-node-agent/base-spec.json",
+        "/etc/systemd/system/containerd.service.d/50-rdma-node-agent.conf",
+        "/etc/modprobe.d/rdma-node-agent.conf",
+        "/etc/kubernetes/node-feature-discovery/features.d/rdma-node-agent",
+    ]
+    .into_iter()
+    .map(|p| (p, std::fs::read(m.path(p)).ok()))
+    .collect()
+}
+
+fn apt(m: &Machine, args: &str) {
+    let out = m.exec(&[
+        "sh",
+        "-c",
+        &format!(
+            "DEBIAN_FRONTEND=noninteractive apt-get -o Dpkg::Options::=--force-confold -y {args}"
+        ),
+    ]);
+    assert!(
+        out.status.success(),
+        "apt-get {args}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn ready(m: &Machine) -> bool {
+    m.sh("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:9470/readyz") == "200"
+}
+
+#[test]
+#[ignore = "needs root, systemd-nspawn and the built packages: run via scripts/test.sh"]
+fn deb_install_upgrade_purge_leaves_no_trace() {
+    let deb = package("RDMA_AGENT_DEB");
+    let upgrade = package("RDMA_AGENT_DEB_UPGRADE");
+    let m = Machine::boot();
+    let before = touched(&m);
+    let containerd_pid = m.main_pid("containerd");
+
+    m.write("/etc/rdma-node-agent/config.toml", NODE_CONFIG);
+    m.install(&deb, "/var/tmp/agent.deb", 0o644);
+    apt(&m, "install /var/tmp/agent.deb");
+    assert_eq!(
+        m.sh("systemctl is-enabled rdma-node-agent").trim(),
+        "enabled"
+    );
+    assert_eq!(m.sh("systemctl is-active rdma-node-agent").trim(), "active");
+    m.wait("/readyz 200", Duration::from_secs(30), ready);
+    assert!(
+        m.read("/etc/containerd/config.toml")
+            .contains("base_runtime_spec")
+    );
+    assert_ne!(
+        m.main_pid("containerd"),
+        containerd_pid,
+        "containerd restarted once"
+    );
+    assert!(
+        m.sh("man -w rdma-node-agent 2>/dev/null; ls /usr/share/man/man8/")
+            .contains("rdma-node-agent.8")
+    );
+    assert!(
+        m.path("/usr/share/bash-completion/completions/rdma-node-agent")
+            .exists()
+    );
+
+    // The operator edits the config; an upgrade keeps it and restarts the agent.
+    let edited =
+        format!("{NODE_CONFIG}\n# edited by the operator\n[daemon]\ninterval_secs = 120\n");
+    m.write("/etc/rdma-node-agent/config.toml", &edited);
+    let agent_pid = m.main_pid("rdma-node-agent");
+    m.install(&upgrade, "/var/tmp/agent-upgrade.deb", 0o644);
+    apt(&m, "install /var/tmp/agent-upgrade.deb");
+    assert_eq!(
+        m.read("/etc/rdma-node-agent/config.toml"),
+        edited,
+        "upgrade kept the operator's config"
+    );
+    assert_ne!(
+        m.main_pid("rdma-node-agent"),
+        agent_pid,
+        "upgrade restarted the agent"
+    );
+    m.wait("/readyz 200 after upgrade", Duration::from_secs(30), ready);
+
+    apt(&m, "purge rdma-node-agent");
+    let after = touched(&m);
+    for (path, bytes) in &before {
+        assert_eq!(&after[path], bytes, "{path} is not as before install");
+    }
+    for gone in [
+        "/lib/systemd/system/rdma-node-agent.service",
+        "/usr/bin/rdma-node-agent",
+        "/var/lib/rdma-node-agent",
+        "/etc/rdma-node-agent",
+        "/etc/containerd/rdma-node-agent",
+    ] {
+        assert!(!m.path(gone).exists(), "{gone} left behind");
+    }
+    assert_eq!(m.sh("systemctl is-active containerd").trim(), "active");
+    // Reverted and restarted: containerd runs without the agent's limit again.
+    assert_eq!(
+        m.sh("systemctl show -P LimitMEMLOCK containerd").trim(),
+        "8388608"
+    );
+}
+
+#[test]
+#[ignore = "needs root, systemd-nspawn, ansible-core and the built packages: run via scripts/test.sh"]
+fn ansible_role_converges_then_changes_nothing() {
+    let deb = package("RDMA_AGENT_DEB");
+    let m = Machine::boot();
+    let ansible = Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/ansible");
+    let out = Command::new("cp")
+        .arg("-r")
+        .arg(&ansible)
+        .arg(m.path("/root/ansible"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    m.install(&deb, "/root/ansible/dist/agent.deb", 0o644);
+    // The machine is its own controller: ansible runs inside with a local connection.
+    m.write("/root/ansible/test-inventory.ini", "[rdma_nodes]\nlocalhost ansible_connection=local ansible_python_interpreter=/usr/bin/python3\n");
+    let vars = "rdma_node_agent_package_file=dist/agent.deb rdma_node_agent_memlock=4MiB rdma_node_agent_systemd_memlock=4MiB";
+    let play = |extra: &str| {
+        m.exec(&[
+            "sh",
+            "-c",
+            &format!("cd /root/ansible && ANSIBLE_NOCOLOR=1 ansible-playbook -i test-inventory.ini playbook.yml -e '{vars}' {extra}"),
+        ])
+    };
+
+    let first = play("");
+    let text = String::from_utf8_lossy(&first.stdout).into_owned();
+    assert!(
+        first.status.success(),
+        "first run failed:\n{text}\n{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    println!(
+        "{}",
+        text.lines()
+            .filter(|l| l.contains("changed="))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(ready(&m));
+
+    // Check mode on a converged node shows nothing to change.
+    let check = play("--check --diff");
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+
+    let second = play("");
+    let text = String::from_utf8_lossy(&second.stdout).into_owned();
+    assert!(second.status.success(), "{text}");
+    let recap = text
+        .lines()
+        .find(|l| l.contains("changed="))
+        .unwrap_or_default()
+        .to_owned();
+    println!("second run: {recap}");
+    assert!(
+        recap.contains("changed=0"),
+        "second run changed something:\n{text}"
+    );
+}
+
+#[test]
+#[ignore = "needs the built packages and rpm: run via scripts/test.sh"]
+fn rpm_contents_scripts_and_scratch_install() {
+    let rpm = package("RDMA_AGENT_RPM");
+    let list = Command::new("rpm")
+        .arg("-qpl")
+        .arg(&rpm)
+        .output()
+        .expect("rpm is installed by scripts/test.sh");
+    let list = String::from_utf8_lossy(&list.stdout);
+    for f in [
+        "/usr/bin/rdma-node-agent",
+        "/usr/lib/systemd/system/rdma-node-agent.service",
+        "/etc/rdma-node-agent/config.toml",
+        "/usr/share/man/man8/rdma-node-agent.8",
+    ] {
+        assert!(list.lines().any(|l| l == f), "{f} not in the rpm:\n{list}");
+    }
+    let config = Command::new("rpm")
+        .args(["-qpc"])
+        .arg(&rpm)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&config.stdout).contains("/etc/rdma-node-agent/config.toml"));
+    let scripts = Command::new("rpm")
+        .args(["-qp", "--scripts"])
+        .arg(&rpm)
+        .output()
+        .unwrap();
+    let scripts = String::from_utf8_lossy(&scripts.stdout);
+    assert!(scripts.contains("preuninstall scriptlet"), "{scripts}");
+    assert!(
+        scripts.contains("/usr/bin/rdma-node-agent revert"),
+        "{scripts}"
+    );
+
+    // Into a scratch root, without scriptlets (no systemd there): files land where declared.
+    let root = tempfile::tempdir().unwrap();
+    let out = Command::new("rpm")
+        .arg("--root")
+        .arg(root.path())
+        .args(["--nodeps", "--noscripts", "-i"])
+        .arg(&rpm)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(root.path().join("usr/bin/rdma-node-agent").exists());
+    let version = Command::new(root.path().join("usr/bin/rdma-node-agent"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&version.stdout).starts_with("rdma-node-agent "));
+}
