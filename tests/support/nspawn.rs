@@ -14,6 +14,17 @@
 //!   machine is started in a cgroup of its own, removed again after poweroff.
 //! - `--machine=<unique name>`: the name defaults to the directory's name, and
 //!   nspawn keeps per-name state under /run/systemd/nspawn/propagate/.
+//! - `--tmpfs=/var/lib/containerd`: containerd's overlayfs snapshotter passes its
+//!   self-check on the volatile overlay root, but mounting a snapshot there fails
+//!   (EINVAL: overlayfs as an upper layer); on tmpfs it works.
+//! - `--system-call-filter=add_key keyctl request_key`: runc creates a session
+//!   keyring for each container; nspawn's seccomp filter denies that by default.
+//!
+//! What does not work on a cgroup v1 hybrid host: running containers inside. The
+//! v1 controllers are mounted read-only in the container (runc cannot create its
+//! cgroups), and in unified mode (SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1) the
+//! controllers are missing (the host binds them to v1; runc fails on cpu.weight).
+//! containerd itself, its CRI plugin, images and snapshots work.
 //!
 //! Everything is stopped by PID, also when a test panics (Drop).
 
@@ -164,6 +175,25 @@ fn remove_cgroup(dir: &Path) -> std::io::Result<()> {
     fs::remove_dir(dir)
 }
 
+/// Cgroups of machines whose test process was killed (no Drop ran; nspawn got
+/// SIGTERM from PR_SET_PDEATHSIG and stopped): removed when empty.
+fn sweep_stale_cgroups() {
+    for root in cgroup_roots() {
+        for e in fs::read_dir(&root).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(pid) = name
+                .strip_prefix("rna-test-")
+                .and_then(|r| r.split('-').next())
+            else {
+                continue;
+            };
+            if !Path::new("/proc").join(pid).exists() {
+                let _ = remove_cgroup(&e.path());
+            }
+        }
+    }
+}
+
 pub struct Machine {
     pub name: String,
     nspawn: Child,
@@ -179,6 +209,11 @@ impl Machine {
     /// Boots the cached rootfs and waits (60 s at most) until systemd reports the
     /// boot finished. Panics, after powering the machine off, when it does not.
     pub fn boot() -> Machine {
+        Machine::boot_with(&[])
+    }
+
+    /// `boot` with more systemd-nspawn arguments (e.g. `--bind-ro=SRC:DST`).
+    pub fn boot_with(extra: &[&str]) -> Machine {
         let root = rootfs();
         static SEQ: AtomicU32 = AtomicU32::new(0);
         let name = format!(
@@ -186,6 +221,7 @@ impl Machine {
             std::process::id(),
             SEQ.fetch_add(1, Ordering::Relaxed)
         );
+        sweep_stale_cgroups();
         let cgroups: Vec<PathBuf> = cgroup_roots().into_iter().map(|r| r.join(&name)).collect();
         for cg in &cgroups {
             fs::create_dir_all(cg).unwrap_or_else(|e| panic!("cgroup {}: {e}", cg.display()));
@@ -210,7 +246,10 @@ impl Machine {
                 "--private-network",
                 "--register=no",
                 "--keep-unit",
+                "--tmpfs=/var/lib/containerd",
+                "--system-call-filter=add_key keyctl request_key",
             ])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(console.reopen().unwrap())
             .stderr(console.reopen().unwrap());
