@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, clippy, unit and fixture tests, and the tests
-# against real components (containerd + runc over CRI). Installs what it needs.
+# against real components (containerd + runc over CRI; systemd as PID 1 in
+# systemd-nspawn). Installs what it needs.
 # Run as root on Debian/Ubuntu: `sudo scripts/test.sh`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +18,7 @@ declare -A packages=(
     [runc]=runc
     [protoc]=protobuf-compiler
     [unshare]=util-linux
+    # The system tests boot real systemd in a container from a Debian rootfs.
     [systemd-nspawn]=systemd-container
     [mmdebstrap]=mmdebstrap
     [curl]=curl
