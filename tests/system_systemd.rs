@@ -186,4 +186,11 @@ fn service_prepares_containerd_and_keeps_it_working() {
     let security =
         m.sh("systemd-analyze security rdma-node-agent.service --no-pager 2>&1 | tail -1");
     println!("systemd-analyze security: {}", security.trim());
+    let exposure: f64 = security
+        .split("service:")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no exposure in {security:?}"));
+    assert!(exposure <= 2.0, "exposure {exposure} above the 2.0 target");
 }
