@@ -195,7 +195,16 @@ impl Host {
         let dir = real.parent().unwrap_or(Path::new("/")).to_path_buf();
         fs::create_dir_all(&dir).map_err(err)?;
         let name = real.file_name().unwrap_or_default().to_string_lossy();
-        let tmp = dir.join(format!(".{name}.rdma-node-agent.{}", std::process::id()));
+        let prefix = format!(".{name}.rdma-node-agent.");
+        // A run killed mid-write leaves its temp file: never the real one, but litter.
+        if let Ok(entries) = fs::read_dir(&dir) {
+            for e in entries.flatten() {
+                if e.file_name().to_string_lossy().starts_with(&prefix) {
+                    let _ = fs::remove_file(e.path());
+                }
+            }
+        }
+        let tmp = dir.join(format!("{prefix}{}", std::process::id()));
         let result = (|| {
             let mut f = OpenOptions::new()
                 .write(true)

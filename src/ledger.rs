@@ -169,14 +169,16 @@ impl Ledger {
     pub fn apply(&mut self, host: &Host, plan: &Plan) -> Result<(), LedgerError> {
         for change in &plan.changes {
             self.remember(host, change)?;
-            match &change.new {
-                Some(bytes) => host.write_atomic(&change.path, bytes, change.mode)?,
-                None => host.remove(&change.path)?,
-            }
+            // The intent is recorded before the write, so a crash in between leaves
+            // a ledger that knows what the file was meant to become.
             if let Some(o) = self.files.get_mut(&change.path) {
                 o.written_sha256 = change.new.as_deref().map(sha256);
             }
             self.save(host)?;
+            match &change.new {
+                Some(bytes) => host.write_atomic(&change.path, bytes, change.mode)?,
+                None => host.remove(&change.path)?,
+            }
             let event = match change.kind() {
                 crate::plan::ChangeKind::Create => "create",
                 crate::plan::ChangeKind::Modify => "modify",
@@ -221,7 +223,15 @@ impl Ledger {
         for (path, orig) in files {
             let current = host.read(&path)?;
             let current_sha = current.as_ref().map(|d| sha256(&d.bytes));
-            if !force && current_sha != orig.written_sha256 {
+            // Still the original (an apply stopped before writing it): nothing lost.
+            let untouched = match (&current, orig.existed) {
+                (None, false) => true,
+                (Some(d), true) => host
+                    .read(&backup_path(&path))?
+                    .is_some_and(|b| b.bytes == d.bytes),
+                _ => false,
+            };
+            if !force && !untouched && current_sha != orig.written_sha256 {
                 let why = format!(
                     "changed since the agent wrote it; kept as is (original at {})",
                     host.path(&backup_path(&path)).display()
