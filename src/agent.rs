@@ -117,7 +117,9 @@ impl Agent {
         self.manager.as_deref()
     }
 
-    pub fn assess(&self) -> Assessment {
+    /// Checks and plan. `validate`: have containerd itself check edited configs
+    /// (a process spawn, ~20 ms): needed before writing, not to report.
+    pub fn assess(&self, validate: bool) -> Assessment {
         let mut checks = Vec::new();
         let mut plan = Plan::default();
         let mut error: Option<AgentError> = None;
@@ -126,7 +128,7 @@ impl Agent {
 
         let cfg = &self.config.containerd;
         if cfg.enabled {
-            match self.containerd_plan() {
+            match self.containerd_plan(validate) {
                 Ok((facts, decision, notes)) => {
                     checks.push(containerd::check(Some(&facts), &Ok(decision.clone()), cfg));
                     plan.extend(decision.plan);
@@ -186,6 +188,7 @@ impl Agent {
 
     fn containerd_plan(
         &self,
+        validate: bool,
     ) -> Result<(containerd::Facts, containerd::Decision, Vec<String>), AgentError> {
         let cfg = &self.config.containerd;
         let owned = Ledger::load(&self.host)?.created_by(containerd::SPEC_OWNER);
@@ -213,7 +216,7 @@ impl Agent {
             .changes
             .iter()
             .any(|c| facts.set.files.iter().any(|f| f.path == c.path));
-        if touches_config {
+        if validate && touches_config {
             match containerd::validate::validate(&cfg.binary, &edited, facts.set.version) {
                 Ok(Validation::Passed(m)) | Ok(Validation::Skipped(m)) => notes.push(m),
                 Err(e) => {
@@ -252,11 +255,11 @@ impl Agent {
     }
 
     pub fn check(&self) -> Report {
-        Report::new(self.assess().checks)
+        Report::new(self.assess(false).checks)
     }
 
     pub fn plan(&self) -> Result<Plan, AgentError> {
-        self.assess().plan
+        self.assess(true).plan
     }
 
     /// Converges the host. Live actions run only on the live root and when allowed.
@@ -276,7 +279,7 @@ impl Agent {
             Path::new(lock::LOCK_PATH),
             Duration::from_secs(10),
         )?;
-        let assessment = self.assess();
+        let assessment = self.assess(true);
         let plan = assessment.plan?;
         if let Some((digest, reason)) = held_back {
             if !plan.is_empty() && plan.digest() == digest {
@@ -356,7 +359,7 @@ impl Agent {
         let mut changed: Vec<PathBuf> = plan.changes.iter().map(|c| c.path.clone()).collect();
         // The labels were computed before this apply changed the node: refresh them.
         if !plan.changes.is_empty() {
-            let after = self.assess();
+            let after = self.assess(false);
             if let Some(c) = self.nfd_change(&after.checks)? {
                 let labels = Plan {
                     changes: vec![c],

@@ -338,7 +338,7 @@ fn reconcile_once(
             }
         }
     }
-    let assessment = agent.assess();
+    let assessment = agent.assess(false);
     watch.extend(assessment.watch.iter().cloned());
     let report = Report::new(assessment.checks);
     tracing::info!(trigger = %trigger, ok = report.ok, "{}", report.summary);

@@ -1,0 +1,85 @@
+//! Figures for the agent's hot paths (`cargo bench`): the containerd config edit on
+//! a large real-world config, base spec generation, and a full check cycle on a
+//! sample node. Targets: one config edit <= 1 ms.
+
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+
+use criterion::{Criterion, criterion_group, criterion_main};
+
+use rdma_node_agent::agent::Agent;
+use rdma_node_agent::config::{Config, ContainerdConfig, Limit};
+use rdma_node_agent::containerd::spec::{self, Rlimits};
+use rdma_node_agent::containerd::toml::{ConfigFile, Version};
+use rdma_node_agent::containerd::{self, ConfigSet, Facts};
+use rdma_node_agent::host::Host;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+fn large_config_facts() -> Facts {
+    let text =
+        std::fs::read_to_string(fixtures().join("containerd/large-default-1.6.toml")).unwrap();
+    let file = ConfigFile::parse(
+        Path::new("/etc/containerd/config.toml"),
+        Path::new("config.toml"),
+        Some(text),
+        0o644,
+    )
+    .unwrap();
+    Facts {
+        set: ConfigSet {
+            version: Version::V2,
+            files: vec![file],
+        },
+        rancher_template: None,
+        specs: Default::default(),
+        template: spec::BUILTIN_DEFAULT.to_owned(),
+        template_source: "built-in".into(),
+        containerd_started: None,
+        newest_change: None,
+        owned_specs: Default::default(),
+        live: false,
+        grpc_address: "/run/containerd/containerd.sock".into(),
+    }
+}
+
+fn benches(c: &mut Criterion) {
+    let facts = large_config_facts();
+    let cfg = ContainerdConfig::default();
+    c.bench_function(
+        "containerd config edit (254-line config, 3 handlers)",
+        |b| b.iter(|| containerd::decide(black_box(&facts), &cfg, &|p| p.to_owned()).unwrap()),
+    );
+
+    let text =
+        std::fs::read_to_string(fixtures().join("containerd/large-default-1.6.toml")).unwrap();
+    c.bench_function("containerd config parse (254 lines)", |b| {
+        b.iter(|| {
+            ConfigFile::parse(
+                Path::new("/c"),
+                Path::new("c"),
+                Some(black_box(text.clone())),
+                0o644,
+            )
+            .unwrap()
+        })
+    });
+
+    let limits = Rlimits {
+        memlock: Limit::UNLIMITED,
+        extra: vec![],
+    };
+    c.bench_function("base spec generation", |b| {
+        b.iter(|| spec::generate(black_box(spec::BUILTIN_DEFAULT), &limits).unwrap())
+    });
+
+    let agent = Agent::new(Host::new(fixtures().join("nodes/v100")), Config::default());
+    c.bench_function("full check cycle, V100 sample node", |b| {
+        b.iter(|| agent.check())
+    });
+}
+
+criterion_group!(agent_benches, benches);
+criterion_main!(agent_benches);
