@@ -285,7 +285,7 @@ fn read_file(host: &Host, path: &Path) -> Result<ConfigFile, ContainerdError> {
     ConfigFile::parse(path, &host.path(path), text, mode)
 }
 
-fn version_of(file: &ConfigFile, shown: &Path) -> Result<Version, ContainerdError> {
+pub fn version_of(file: &ConfigFile, shown: &Path) -> Result<Version, ContainerdError> {
     match file.get(&["version"]) {
         None => Ok(Version::V1),
         Some(item) => match item.as_integer() {

@@ -1,0 +1,49 @@
+//! Any config.toml: the edit never panics; when it succeeds the result parses,
+//! keeps its version, and a second edit changes nothing (idempotent).
+#![no_main]
+
+use std::path::Path;
+
+use libfuzzer_sys::fuzz_target;
+use rdma_node_agent::config::ContainerdConfig;
+use rdma_node_agent::containerd::toml::ConfigFile;
+use rdma_node_agent::containerd::{self, ConfigSet, Facts, spec};
+
+fn facts(text: &str) -> Option<Facts> {
+    let file = ConfigFile::parse(Path::new("/etc/containerd/config.toml"), Path::new("c"), Some(text.to_owned()), 0o644).ok()?;
+    let version = containerd::version_of(&file, Path::new("c")).ok()?;
+    Some(Facts {
+        set: ConfigSet { version, files: vec![file] },
+        rancher_template: None,
+        specs: Default::default(),
+        template: spec::BUILTIN_DEFAULT.to_owned(),
+        template_source: "built-in".into(),
+        containerd_started: None,
+        newest_change: None,
+        owned_specs: Default::default(),
+        live: false,
+        grpc_address: "/run/containerd/containerd.sock".into(),
+    })
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    let Some(f) = facts(text) else { return };
+    let cfg = ContainerdConfig::default();
+    let Ok(d) = containerd::decide(&f, &cfg, &|p| p.to_owned()) else { return };
+    let edited = d
+        .plan
+        .changes
+        .iter()
+        .find(|c| c.path == Path::new("/etc/containerd/config.toml"))
+        .and_then(|c| c.new.clone())
+        .map(|b| String::from_utf8(b).expect("edits are UTF-8"))
+        .unwrap_or_else(|| text.to_owned());
+    let again = facts(&edited).expect("an edited config parses");
+    assert_eq!(again.set.version, f.set.version, "the edit changed the version");
+    let d2 = containerd::decide(&again, &cfg, &|p| p.to_owned()).expect("an edited config still decides");
+    assert!(
+        !d2.plan.changes.iter().any(|c| c.path == Path::new("/etc/containerd/config.toml")),
+        "second edit changed config.toml again:\n{edited}"
+    );
+});
