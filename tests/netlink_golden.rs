@@ -190,3 +190,23 @@ fn kernel_answers_decode() {
         vec![Reply::Ack { seq: 42 }]
     );
 }
+
+/// On a kernel without RDMA the real socket cannot open: the error must say so.
+/// Skipped where ib_core exists (opening the socket could load it).
+#[test]
+fn real_socket_without_rdma_says_so() {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let modules = Path::new("/lib/modules").join(release.trim());
+    let lists =
+        |f: &str| std::fs::read_to_string(modules.join(f)).is_ok_and(|t| t.contains("/ib_core.ko"));
+    if Path::new("/sys/module/ib_core").exists() || lists("modules.dep") || lists("modules.builtin")
+    {
+        eprintln!("this kernel has RDMA: not opening a socket that could load ib_core");
+        return;
+    }
+    let e = netlink::Socket::open()
+        .err()
+        .expect("NETLINK_RDMA without RDMA");
+    assert!(matches!(e, netlink::NetlinkError::Unavailable(_)), "{e}");
+    assert!(e.to_string().contains("no RDMA core loaded"), "{e}");
+}
