@@ -16,6 +16,8 @@ use crate::lock::{self, LockError};
 use crate::nfd;
 use crate::plan::{ActionKind, Plan};
 use crate::pods;
+use crate::rdma;
+use crate::reboot;
 use crate::systemd::{ServiceManager, SystemdError, dropin};
 
 #[derive(Debug, thiserror::Error)]
@@ -167,6 +169,25 @@ impl Agent {
             Err(e) => Check::new(pods::CHECK_ID, Status::Unknown, e.to_string()),
         });
 
+        let rdma = rdma::assess(&self.host, &self.config.rdma);
+        checks.extend(rdma.checks);
+        match rdma.plan {
+            Ok(p) => plan.extend(p),
+            Err(e) => {
+                error.get_or_insert(e.into());
+            }
+        }
+        let reboot = reboot::Request {
+            reasons: rdma.reboot_reasons,
+            ..reboot::Request::default()
+        };
+        match reboot::change(&self.host, self.config.rdma.reboot_sentinel, &reboot) {
+            Ok(change) => plan.changes.extend(change),
+            Err(e) => {
+                error.get_or_insert(e.into());
+            }
+        }
+
         // Last: the labels summarise every check above.
         match self.nfd_change(&checks) {
             Ok(change) => plan.changes.extend(change),
@@ -294,7 +315,29 @@ impl Agent {
         let mut actions = Vec::new();
         let mut reloaded = false;
         for a in &plan.actions {
-            let ActionKind::RestartUnit { unit } = &a.kind;
+            let rdma_outcome = |(status, detail)| ActionOutcome {
+                action: a.kind.to_string(),
+                status,
+                detail,
+            };
+            let unit = match &a.kind {
+                ActionKind::RestartUnit { unit } => unit,
+                ActionKind::SetRdmaNetnsMode { mode } => {
+                    actions.push(rdma_outcome(rdma::set_netns_mode(
+                        &self.host,
+                        &self.config.rdma,
+                        *mode,
+                        &a.reason,
+                    )));
+                    continue;
+                }
+                ActionKind::RebuildInitramfs { command } => {
+                    actions.push(rdma_outcome(rdma::rebuild_initramfs(
+                        &self.host, command, &a.reason,
+                    )));
+                    continue;
+                }
+            };
             let skipped = |why: String| ActionOutcome {
                 action: a.kind.to_string(),
                 status: "skipped",

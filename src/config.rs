@@ -35,6 +35,7 @@ pub struct Config {
     pub daemon: DaemonConfig,
     pub http: HttpConfig,
     pub nfd: NfdConfig,
+    pub rdma: crate::rdma::RdmaConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

@@ -142,6 +142,17 @@ impl Host {
         Ok(out)
     }
 
+    /// A symbolic link's target as stored (`/proc/<pid>/ns/net` holds `net:[4026531992]`);
+    /// `None` when the path is absent or not a link.
+    pub fn read_link(&self, p: &Path) -> Result<Option<PathBuf>> {
+        let real = self.path(p);
+        match fs::read_link(&real) {
+            Ok(t) => Ok(Some(t)),
+            Err(e) if missing(&e) || e.kind() == io::ErrorKind::InvalidInput => Ok(None),
+            Err(source) => Err(HostError::Read { path: real, source }),
+        }
+    }
+
     /// Follows symbolic links without leaving the root (sysfs is full of relative links).
     /// Returns the host-absolute target.
     pub fn resolve(&self, p: &Path) -> Result<PathBuf> {

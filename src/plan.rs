@@ -78,13 +78,27 @@ pub struct Action {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "action", rename_all = "snake_case")]
 pub enum ActionKind {
-    RestartUnit { unit: String },
+    RestartUnit {
+        unit: String,
+    },
+    /// Switch the RDMA subsystem's netns mode over netlink (live host only).
+    SetRdmaNetnsMode {
+        mode: crate::netlink::NetnsMode,
+    },
+    /// Rebuild the initramfs so it carries the agent's modprobe.d options.
+    RebuildInitramfs {
+        command: Vec<String>,
+    },
 }
 
 impl std::fmt::Display for ActionKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ActionKind::RestartUnit { unit } => write!(f, "restart {unit}"),
+            ActionKind::SetRdmaNetnsMode { mode } => write!(f, "set the RDMA netns mode to {mode}"),
+            ActionKind::RebuildInitramfs { command } => {
+                write!(f, "rebuild the initramfs ({})", command.join(" "))
+            }
         }
     }
 }

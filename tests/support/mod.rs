@@ -5,6 +5,7 @@
 
 pub mod cri;
 pub mod nspawn;
+pub mod sysfs;
 
 use std::collections::BTreeMap;
 use std::fs;

@@ -1,0 +1,148 @@
+//! GPUDirect RDMA: with NVIDIA GPUs present, are `nvidia_peermem` (GPU memory
+//! registration for verbs) and `gdrdrv` (GDRCopy) loaded? Reported in `rdma.devices`.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::GpuDirectModule;
+use crate::host::{Host, HostError};
+
+const PCI_DEVICES: &str = "/sys/bus/pci/devices";
+const NVIDIA_GPUS: &str = "/proc/driver/nvidia/gpus";
+const NVIDIA_VENDOR: &str = "0x10de";
+/// MLNX_OFED's older name for what the NVIDIA driver now ships as nvidia_peermem.
+const LEGACY_PEERMEM: &str = "nv_peer_mem";
+
+#[derive(Debug, Clone, Default)]
+pub struct Facts {
+    /// PCI addresses of NVIDIA GPUs.
+    pub gpus: BTreeSet<String>,
+    /// Loaded modules (first column of /proc/modules).
+    pub modules: BTreeSet<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    pub gpus: usize,
+    pub nvidia_peermem: bool,
+    pub gdrdrv: bool,
+    /// Required modules that are not loaded (only when GPUs are present).
+    pub missing: Vec<&'static str>,
+}
+
+impl Finding {
+    /// A short phrase for the check message; `None` without GPUs.
+    pub fn summary(&self) -> Option<String> {
+        if self.gpus == 0 {
+            return None;
+        }
+        let state = |loaded| if loaded { "loaded" } else { "not loaded" };
+        Some(format!(
+            "{} NVIDIA GPU(s): nvidia_peermem {}, gdrdrv {}",
+            self.gpus,
+            state(self.nvidia_peermem),
+            state(self.gdrdrv)
+        ))
+    }
+}
+
+/// A display or 3D controller (class 0x0300xx / 0x0302xx) from NVIDIA.
+pub fn is_nvidia_gpu(vendor: &str, class: &str) -> bool {
+    let class = class.trim();
+    vendor.trim() == NVIDIA_VENDOR && (class.starts_with("0x0300") || class.starts_with("0x0302"))
+}
+
+pub fn parse_modules(proc_modules: &str) -> BTreeSet<String> {
+    proc_modules
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_owned)
+        .collect()
+}
+
+pub fn gather(host: &Host) -> Result<Facts, HostError> {
+    let mut gpus = BTreeSet::new();
+    for dev in host.list_dir(Path::new(PCI_DEVICES))? {
+        let dir = Path::new(PCI_DEVICES).join(&dev);
+        // Only the vendor of most functions is read; the class only for NVIDIA ones.
+        let vendor = host.read_string(&dir.join("vendor")).ok().flatten();
+        if vendor.as_deref().map(str::trim) != Some(NVIDIA_VENDOR) {
+            continue;
+        }
+        let class = host
+            .read_string(&dir.join("class"))
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        if is_nvidia_gpu(NVIDIA_VENDOR, &class) {
+            gpus.insert(dev);
+        }
+    }
+    gpus.extend(host.list_dir(Path::new(NVIDIA_GPUS))?);
+    let modules = host
+        .read_string(Path::new("/proc/modules"))?
+        .map(|t| parse_modules(&t))
+        .unwrap_or_default();
+    Ok(Facts { gpus, modules })
+}
+
+pub fn decide(f: &Facts, required: &[GpuDirectModule]) -> Finding {
+    let nvidia_peermem = f.modules.contains("nvidia_peermem") || f.modules.contains(LEGACY_PEERMEM);
+    let gdrdrv = f.modules.contains("gdrdrv");
+    let missing = if f.gpus.is_empty() {
+        Vec::new()
+    } else {
+        let req: BTreeSet<&GpuDirectModule> = required.iter().collect();
+        req.into_iter()
+            .filter(|m| match m {
+                GpuDirectModule::NvidiaPeermem => !nvidia_peermem,
+                GpuDirectModule::Gdrdrv => !gdrdrv,
+            })
+            .map(|m| m.name())
+            .collect()
+    };
+    Finding {
+        gpus: f.gpus.len(),
+        nvidia_peermem,
+        gdrdrv,
+        missing,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpus_by_vendor_and_class() {
+        assert!(is_nvidia_gpu("0x10de\n", "0x030200\n"));
+        assert!(is_nvidia_gpu("0x10de", "0x030000"));
+        // An NVIDIA audio function or NVSwitch bridge is not a GPU.
+        assert!(!is_nvidia_gpu("0x10de", "0x040300"));
+        assert!(!is_nvidia_gpu("0x15b3", "0x020700"));
+    }
+
+    #[test]
+    fn required_modules_only_matter_with_gpus() {
+        let modules = parse_modules(
+            "nvidia_peermem 16384 0 - Live 0x0000000000000000\nnvidia 56885248 2 nvidia_peermem, Live 0x0\n",
+        );
+        let req = [GpuDirectModule::Gdrdrv, GpuDirectModule::NvidiaPeermem];
+        let mut f = Facts {
+            gpus: BTreeSet::new(),
+            modules,
+        };
+        assert!(decide(&f, &req).missing.is_empty());
+        f.gpus.insert("0000:07:00.0".into());
+        let d = decide(&f, &req);
+        assert_eq!(d.missing, vec!["gdrdrv"]);
+        assert_eq!(
+            d.summary().unwrap(),
+            "1 NVIDIA GPU(s): nvidia_peermem loaded, gdrdrv not loaded"
+        );
+        f.modules = parse_modules("nv_peer_mem 1 0 - Live 0x0\n");
+        assert!(decide(&f, &[GpuDirectModule::NvidiaPeermem]).nvidia_peermem);
+    }
+}

@@ -1,0 +1,121 @@
+//! The reboot-required sentinel that kured (and unattended-upgrades) use: when a
+//! concern can only take effect after a reboot, the agent creates the file so the
+//! node is drained and rebooted in turn. Any concern can hold a reboot back (e.g.
+//! a kernel whose RDMA modules are missing), which wins over every request.
+
+use std::path::Path;
+
+use crate::host::Host;
+use crate::ledger::{Ledger, LedgerError};
+use crate::plan::FileChange;
+
+pub const SENTINEL: &str = "/var/run/reboot-required";
+pub const OWNER: &str = "reboot";
+
+/// Why concerns want a reboot, and why some want none now.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Request {
+    pub reasons: Vec<String>,
+    pub hold_back: Vec<String>,
+}
+
+/// The change to the sentinel, if any. Pure.
+/// `owned`: the agent created the current file (so it may remove it).
+pub fn decide(
+    enabled: bool,
+    req: &Request,
+    current: Option<Vec<u8>>,
+    owned: bool,
+) -> Option<FileChange> {
+    let wanted = enabled && !req.reasons.is_empty() && req.hold_back.is_empty();
+    match (wanted, current) {
+        // kured only tests existence: someone else's sentinel already asks for it.
+        (true, Some(_)) => None,
+        (true, None) => Some(FileChange {
+            path: SENTINEL.into(),
+            old: None,
+            new: Some(
+                format!(
+                    "*** System restart required (rdma-node-agent: {}) ***\n",
+                    req.reasons.join("; ")
+                )
+                .into_bytes(),
+            ),
+            mode: 0o644,
+            owner: OWNER,
+            reason: format!("reboot required: {}", req.reasons.join("; ")),
+        }),
+        (false, Some(old)) if owned => Some(FileChange {
+            path: SENTINEL.into(),
+            old: Some(old),
+            new: None,
+            mode: 0o644,
+            owner: OWNER,
+            reason: if req.hold_back.is_empty() {
+                "no reboot needed any more".into()
+            } else {
+                format!("reboot held back: {}", req.hold_back.join("; "))
+            },
+        }),
+        (false, _) => None,
+    }
+}
+
+/// Reads the sentinel and the ledger, then decides.
+pub fn change(
+    host: &Host,
+    enabled: bool,
+    req: &Request,
+) -> Result<Option<FileChange>, LedgerError> {
+    let current = host.read(Path::new(SENTINEL))?.map(|d| d.bytes);
+    let owned = Ledger::load(host)?
+        .created_by(OWNER)
+        .contains(Path::new(SENTINEL));
+    Ok(decide(enabled, req, current, owned))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(reasons: &[&str], hold: &[&str]) -> Request {
+        Request {
+            reasons: reasons.iter().map(|s| s.to_string()).collect(),
+            hold_back: hold.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn requested_only_when_enabled() {
+        let r = req(&["RDMA netns mode exclusive"], &[]);
+        assert!(decide(false, &r, None, false).is_none());
+        let c = decide(true, &r, None, false).unwrap();
+        assert!(
+            String::from_utf8(c.new.unwrap())
+                .unwrap()
+                .contains("RDMA netns mode exclusive")
+        );
+        // Someone else's sentinel is left as it is.
+        assert!(decide(true, &r, Some(b"x".to_vec()), false).is_none());
+    }
+
+    #[test]
+    fn hold_back_wins_and_removes_only_our_sentinel() {
+        let r = req(
+            &["RDMA netns mode"],
+            &["kernel 6.8 lacks the DKMS mlx5 build"],
+        );
+        assert!(decide(true, &r, None, false).is_none());
+        let c = decide(true, &r, Some(b"x".to_vec()), true).unwrap();
+        assert_eq!(c.new, None);
+        assert!(c.reason.contains("held back: kernel 6.8"));
+        assert!(decide(true, &r, Some(b"x".to_vec()), false).is_none());
+        // Nothing wanted any more: our sentinel goes.
+        assert!(
+            decide(true, &Request::default(), Some(b"x".to_vec()), true)
+                .unwrap()
+                .new
+                .is_none()
+        );
+    }
+}

@@ -1,0 +1,212 @@
+//! The RDMA netlink messages, byte-exact against messages that C builds from the
+//! kernel's uapi headers (/usr/include/rdma/rdma_netlink.h, linux/netlink.h) at
+//! test time: the constants are the header's, not copied from memory.
+
+use std::path::Path;
+use std::process::Command;
+
+use rdma_node_agent::netlink::{self, NetnsMode, Reply};
+
+const HEADER: &str = "/usr/include/rdma/rdma_netlink.h";
+
+const PROGRAM: &str = r#"
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <linux/netlink.h>
+#include <rdma/rdma_netlink.h>
+
+static unsigned char buf[256];
+
+static void dump(const char *name, size_t n) {
+    printf("%s ", name);
+    for (size_t i = 0; i < n; i++) printf("%02x", buf[i]);
+    printf("\n");
+}
+
+static struct nlmsghdr *start(int op, int flags, unsigned seq) {
+    struct nlmsghdr *h = (struct nlmsghdr *)buf;
+    memset(buf, 0, sizeof buf);
+    h->nlmsg_len = NLMSG_LENGTH(0);
+    h->nlmsg_type = RDMA_NL_GET_TYPE(RDMA_NL_NLDEV, op);
+    h->nlmsg_flags = flags;
+    h->nlmsg_seq = seq;
+    return h;
+}
+
+static void put_u8(struct nlmsghdr *h, int type, unsigned char v) {
+    struct nlattr *a = (struct nlattr *)(buf + NLMSG_ALIGN(h->nlmsg_len));
+    a->nla_type = type;
+    a->nla_len = NLA_HDRLEN + sizeof(__u8);
+    *((unsigned char *)a + NLA_HDRLEN) = v;
+    h->nlmsg_len = NLMSG_ALIGN(h->nlmsg_len) + NLA_ALIGN(a->nla_len);
+}
+
+int main(void) {
+    printf("NETLINK_RDMA %d\n", NETLINK_RDMA);
+    printf("RDMA_NL_NLDEV %d\n", RDMA_NL_NLDEV);
+    printf("SYS_GET %d\n", RDMA_NLDEV_CMD_SYS_GET);
+    printf("SYS_SET %d\n", RDMA_NLDEV_CMD_SYS_SET);
+    printf("NETNS_MODE %d\n", RDMA_NLDEV_SYS_ATTR_NETNS_MODE);
+    printf("COPY_ON_FORK %d\n", RDMA_NLDEV_SYS_ATTR_COPY_ON_FORK);
+
+    start(RDMA_NLDEV_CMD_SYS_GET, NLM_F_REQUEST | NLM_F_ACK, 0x01020304);
+    dump("GET", NLMSG_LENGTH(0));
+
+    struct nlmsghdr *h = start(RDMA_NLDEV_CMD_SYS_SET, NLM_F_REQUEST | NLM_F_ACK, 42);
+    put_u8(h, RDMA_NLDEV_SYS_ATTR_NETNS_MODE, 0);
+    dump("SET_EXCLUSIVE", h->nlmsg_len);
+    h = start(RDMA_NLDEV_CMD_SYS_SET, NLM_F_REQUEST | NLM_F_ACK, 43);
+    put_u8(h, RDMA_NLDEV_SYS_ATTR_NETNS_MODE, 1);
+    dump("SET_SHARED", h->nlmsg_len);
+
+    /* What a kernel answers to SYS_GET: both system attributes. */
+    h = start(RDMA_NLDEV_CMD_SYS_GET, 0, 9);
+    put_u8(h, RDMA_NLDEV_SYS_ATTR_NETNS_MODE, 1);
+    put_u8(h, RDMA_NLDEV_SYS_ATTR_COPY_ON_FORK, 1);
+    dump("ANSWER_SHARED", h->nlmsg_len);
+
+    /* A capped error answer to a SET: -EBUSY and the request's header. */
+    memset(buf, 0, sizeof buf);
+    h = (struct nlmsghdr *)buf;
+    h->nlmsg_type = NLMSG_ERROR;
+    h->nlmsg_flags = NLM_F_CAPPED;
+    h->nlmsg_seq = 42;
+    struct nlmsgerr *e = NLMSG_DATA(h);
+    e->error = -EBUSY;
+    e->msg.nlmsg_len = NLMSG_LENGTH(NLA_ALIGN(NLA_HDRLEN + 1));
+    e->msg.nlmsg_type = RDMA_NL_GET_TYPE(RDMA_NL_NLDEV, RDMA_NLDEV_CMD_SYS_SET);
+    e->msg.nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK;
+    e->msg.nlmsg_seq = 42;
+    h->nlmsg_len = NLMSG_LENGTH(sizeof(struct nlmsgerr));
+    dump("EBUSY", h->nlmsg_len);
+    printf("EBUSY_ERRNO %d\n", EBUSY);
+
+    /* The ACK of a request. */
+    e->error = 0;
+    h->nlmsg_flags = NLM_F_CAPPED;
+    dump("ACK", h->nlmsg_len);
+    return 0;
+}
+"#;
+
+fn uapi() -> std::collections::HashMap<String, String> {
+    assert!(
+        Path::new(HEADER).exists(),
+        "{HEADER} is missing: install linux-libc-dev (apt-get install linux-libc-dev)"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("golden.c");
+    let bin = dir.path().join("golden");
+    std::fs::write(&src, PROGRAM).unwrap();
+    // cc is present wherever cargo links Rust on Linux.
+    let cc = Command::new("cc")
+        .arg("-o")
+        .arg(&bin)
+        .arg(&src)
+        .output()
+        .expect("cc (the C compiler cargo links with)");
+    assert!(
+        cc.status.success(),
+        "compiling the uapi program failed: {}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let out = Command::new(&bin).output().unwrap();
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+#[test]
+fn constants_are_the_kernel_headers() {
+    let u = uapi();
+    assert_eq!(u["NETLINK_RDMA"], netlink::NETLINK_RDMA.to_string());
+    assert_eq!(u["RDMA_NL_NLDEV"], netlink::RDMA_NL_NLDEV.to_string());
+    assert_eq!(u["SYS_GET"], netlink::RDMA_NLDEV_CMD_SYS_GET.to_string());
+    assert_eq!(u["SYS_SET"], netlink::RDMA_NLDEV_CMD_SYS_SET.to_string());
+    assert_eq!(
+        u["NETNS_MODE"],
+        netlink::RDMA_NLDEV_SYS_ATTR_NETNS_MODE.to_string()
+    );
+}
+
+#[test]
+fn requests_are_byte_exact() {
+    let u = uapi();
+    assert_eq!(hex(&netlink::encode_sys_get(0x01020304)), u["GET"]);
+    assert_eq!(
+        hex(&netlink::encode_sys_set(42, NetnsMode::Exclusive)),
+        u["SET_EXCLUSIVE"]
+    );
+    assert_eq!(
+        hex(&netlink::encode_sys_set(43, NetnsMode::Shared)),
+        u["SET_SHARED"]
+    );
+    // A SET never carries COPY_ON_FORK: its attribute number appears nowhere.
+    let set = netlink::encode_sys_set(42, NetnsMode::Exclusive);
+    let cof: u16 = u["COPY_ON_FORK"].parse().unwrap();
+    assert!(
+        !set[16..]
+            .chunks(2)
+            .any(|c| c == cof.to_ne_bytes().as_slice())
+    );
+}
+
+#[test]
+fn kernel_answers_decode() {
+    let u = uapi();
+    assert_eq!(
+        netlink::decode(&unhex(&u["ANSWER_SHARED"])).unwrap(),
+        vec![Reply::System {
+            seq: 9,
+            netns_mode: Some(1)
+        }]
+    );
+    let ebusy: i32 = u["EBUSY_ERRNO"].parse().unwrap();
+    assert_eq!(
+        netlink::decode(&unhex(&u["EBUSY"])).unwrap(),
+        vec![Reply::Error {
+            seq: 42,
+            errno: ebusy,
+            message: None
+        }]
+    );
+    assert_eq!(
+        netlink::decode(&unhex(&u["ACK"])).unwrap(),
+        vec![Reply::Ack { seq: 42 }]
+    );
+}
+
+/// On a kernel without RDMA the real socket cannot open: the error must say so.
+/// Skipped where ib_core exists (opening the socket could load it).
+#[test]
+fn real_socket_without_rdma_says_so() {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let modules = Path::new("/lib/modules").join(release.trim());
+    let lists =
+        |f: &str| std::fs::read_to_string(modules.join(f)).is_ok_and(|t| t.contains("/ib_core.ko"));
+    if Path::new("/sys/module/ib_core").exists() || lists("modules.dep") || lists("modules.builtin")
+    {
+        eprintln!("this kernel has RDMA: not opening a socket that could load ib_core");
+        return;
+    }
+    let e = netlink::Socket::open()
+        .err()
+        .expect("NETLINK_RDMA without RDMA");
+    assert!(matches!(e, netlink::NetlinkError::Unavailable(_)), "{e}");
+    assert!(e.to_string().contains("no RDMA core loaded"), "{e}");
+}
