@@ -97,20 +97,33 @@ pub fn require_root_and_tools() {
     );
 }
 
-fn deterministic_tar(dir: &Path, out: &Path) {
-    run(Command::new("tar")
-        .args([
-            "--sort=name",
-            "--mtime=@0",
-            "--owner=0",
-            "--group=0",
-            "--numeric-owner",
-            "-C",
-        ])
-        .arg(dir)
-        .arg("-cf")
-        .arg(out)
-        .arg("."));
+/// A tar of `dir` whose bytes depend only on the content: names sorted, times,
+/// owners fixed; `mode` (chmod syntax) overrides the modes when given.
+fn deterministic_tar(dir: &Path, out: &Path, mode: Option<&str>) {
+    let mut tar = Command::new("tar");
+    tar.args([
+        "--sort=name",
+        "--mtime=@0",
+        "--owner=0",
+        "--group=0",
+        "--numeric-owner",
+    ]);
+    if let Some(mode) = mode {
+        tar.arg(format!("--mode={mode}"));
+    }
+    run(tar.arg("-C").arg(dir).arg("-cf").arg(out).arg("."));
+}
+
+/// Creates `rel` under `root`, each new level with mode 0755 whatever the umask.
+fn mkdirs(root: &Path, rel: &Path) {
+    let mut p = root.to_owned();
+    for part in rel.components() {
+        p.push(part);
+        if !p.exists() {
+            fs::create_dir(&p).unwrap();
+            fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+        }
+    }
 }
 
 /// docker-archive tarballs of a busybox image and a pause image, built once per
@@ -152,15 +165,12 @@ pub fn images() -> (PathBuf, PathBuf) {
         if p.exists() {
             continue;
         }
-        let parent = p.parent().unwrap();
-        if !parent.exists() {
-            fs::create_dir_all(parent).unwrap();
-            fs::set_permissions(parent, fs::Permissions::from_mode(0o755)).unwrap();
-        }
+        mkdirs(&rootfs, Path::new(applet).parent().unwrap());
         symlink("/bin/busybox", &p).unwrap();
     }
     let layer = work.path().join("layer.tar");
-    deterministic_tar(&rootfs, &layer);
+    // The rootfs has explicit modes (/tmp 1777, /root 0700): keep them.
+    deterministic_tar(&rootfs, &layer, None);
     let layer_sha = sha256_hex(&fs::read(&layer).unwrap());
     fs::create_dir_all(&dir).unwrap();
     for (name, entrypoint, out) in [
@@ -190,7 +200,8 @@ pub fn images() -> (PathBuf, PathBuf) {
             out.file_name().unwrap().to_string_lossy(),
             std::process::id()
         ));
-        deterministic_tar(&a, &tmp);
+        // Metadata files and the layer blob: plain 0644/0755, whatever the umask.
+        deterministic_tar(&a, &tmp, Some("u=rwX,go=rX"));
         // Renamed into place whole, so a parallel test never reads half an image.
         fs::rename(&tmp, out).unwrap();
     }
