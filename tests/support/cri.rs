@@ -2,23 +2,35 @@
 //! dir, started in a private mount namespace where the test root's
 //! /etc/containerd is bind-mounted over the host's (so absolute paths the agent
 //! writes into config.toml resolve), with a soft memlock of 64 KiB. Driven over
-//! CRI from Rust. Pods, shims and containerd are cleaned up by PID, also on panic.
+//! CRI from Rust. Pods, shims, containers and containerd are cleaned up by PID,
+//! also on panic.
 
-use std::collections::HashMap;
 use std::fs;
-use std::os::unix::fs::symlink;
+use std::future::Future;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::*;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tonic::transport::{Channel, Endpoint, Uri};
 
 pub const BUSYBOX_IMAGE: &str = "localhost/test/busybox:1";
 pub const PAUSE_IMAGE: &str = "localhost/test/pause:1";
 const IMAGE_CACHE: &str = "/var/cache/rdma-node-agent/test-images";
+/// Every wait on containerd is bounded: a hung daemon fails the test, never stalls it.
+const CRI_TIMEOUT: Duration = Duration::from_secs(30);
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+const EXIT_TIMEOUT: Duration = Duration::from_secs(20);
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// kubelet's cgroupfs layout for best-effort pods; `pods.memlock` looks for `kubepods`.
+const POD_CGROUPS: &str = "kubepods/besteffort";
 
 fn sha256_hex(bytes: &[u8]) -> String {
     Sha256::digest(bytes)
@@ -39,13 +51,35 @@ fn run(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Fails loudly when a real-component prerequisite is missing.
+/// True when the ELF file has a PT_INTERP program header (a dynamic executable).
+fn is_dynamic_elf(bytes: &[u8]) -> bool {
+    let u16_at = |o: usize| u16::from_le_bytes([bytes[o], bytes[o + 1]]) as usize;
+    if bytes.len() < 64 || &bytes[..4] != b"\x7fELF" || bytes[4] != 2 {
+        return false;
+    }
+    let phoff = u64::from_le_bytes(bytes[0x20..0x28].try_into().unwrap()) as usize;
+    let (size, count) = (u16_at(0x36), u16_at(0x38));
+    (0..count).any(|i| {
+        let o = phoff + i * size;
+        bytes.get(o..o + 4) == Some(&3u32.to_le_bytes()[..])
+    })
+}
+
+/// Fails loudly when a real-component prerequisite is missing: these tests are
+/// only run on purpose (`--include-ignored`), so a missing tool is an error.
 pub fn require_root_and_tools() {
     assert!(
         nix::unistd::geteuid().is_root(),
         "the real-containerd tests need root"
     );
-    for tool in ["containerd", "ctr", "runc", "unshare", "tar"] {
+    for tool in [
+        "containerd",
+        "containerd-shim-runc-v2",
+        "ctr",
+        "runc",
+        "unshare",
+        "tar",
+    ] {
         assert!(
             Command::new("sh")
                 .args(["-c", &format!("command -v {tool}")])
@@ -54,10 +88,42 @@ pub fn require_root_and_tools() {
             "{tool} is not installed: run scripts/test.sh"
         );
     }
+    let busybox = fs::read("/bin/busybox")
+        .unwrap_or_else(|e| panic!("/bin/busybox ({e}): install busybox-static"));
+    // A dynamic busybox would need a libc in the image: containers would fail to exec.
     assert!(
-        Path::new("/bin/busybox").exists(),
-        "busybox-static is not installed: run scripts/test.sh"
+        !is_dynamic_elf(&busybox),
+        "/bin/busybox is dynamically linked: install busybox-static"
     );
+}
+
+/// A tar of `dir` whose bytes depend only on the content: names sorted, times,
+/// owners fixed; `mode` (chmod syntax) overrides the modes when given.
+fn deterministic_tar(dir: &Path, out: &Path, mode: Option<&str>) {
+    let mut tar = Command::new("tar");
+    tar.args([
+        "--sort=name",
+        "--mtime=@0",
+        "--owner=0",
+        "--group=0",
+        "--numeric-owner",
+    ]);
+    if let Some(mode) = mode {
+        tar.arg(format!("--mode={mode}"));
+    }
+    run(tar.arg("-C").arg(dir).arg("-cf").arg(out).arg("."));
+}
+
+/// Creates `rel` under `root`, each new level with mode 0755 whatever the umask.
+fn mkdirs(root: &Path, rel: &Path) {
+    let mut p = root.to_owned();
+    for part in rel.components() {
+        p.push(part);
+        if !p.exists() {
+            fs::create_dir(&p).unwrap();
+            fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+        }
+    }
 }
 
 /// docker-archive tarballs of a busybox image and a pause image, built once per
@@ -72,36 +138,39 @@ pub fn images() -> (PathBuf, PathBuf) {
     fs::create_dir_all(IMAGE_CACHE).unwrap();
     let work = tempfile::tempdir_in(IMAGE_CACHE).unwrap();
     let rootfs = work.path().join("rootfs");
-    fs::create_dir_all(rootfs.join("bin")).unwrap();
+    for (d, mode) in [
+        ("bin", 0o755),
+        ("proc", 0o755),
+        ("sys", 0o755),
+        ("dev", 0o755),
+        ("etc", 0o755),
+        ("root", 0o700),
+        ("tmp", 0o1777),
+    ] {
+        let p = rootfs.join(d);
+        fs::create_dir_all(&p).unwrap();
+        // Explicit modes: the layer (and so its digest) must not depend on the umask.
+        fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
+    }
+    fs::set_permissions(&rootfs, fs::Permissions::from_mode(0o755)).unwrap();
     fs::write(rootfs.join("bin/busybox"), &busybox).unwrap();
-    run(Command::new("chmod")
-        .args(["0755"])
-        .arg(rootfs.join("bin/busybox")));
+    fs::set_permissions(
+        rootfs.join("bin/busybox"),
+        fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    // `--list-full` gives each applet's path (bin/, sbin/, usr/bin/, usr/sbin/).
     for applet in run(Command::new("/bin/busybox").arg("--list-full")).lines() {
         let p = rootfs.join(applet);
         if p.exists() {
             continue;
         }
-        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        mkdirs(&rootfs, Path::new(applet).parent().unwrap());
         symlink("/bin/busybox", &p).unwrap();
     }
-    for d in ["proc", "sys", "dev", "tmp", "etc", "root"] {
-        fs::create_dir_all(rootfs.join(d)).unwrap();
-    }
     let layer = work.path().join("layer.tar");
-    run(Command::new("tar")
-        .args([
-            "--sort=name",
-            "--mtime=@0",
-            "--owner=0",
-            "--group=0",
-            "--numeric-owner",
-            "-C",
-        ])
-        .arg(&rootfs)
-        .arg("-cf")
-        .arg(&layer)
-        .arg("."));
+    // The rootfs has explicit modes (/tmp 1777, /root 0700): keep them.
+    deterministic_tar(&rootfs, &layer, None);
     let layer_sha = sha256_hex(&fs::read(&layer).unwrap());
     fs::create_dir_all(&dir).unwrap();
     for (name, entrypoint, out) in [
@@ -131,19 +200,8 @@ pub fn images() -> (PathBuf, PathBuf) {
             out.file_name().unwrap().to_string_lossy(),
             std::process::id()
         ));
-        run(Command::new("tar")
-            .args([
-                "--sort=name",
-                "--mtime=@0",
-                "--owner=0",
-                "--group=0",
-                "--numeric-owner",
-                "-C",
-            ])
-            .arg(&a)
-            .arg("-cf")
-            .arg(&tmp)
-            .arg("."));
+        // Metadata files and the layer blob: plain 0644/0755, whatever the umask.
+        deterministic_tar(&a, &tmp, Some("u=rwX,go=rX"));
         // Renamed into place whole, so a parallel test never reads half an image.
         fs::rename(&tmp, out).unwrap();
     }
@@ -166,6 +224,7 @@ required_plugins = ["io.containerd.grpc.v1.cri"]
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "{PAUSE_IMAGE}"
   restrict_oom_score_adj = true
+  # Pods use the host network: CNI gets empty dirs, nothing from the host.
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{dir}/cni/bin"
     conf_dir = "{dir}/cni/conf"
@@ -183,13 +242,25 @@ required_plugins = ["io.containerd.grpc.v1.cri"]
     )
 }
 
+/// A container kept running, as a pod that predates a change.
+pub struct Running {
+    pub pod: String,
+    pub id: String,
+    pub pid: u32,
+    /// CRI's verbose info: `runtimeSpec`, `pid`, `sandboxID`, …
+    pub info: Value,
+}
+
 pub struct Containerd {
     /// Holds the host root the agent works on (`root/`) and containerd's dirs.
     pub dir: tempfile::TempDir,
     child: Option<Child>,
-    pub rt: tokio::runtime::Runtime,
+    rt: tokio::runtime::Runtime,
     client: Option<RuntimeServiceClient<Channel>>,
-    pods: Vec<String>,
+    /// Images live in containerd's root, which a restart keeps.
+    imported: bool,
+    /// Pod uids given out, each naming a cgroup `kubepods/besteffort/pod<uid>`.
+    pod_uids: Vec<String>,
 }
 
 impl Containerd {
@@ -214,7 +285,8 @@ impl Containerd {
                 .build()
                 .unwrap(),
             client: None,
-            pods: Vec::new(),
+            imported: false,
+            pod_uids: Vec::new(),
         }
     }
 
@@ -222,15 +294,30 @@ impl Containerd {
         self.dir.path().join("root")
     }
 
+    /// containerd's PID while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     fn socket(&self) -> PathBuf {
         self.dir.path().join("containerd.sock")
+    }
+
+    /// Unique per instance, so parallel tests never share a pod cgroup.
+    fn instance(&self) -> String {
+        let name = self.dir.path().file_name().unwrap().to_string_lossy();
+        name.trim_start_matches('.').to_owned()
     }
 
     pub fn start(&mut self) {
         // The bind mount target must exist on the host; the package ships it.
         fs::create_dir_all("/etc/containerd").unwrap();
         let _ = fs::remove_file(self.socket());
-        let log = fs::File::create(self.dir.path().join("containerd.log")).unwrap();
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("containerd.log"))
+            .unwrap();
         let script = format!(
             "mount --bind {etc} /etc/containerd && ulimit -S -l 64 && exec containerd --config /etc/containerd/config.toml",
             etc = self.root().join("etc/containerd").display()
@@ -247,26 +334,41 @@ impl Containerd {
             if let Some(c) = self.try_connect() {
                 break c;
             }
-            if start.elapsed() > Duration::from_secs(20) {
-                panic!("containerd did not answer CRI within 20 s:\n{}", self.log());
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                self.child = None;
+                panic!("containerd exited ({status}):\n{}", self.log_tail());
             }
-            std::thread::sleep(Duration::from_millis(100));
+            if start.elapsed() > START_TIMEOUT {
+                panic!(
+                    "containerd's CRI was not ready within {START_TIMEOUT:?}:\n{}",
+                    self.log_tail()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
         };
         self.client = Some(client);
-        let (bb, pause) = images();
-        for image in [bb, pause] {
-            run(Command::new("ctr")
-                .arg("--address")
-                .arg(self.socket())
-                .args(["-n", "k8s.io", "images", "import"])
-                .arg(image));
+        if !self.imported {
+            let (bb, pause) = images();
+            for image in [bb, pause] {
+                run(Command::new("ctr")
+                    .arg("--address")
+                    .arg(self.socket())
+                    .args(["-n", "k8s.io", "images", "import"])
+                    .arg(image));
+            }
+            self.imported = true;
         }
     }
 
-    pub fn log(&self) -> String {
-        fs::read_to_string(self.dir.path().join("containerd.log")).unwrap_or_default()
+    /// The end of containerd's log, for failure messages.
+    pub fn log_tail(&self) -> String {
+        let log = fs::read_to_string(self.dir.path().join("containerd.log")).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        let tail = lines[lines.len().saturating_sub(30)..].join("\n");
+        format!("--- containerd log (last 30 lines) ---\n{tail}")
     }
 
+    /// A client once CRI answers `Version` and `Status` says the runtime is ready.
     fn try_connect(&self) -> Option<RuntimeServiceClient<Channel>> {
         if !self.socket().exists() {
             return None;
@@ -286,13 +388,45 @@ impl Containerd {
                 .await
                 .ok()?;
             let mut c = RuntimeServiceClient::new(channel);
-            c.version(VersionRequest::default()).await.ok()?;
-            Some(c)
+            let ask = async {
+                c.version(VersionRequest::default()).await.ok()?;
+                c.status(StatusRequest { verbose: false }).await.ok()
+            };
+            let status = tokio::time::timeout(Duration::from_secs(2), ask)
+                .await
+                .ok()??
+                .into_inner()
+                .status?;
+            // NetworkReady stays false (no CNI): host-network pods do not need it.
+            status
+                .conditions
+                .iter()
+                .any(|c| c.r#type == "RuntimeReady" && c.status)
+                .then_some(c)
         })
     }
 
-    fn client(&mut self) -> RuntimeServiceClient<Channel> {
+    fn client(&self) -> RuntimeServiceClient<Channel> {
         self.client.clone().expect("containerd is started")
+    }
+
+    /// One CRI call, bounded; a failure panics with containerd's log.
+    fn call<T>(
+        &self,
+        what: &str,
+        fut: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    ) -> T {
+        match self
+            .rt
+            .block_on(async { tokio::time::timeout(CRI_TIMEOUT, fut).await })
+        {
+            Ok(Ok(r)) => r.into_inner(),
+            Ok(Err(s)) => panic!("{what}: {s}\n{}", self.log_tail()),
+            Err(_) => panic!(
+                "{what}: no answer within {CRI_TIMEOUT:?}\n{}",
+                self.log_tail()
+            ),
+        }
     }
 
     /// Stops containerd by PID (its shims and containers keep running, as with
@@ -306,23 +440,22 @@ impl Containerd {
         self.client = None;
         if let Some(mut c) = self.child.take() {
             // `unshare` exec'd sh which exec'd containerd: the child PID is containerd.
-            let pid = nix::unistd::Pid::from_raw(c.id() as i32);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGTERM);
             let start = Instant::now();
             while c.try_wait().ok().flatten().is_none() {
-                if start.elapsed() > Duration::from_secs(10) {
+                if start.elapsed() > STOP_TIMEOUT {
                     let _ = c.kill();
                     let _ = c.wait();
                     break;
                 }
-                std::thread::sleep(Duration::from_millis(50));
+                std::thread::sleep(Duration::from_millis(20));
             }
         }
     }
 
-    pub fn sandbox_config(&self, name: &str) -> PodSandboxConfig {
-        let uid = format!("{name}-{}", std::process::id());
-        PodSandboxConfig {
+    fn sandbox_config(&self, name: &str) -> (PodSandboxConfig, String) {
+        let uid = format!("{name}-{}", self.instance());
+        let config = PodSandboxConfig {
             metadata: Some(PodSandboxMetadata {
                 name: name.into(),
                 uid: uid.clone(),
@@ -331,16 +464,10 @@ impl Containerd {
             }),
             // Host-network pods share the host's UTS namespace: no hostname of their own.
             hostname: String::new(),
-            log_directory: self
-                .dir
-                .path()
-                .join("logs")
-                .join(name)
-                .to_string_lossy()
-                .into(),
+            log_directory: self.log_dir(name).to_string_lossy().into(),
             linux: Some(LinuxPodSandboxConfig {
                 // Like kubelet's cgroupfs layout, so pods.memlock finds the processes.
-                cgroup_parent: format!("/kubepods/besteffort/pod{uid}"),
+                cgroup_parent: format!("/{POD_CGROUPS}/pod{uid}"),
                 security_context: Some(LinuxSandboxSecurityContext {
                     namespace_options: Some(NamespaceOption {
                         network: NamespaceMode::Node as i32,
@@ -353,7 +480,12 @@ impl Containerd {
                 ..Default::default()
             }),
             ..Default::default()
-        }
+        };
+        (config, uid)
+    }
+
+    fn log_dir(&self, name: &str) -> PathBuf {
+        self.dir.path().join("logs").join(name)
     }
 
     /// Runs a pod with one container on `handler`; returns (pod id, container id).
@@ -365,133 +497,329 @@ impl Containerd {
         script: &str,
         start: bool,
     ) -> (String, String) {
-        let config = self.sandbox_config(name);
+        let (config, uid) = self.sandbox_config(name);
+        self.pod_uids.push(uid);
         let mut c = self.client();
         let pod = self
-            .rt
-            .block_on(c.run_pod_sandbox(RunPodSandboxRequest {
-                config: Some(config.clone()),
-                runtime_handler: handler.into(),
-            }))
-            .unwrap_or_else(|e| panic!("RunPodSandbox on {handler}: {e}\n{}", self.log()))
-            .into_inner()
+            .call(
+                &format!("RunPodSandbox {name} on {handler}"),
+                c.run_pod_sandbox(RunPodSandboxRequest {
+                    config: Some(config.clone()),
+                    runtime_handler: handler.into(),
+                }),
+            )
             .pod_sandbox_id;
-        self.pods.push(pod.clone());
-        let created = self.rt.block_on(c.create_container(CreateContainerRequest {
-            pod_sandbox_id: pod.clone(),
-            config: Some(ContainerConfig {
-                metadata: Some(ContainerMetadata {
-                    name: name.into(),
-                    attempt: 0,
+        let id = self
+            .call(
+                &format!("CreateContainer {name} on {handler}"),
+                c.create_container(CreateContainerRequest {
+                    pod_sandbox_id: pod.clone(),
+                    config: Some(ContainerConfig {
+                        metadata: Some(ContainerMetadata {
+                            name: name.into(),
+                            attempt: 0,
+                        }),
+                        image: Some(ImageSpec {
+                            image: BUSYBOX_IMAGE.into(),
+                            ..Default::default()
+                        }),
+                        command: vec!["sh".into(), "-c".into(), script.into()],
+                        log_path: format!("{name}.log"),
+                        ..Default::default()
+                    }),
+                    sandbox_config: Some(config),
                 }),
-                image: Some(ImageSpec {
-                    image: BUSYBOX_IMAGE.into(),
-                    ..Default::default()
-                }),
-                command: vec!["sh".into(), "-c".into(), script.into()],
-                log_path: format!("{name}.log"),
-                ..Default::default()
-            }),
-            sandbox_config: Some(config),
-        }));
-        let id = created
-            .unwrap_or_else(|e| panic!("CreateContainer on {handler}: {e}\n{}", self.log()))
-            .into_inner()
+            )
             .container_id;
         if start {
-            self.rt
-                .block_on(c.start_container(StartContainerRequest {
+            self.call(
+                &format!("StartContainer {name} on {handler}"),
+                c.start_container(StartContainerRequest {
                     container_id: id.clone(),
-                }))
-                .unwrap_or_else(|e| panic!("StartContainer on {handler}: {e}\n{}", self.log()));
+                }),
+            );
         }
         (pod, id)
     }
 
-    /// Runs `script` in a new container on `handler` and returns what it printed.
+    /// Runs `script` in a new container on `handler`, waits for it to exit 0 and
+    /// returns its stdout.
     pub fn output(&mut self, name: &str, handler: &str, script: &str) -> String {
         let (_, id) = self.container(name, handler, script, true);
         let start = Instant::now();
-        loop {
-            let s = self.status(&id);
-            if s.0 == ContainerState::ContainerExited as i32 {
-                break;
+        let status = loop {
+            let (s, _) = self.status(&id);
+            if s.state == ContainerState::ContainerExited as i32 {
+                break s;
             }
             assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "{name} did not exit"
+                start.elapsed() < EXIT_TIMEOUT,
+                "{name} did not exit within {EXIT_TIMEOUT:?}"
             );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let log = self
-            .dir
-            .path()
-            .join("logs")
-            .join(name)
-            .join(format!("{name}.log"));
-        // CRI log lines: "<time> stdout F <text>".
-        fs::read_to_string(&log)
-            .unwrap_or_else(|e| panic!("{}: {e}", log.display()))
-            .lines()
-            .filter_map(|l| l.splitn(4, ' ').nth(3))
-            .collect::<Vec<_>>()
-            .join("\n")
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let log = self.log_dir(name).join(format!("{name}.log"));
+        let log = fs::read_to_string(&log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+        assert_eq!(
+            status.exit_code, 0,
+            "{name} on {handler} exited {}:\n{log}",
+            status.exit_code
+        );
+        cri_log_stream(&log, "stdout")
     }
 
-    /// The container's state and CRI's verbose info (which holds `runtimeSpec` and `pid`).
-    pub fn status(&mut self, id: &str) -> (i32, serde_json::Value) {
+    /// Starts a container running `script` on `handler` and returns it once it runs.
+    pub fn running(&mut self, name: &str, handler: &str, script: &str) -> Running {
+        let (pod, id) = self.container(name, handler, script, true);
+        let start = Instant::now();
+        loop {
+            let (s, info) = self.status(&id);
+            let pid = info["pid"].as_u64().unwrap_or(0);
+            if s.state == ContainerState::ContainerRunning as i32 && pid > 0 {
+                return Running {
+                    pod,
+                    id,
+                    pid: pid as u32,
+                    info,
+                };
+            }
+            assert!(
+                s.state != ContainerState::ContainerExited as i32,
+                "{name} exited ({}) instead of running",
+                s.exit_code
+            );
+            assert!(
+                start.elapsed() < EXIT_TIMEOUT,
+                "{name} did not run within {EXIT_TIMEOUT:?}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The OCI spec CRI hands to runc for a new container on `handler` (created,
+    /// not started), with the ids, names and pids that differ between any two
+    /// containers replaced by placeholders, so two specs can be compared.
+    pub fn spec(&mut self, name: &str, handler: &str) -> Value {
+        let (pod, id) = self.container(name, handler, "true", false);
+        let (_, info) = self.status(&id);
+        let uid = format!("{name}-{}", self.instance());
+        let text = info["runtimeSpec"]
+            .to_string()
+            .replace(&id, "<container-id>")
+            .replace(&pod, "<pod-id>")
+            .replace(&uid, "<pod-uid>");
+        let mut spec: Value = serde_json::from_str(&text).unwrap();
+        for key in [
+            "io.kubernetes.cri.container-name",
+            "io.kubernetes.cri.sandbox-name",
+        ] {
+            if let Some(v) = spec["annotations"].get_mut(key) {
+                assert_eq!(v, name);
+                *v = Value::from("<name>");
+            }
+        }
+        // Joined namespaces are those of the sandbox's pause process.
+        if let Some(nss) = spec["linux"]["namespaces"].as_array_mut() {
+            for ns in nss {
+                if ns.get("path").is_some() {
+                    let path = format!("/proc/<sandbox>/ns/{}", ns["type"].as_str().unwrap());
+                    ns["path"] = Value::from(path);
+                }
+            }
+        }
+        spec
+    }
+
+    /// The container's CRI status and verbose info (`runtimeSpec`, `pid`, …).
+    pub fn status(&mut self, id: &str) -> (ContainerStatus, Value) {
         let mut c = self.client();
-        let r = self
-            .rt
-            .block_on(c.container_status(ContainerStatusRequest {
+        let r = self.call(
+            &format!("ContainerStatus {id}"),
+            c.container_status(ContainerStatusRequest {
                 container_id: id.into(),
                 verbose: true,
-            }))
-            .unwrap()
-            .into_inner();
-        let info: HashMap<String, String> = r.info;
-        let info = info
+            }),
+        );
+        let info = r
+            .info
             .get("info")
             .map(|s| serde_json::from_str(s).unwrap())
-            .unwrap_or(serde_json::Value::Null);
-        (r.status.map_or(-1, |s| s.state), info)
+            .unwrap_or(Value::Null);
+        (r.status.expect("a container status"), info)
     }
 
-    fn remove_pods(&mut self) {
+    /// Stops and removes every pod of this containerd (each call bounded), best effort.
+    fn remove_all_pods(&mut self) {
         let Some(mut c) = self.client.clone() else {
             return;
         };
-        for pod in std::mem::take(&mut self.pods) {
-            let _ = self.rt.block_on(c.stop_pod_sandbox(StopPodSandboxRequest {
-                pod_sandbox_id: pod.clone(),
-            }));
-            let _ = self
-                .rt
-                .block_on(c.remove_pod_sandbox(RemovePodSandboxRequest {
-                    pod_sandbox_id: pod,
-                }));
+        self.rt.block_on(async {
+            let list = c.list_pod_sandbox(ListPodSandboxRequest { filter: None });
+            let Ok(Ok(list)) = tokio::time::timeout(CRI_TIMEOUT, list).await else {
+                return;
+            };
+            for pod in list.into_inner().items {
+                let stop = StopPodSandboxRequest {
+                    pod_sandbox_id: pod.id.clone(),
+                };
+                let _ = tokio::time::timeout(CRI_TIMEOUT, c.stop_pod_sandbox(stop)).await;
+                let remove = RemovePodSandboxRequest {
+                    pod_sandbox_id: pod.id,
+                };
+                let _ = tokio::time::timeout(CRI_TIMEOUT, c.remove_pod_sandbox(remove)).await;
+            }
+        });
+    }
+
+    /// Ends the shims of this instance (named by our socket in their arguments).
+    fn kill_shims(&self) {
+        let sock = self.socket().into_os_string().into_encoded_bytes();
+        for pid in all_pids() {
+            let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            let is_shim = args.first().is_some_and(|a| {
+                Path::new(std::ffi::OsStr::from_bytes(a))
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("containerd-shim"))
+            });
+            let ours = args
+                .windows(2)
+                .any(|w| w[0] == b"-address" && w[1] == sock.as_slice());
+            if is_shim && ours {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+        }
+    }
+
+    /// Kills what is left in this instance's pod cgroups (containers orphaned by a
+    /// dead containerd) and removes those cgroups, in every hierarchy.
+    fn sweep_pod_cgroups(&self) {
+        let hierarchies: Vec<PathBuf> = fs::read_dir("/sys/fs/cgroup")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path().join(POD_CGROUPS))
+            .filter(|p| p.is_dir())
+            .collect();
+        for uid in &self.pod_uids {
+            for h in &hierarchies {
+                let pod = h.join(format!("pod{uid}"));
+                if !pod.is_dir() {
+                    continue;
+                }
+                let start = Instant::now();
+                loop {
+                    let pids = cgroup_pids(&pod);
+                    if pids.is_empty() || start.elapsed() > STOP_TIMEOUT {
+                        break;
+                    }
+                    for pid in pids {
+                        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                remove_cgroup(&pod);
+            }
         }
     }
 }
 
 impl Drop for Containerd {
     fn drop(&mut self) {
-        self.remove_pods();
+        self.remove_all_pods();
         self.stop_daemon();
         // Shims outlive containerd by design: end the ones of this instance.
-        let sock = self.socket().to_string_lossy().into_owned();
-        for entry in fs::read_dir("/proc").into_iter().flatten().flatten() {
-            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-                continue;
-            };
-            let cmdline = fs::read(entry.path().join("cmdline")).unwrap_or_default();
-            let cmdline = String::from_utf8_lossy(&cmdline);
-            if cmdline.starts_with("/usr/bin/containerd-shim") && cmdline.contains(&sock) {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
+        self.kill_shims();
+        self.sweep_pod_cgroups();
+    }
+}
+
+/// The text of one stream (`stdout`/`stderr`) of a CRI log, whose lines are
+/// `<time> <stream> <F|P> <text>` (P: a partial line continued by the next).
+pub fn cri_log_stream(log: &str, stream: &str) -> String {
+    let mut out = String::new();
+    for line in log.lines() {
+        let mut parts = line.splitn(4, ' ');
+        let (_, s, tag, text) = (parts.next(), parts.next(), parts.next(), parts.next());
+        if s != Some(stream) {
+            continue;
+        }
+        out.push_str(text.unwrap_or(""));
+        if tag == Some("F") {
+            out.push('\n');
         }
     }
+    out.truncate(out.trim_end_matches('\n').len());
+    out
+}
+
+/// The paths where two JSON values differ, with both values, e.g.
+/// `process.rlimits: [..] vs null`.
+pub fn json_diff(a: &Value, b: &Value) -> Vec<String> {
+    fn walk(path: &str, a: &Value, b: &Value, out: &mut Vec<String>) {
+        let at = |k: &str| {
+            if path.is_empty() {
+                k.to_owned()
+            } else {
+                format!("{path}.{k}")
+            }
+        };
+        match (a, b) {
+            (Value::Object(x), Value::Object(y)) => {
+                for k in x.keys().chain(y.keys().filter(|k| !x.contains_key(*k))) {
+                    let null = Value::Null;
+                    walk(
+                        &at(k),
+                        x.get(k).unwrap_or(&null),
+                        y.get(k).unwrap_or(&null),
+                        out,
+                    );
+                }
+            }
+            (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+                for (i, (u, v)) in x.iter().zip(y).enumerate() {
+                    walk(&format!("{path}[{i}]"), u, v, out);
+                }
+            }
+            _ if a != b => out.push(format!("{path}: {a} vs {b}")),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk("", a, b, &mut out);
+    out
+}
+
+fn all_pids() -> Vec<i32> {
+    fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
+        .collect()
+}
+
+/// Every process in a cgroup and its descendants.
+fn cgroup_pids(dir: &Path) -> Vec<i32> {
+    let mut pids: Vec<i32> = fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.parse().ok())
+        .collect();
+    for e in fs::read_dir(dir).into_iter().flatten().flatten() {
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            pids.extend(cgroup_pids(&e.path()));
+        }
+    }
+    pids
+}
+
+/// rmdir a cgroup, children first (cgroup dirs hold only kernel files).
+fn remove_cgroup(dir: &Path) {
+    for e in fs::read_dir(dir).into_iter().flatten().flatten() {
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            remove_cgroup(&e.path());
+        }
+    }
+    let _ = fs::remove_dir(dir);
 }
