@@ -64,6 +64,8 @@ pub fn render(cycle: &Cycle, totals: Totals) -> String {
         checks,
     );
 
+    render_rdma(&mut r, cycle);
+
     let counter = |n: u64| {
         let c = Counter::<u64>::default();
         c.inc_by(n);
@@ -103,6 +105,69 @@ pub fn render(cycle: &Cycle, totals: Totals) -> String {
     let mut out = String::new();
     encode(&mut out, &r).expect("writing to a String cannot fail");
     out
+}
+
+/// Per-port state and rate, the netns mode and reboot-required, from the details
+/// the RDMA and kernel concerns put in their checks.
+fn render_rdma(r: &mut Registry, cycle: &Cycle) {
+    let checks: Vec<&crate::check::Check> = cycle.report.iter().flat_map(|r| &r.checks).collect();
+    let detail = |id: &str| checks.iter().find(|c| c.id == id).map(|c| &c.details);
+
+    let active = Family::<Labels, Gauge>::default();
+    let rate = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+    let devices = detail("rdma.devices")
+        .and_then(|d| d.get("devices"))
+        .and_then(|d| d.as_array())
+        .cloned()
+        .unwrap_or_default();
+    for dev in &devices {
+        let name = dev["name"].as_str().unwrap_or_default().to_owned();
+        for port in dev["ports"].as_array().into_iter().flatten() {
+            let labels = vec![
+                ("device".to_owned(), name.clone()),
+                ("port".to_owned(), port["port"].to_string()),
+                (
+                    "link_layer".to_owned(),
+                    port["link_layer"].as_str().unwrap_or_default().to_owned(),
+                ),
+            ];
+            active
+                .get_or_create(&labels)
+                .set(i64::from(port["state"] == "ACTIVE"));
+            if let Some(g) = port["rate_gbps"].as_f64() {
+                rate.get_or_create(&labels).set(g);
+            }
+        }
+    }
+    r.register("port_active", "1 when the RDMA port is ACTIVE", active);
+    r.register("port_rate_gbps", "RDMA port rate in Gb/s", rate);
+
+    let mode = Family::<Labels, Gauge>::default();
+    if let Some(m) = detail("rdma.netns")
+        .and_then(|d| d.get("mode"))
+        .and_then(|m| m.as_str())
+    {
+        for s in ["shared", "exclusive"] {
+            mode.get_or_create(&vec![("mode".to_owned(), s.to_owned())])
+                .set(i64::from(m == s));
+        }
+    }
+    r.register(
+        "netns_mode",
+        "The RDMA subsystem's live network namespace mode",
+        mode,
+    );
+
+    let reboot = Gauge::<i64>::default();
+    let required = checks
+        .iter()
+        .any(|c| c.details.get("reboot_required") == Some(&serde_json::Value::Bool(true)));
+    reboot.set(i64::from(required));
+    r.register(
+        "reboot_required",
+        "1 when only a reboot can apply what the agent set",
+        reboot,
+    );
 }
 
 #[cfg(test)]

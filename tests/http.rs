@@ -219,3 +219,40 @@ fn idle_connections_and_a_slow_client_do_not_delay_probes() {
     assert!(worst < Duration::from_millis(500), "worst {worst:?}");
     idle.clear();
 }
+
+#[test]
+fn a100_with_its_down_port_expected_is_not_ready_and_metrics_show_ports() {
+    let t = node("a100");
+    write(
+        t.path(),
+        "/etc/rdma-node-agent/config.toml",
+        "[[rdma.expect_port]]\ndevice = \"mlx5_0\"\nport = 1\n\n[[rdma.expect_port]]\ndevice = \"mlx5_1\"\nport = 1\nmin_rate_gbps = 200\n",
+    );
+    let d = Serve::start(t.path());
+    let (code, body) = get(&d.addr, "/readyz");
+    assert_eq!(code, 503, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let failing: Vec<&serde_json::Value> = v["failing"].as_array().unwrap().iter().collect();
+    let devices = failing
+        .iter()
+        .find(|c| c["id"] == "rdma.devices")
+        .expect("rdma.devices fails");
+    assert!(
+        devices["message"].as_str().unwrap().contains("mlx5_0/1"),
+        "{devices}"
+    );
+
+    let (_, text) = get(&d.addr, "/metrics");
+    assert!(
+        text.contains(
+            "rdma_node_agent_port_active{device=\"mlx5_0\",port=\"1\",link_layer=\"InfiniBand\"} 0"
+        ),
+        "{text}"
+    );
+    assert!(text.contains(
+        "rdma_node_agent_port_active{device=\"mlx5_1\",port=\"1\",link_layer=\"InfiniBand\"} 1"
+    ));
+    assert!(text.contains("rdma_node_agent_port_rate_gbps{device=\"mlx5_1\",port=\"1\",link_layer=\"InfiniBand\"} 200.0"));
+    assert!(text.contains("rdma_node_agent_netns_mode{mode=\"shared\"} 1"));
+    assert!(text.contains("rdma_node_agent_reboot_required 0"));
+}

@@ -437,6 +437,7 @@ pub fn decide(f: &Facts, cfg: &RdmaConfig) -> Decision {
                 describe(&f.namespaces)
             );
             reboot_reason = Some(format!("RDMA netns mode {want} (live: {m})"));
+            details["reboot_required"] = json!(true);
             problems.push(format!(
                 "pending reboot: {want} is {} in {file}, but {why}",
                 if persisting {
