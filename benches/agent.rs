@@ -14,6 +14,10 @@ use rdma_node_agent::containerd::toml::{ConfigFile, Version};
 use rdma_node_agent::containerd::{self, ConfigSet, Facts};
 use rdma_node_agent::host::Host;
 
+#[path = "../tests/support/sysfs.rs"]
+#[allow(dead_code)]
+mod sysfs;
+
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
@@ -79,6 +83,19 @@ fn benches(c: &mut Criterion) {
     c.bench_function("full check cycle, V100 sample node", |b| {
         b.iter(|| agent.check())
     });
+
+    // SR-IOV nodes: 8 PFs with 1, 15 and 127 VFs each (16, 128 and 1024 devices).
+    let mut group = c.benchmark_group("full check cycle, synthetic SR-IOV node");
+    group.sample_size(20);
+    for vfs in [1u32, 15, 127] {
+        let dir = tempfile::tempdir().unwrap();
+        sysfs::sriov_tree(dir.path(), 8, vfs);
+        let devices = 8 * (vfs + 1);
+        let agent = Agent::new(Host::new(dir.path()), Config::default());
+        group.throughput(criterion::Throughput::Elements(u64::from(devices)));
+        group.bench_function(format!("{devices} devices"), |b| b.iter(|| agent.check()));
+    }
+    group.finish();
 }
 
 criterion_group!(agent_benches, benches);

@@ -163,8 +163,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 cli.config.clone(),
                 listen.clone(),
             );
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
+            // One thread serves every request from cached bytes; reconciles run on
+            // the blocking pool, so a slow one never delays a probe.
+            tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .context("cannot start the async runtime")?
