@@ -271,9 +271,14 @@ fn decode_error(seq: u32, flags: u16, p: &[u8]) -> Result<Reply, NetlinkError> {
                 .map(|(_, v)| String::from_utf8_lossy(v).trim_end_matches('\0').to_owned());
         }
     }
+    // The kernel sends a negative errno; anything else (i32::MIN included, whose
+    // negation overflows) is not an error report we can trust.
+    let errno = error.checked_neg().filter(|e| *e > 0).ok_or_else(|| {
+        NetlinkError::Malformed(format!("error code {error} is not a negative errno"))
+    })?;
     Ok(Reply::Error {
         seq,
-        errno: -error,
+        errno,
         message,
     })
 }
@@ -367,6 +372,19 @@ impl RdmaNetlink for Socket {
 
 #[cfg(test)]
 mod tests {
+    /// Found by fuzzing: an error code of i32::MIN overflowed when negated.
+    #[test]
+    fn error_code_that_is_not_a_negative_errno_is_malformed() {
+        let crash: &[u8] = &[
+            0x16, 0, 0, 0, 0x02, 0, 0xff, 0xff, 0xff, 0xff, 0, 0x10, 0x09, 0, 0, 0, 0, 0, 0, 0x80,
+            0, 0, 0, 0, 0xff, 0x0a, 0x04, 0xff, 0xff, 0xff, 0, 0xff,
+        ];
+        assert!(matches!(
+            decode(&crash[..0x16]),
+            Err(NetlinkError::Malformed(_))
+        ));
+    }
+
     use super::*;
 
     #[test]

@@ -1,0 +1,23 @@
+//! Garbage in sysfs, /proc/cmdline, ofed_info or kernel release text: the parsers
+//! never panic, and what they accept is well-formed.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use rdma_node_agent::rdma::{devices, netns};
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    if let Ok(rate) = devices::parse_rate(text) {
+        assert!(rate.is_finite() && rate >= 0.0);
+    }
+    if let Ok(state) = devices::parse_state(text) {
+        assert!(!state.is_empty());
+    }
+    let _ = devices::parse_guid(text);
+    let _ = devices::parse_text(text);
+    let _ = netns::parse_param(text);
+    let _ = netns::parse_kernel(text);
+    let _ = netns::parse_ofed(text);
+    let _ = netns::cmdline_mode(text);
+    let _ = netns::cgroup_leaf(text);
+});
