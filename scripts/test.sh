@@ -22,6 +22,8 @@ declare -A packages=(
     [systemd-nspawn]=systemd-container
     [mmdebstrap]=mmdebstrap
     [curl]=curl
+    [xz]=xz-utils
+    [zstd]=zstd
 )
 missing=()
 for cmd in "${!packages[@]}"; do

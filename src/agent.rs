@@ -11,6 +11,7 @@ use crate::check::{Check, Report, Status};
 use crate::config::Config;
 use crate::containerd::{self, ContainerdError, validate::Validation};
 use crate::host::{Host, HostError};
+use crate::kernel;
 use crate::ledger::{Ledger, LedgerError, RevertOutcome};
 use crate::lock::{self, LockError};
 use crate::nfd;
@@ -63,6 +64,8 @@ pub struct Assessment {
     grpc_address: Option<PathBuf>,
     /// Files whose change should trigger a new reconcile.
     pub watch: Vec<PathBuf>,
+    /// The kernel and boot to record once this apply has run.
+    kernel_state: Option<kernel::KernelState>,
 }
 
 #[derive(Debug, Serialize)]
@@ -177,9 +180,37 @@ impl Agent {
                 error.get_or_insert(e.into());
             }
         }
+        let kcfg = &self.config.kernel;
+        let mut hold_back = Vec::new();
+        let mut kernel_state = None;
+        if kcfg.enabled {
+            match kernel::gather(&self.host, kcfg) {
+                Ok(f) => {
+                    checks.push(kernel::check_change(&f));
+                    checks.push(kernel::check_modules(&f, kcfg));
+                    checks.push(kernel::check_dkms(&f, kcfg));
+                    hold_back = kernel::hold_back_reasons(&f, kcfg);
+                    kernel_state = kernel::next_state(&f);
+                }
+                Err(e) => {
+                    for id in [kernel::CHANGE, kernel::MODULES, kernel::DKMS] {
+                        checks.push(Check::new(id, Status::Unknown, e.to_string()));
+                    }
+                }
+            }
+        } else {
+            for id in [kernel::CHANGE, kernel::MODULES, kernel::DKMS] {
+                checks.push(Check::new(
+                    id,
+                    Status::Skipped,
+                    "disabled in the agent config",
+                ));
+            }
+        }
+
         let reboot = reboot::Request {
             reasons: rdma.reboot_reasons,
-            ..reboot::Request::default()
+            hold_back,
         };
         match reboot::change(&self.host, self.config.rdma.reboot_sentinel, &reboot) {
             Ok(change) => plan.changes.extend(change),
@@ -204,6 +235,7 @@ impl Agent {
             },
             grpc_address,
             watch,
+            kernel_state,
         }
     }
 
@@ -399,6 +431,17 @@ impl Agent {
                 }
             }
         }
+        // The run converged on this kernel: remember it, so a later kernel change shows.
+        let mut notes = plan.notes.clone();
+        if let Some(state) = &assessment.kernel_state {
+            kernel::record(&self.host, state)?;
+            if let Some(prev) = &state.previous {
+                notes.push(format!(
+                    "kernel changed from {prev} to {}: host preparation re-applied",
+                    state.release
+                ));
+            }
+        }
         let mut changed: Vec<PathBuf> = plan.changes.iter().map(|c| c.path.clone()).collect();
         // The labels were computed before this apply changed the node: refresh them.
         if !plan.changes.is_empty() {
@@ -416,7 +459,7 @@ impl Agent {
         Ok(ApplyOutcome {
             changed,
             actions,
-            notes: plan.notes,
+            notes,
         })
     }
 

@@ -36,6 +36,7 @@ pub struct Config {
     pub http: HttpConfig,
     pub nfd: NfdConfig,
     pub rdma: crate::rdma::RdmaConfig,
+    pub kernel: KernelConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -76,6 +77,28 @@ impl Default for HttpConfig {
 }
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9470";
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KernelConfig {
+    pub enabled: bool,
+    /// Modules that must be loaded, with their files matching the running kernel.
+    pub required_modules: Vec<String>,
+    /// DKMS modules the RDMA stack needs; empty: every module registered in /var/lib/dkms.
+    pub dkms_modules: Vec<String>,
+}
+
+impl Default for KernelConfig {
+    fn default() -> Self {
+        KernelConfig {
+            enabled: true,
+            required_modules: ["ib_core", "ib_uverbs", "mlx5_core", "mlx5_ib", "rdma_ucm"]
+                .map(String::from)
+                .to_vec(),
+            dkms_modules: Vec::new(),
+        }
+    }
+}
 
 /// What `serve` does with what it finds: converge, or only report (never writes).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]

@@ -95,6 +95,11 @@ impl Host {
         }
     }
 
+    /// A directory (following links, as sysfs and /lib/modules need).
+    pub fn is_dir(&self, p: &Path) -> bool {
+        self.path(p).is_dir()
+    }
+
     pub fn exists(&self, p: &Path) -> bool {
         self.path(p).symlink_metadata().is_ok()
     }

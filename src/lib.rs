@@ -10,6 +10,7 @@ pub mod containerd;
 pub mod daemon;
 pub mod host;
 pub mod http;
+pub mod kernel;
 pub mod ledger;
 pub mod lock;
 pub mod metrics;

@@ -158,6 +158,15 @@ fn render_rdma(r: &mut Registry, cycle: &Cycle) {
         mode,
     );
 
+    let changed = Gauge::<i64>::default();
+    let from = detail("kernel.change").and_then(|d| d.get("changed_from"));
+    changed.set(i64::from(from.is_some_and(|v| !v.is_null())));
+    r.register(
+        "kernel_changed",
+        "1 when the kernel changed at this boot (or since the last run)",
+        changed,
+    );
+
     let reboot = Gauge::<i64>::default();
     let required = checks
         .iter()
