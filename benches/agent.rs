@@ -10,8 +10,8 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use rdma_node_agent::agent::Agent;
 use rdma_node_agent::config::{Config, ContainerdConfig, Limit};
 use rdma_node_agent::containerd::spec::{self, Rlimits};
-use rdma_node_agent::containerd::toml::{ConfigFile, Version};
-use rdma_node_agent::containerd::{self, ConfigSet, Facts};
+use rdma_node_agent::containerd::toml::ConfigFile;
+use rdma_node_agent::containerd::{self, Facts};
 use rdma_node_agent::host::Host;
 
 #[path = "../tests/support/sysfs.rs"]
@@ -25,28 +25,7 @@ fn fixtures() -> PathBuf {
 fn large_config_facts() -> Facts {
     let text =
         std::fs::read_to_string(fixtures().join("containerd/large-default-1.6.toml")).unwrap();
-    let file = ConfigFile::parse(
-        Path::new("/etc/containerd/config.toml"),
-        Path::new("config.toml"),
-        Some(text),
-        0o644,
-    )
-    .unwrap();
-    Facts {
-        set: ConfigSet {
-            version: Version::V2,
-            files: vec![file],
-        },
-        rancher_template: None,
-        specs: Default::default(),
-        template: spec::BUILTIN_DEFAULT.to_owned(),
-        template_source: "built-in".into(),
-        containerd_started: None,
-        newest_change: None,
-        owned_specs: Default::default(),
-        live: false,
-        grpc_address: "/run/containerd/containerd.sock".into(),
-    }
+    containerd::facts_from_text(&text).unwrap()
 }
 
 fn benches(c: &mut Criterion) {

@@ -26,7 +26,8 @@ fn package(var: &str) -> PathBuf {
 
 /// Config the node's operator puts in place: 4 MiB, as this machine's hard
 /// memlock limit of 8 MiB allows no more for containerd itself.
-const NODE_CONFIG: &str = "[containerd]\nmemlock = \"4MiB\"\n\n[systemd]\nmemlock = \"4MiB\"\n";
+const NODE_CONFIG: &str = "[containerd]\nmemlock = \"4MiB\"\n\n[systemd]\nmemlock = \"4MiB\"\n\n\
+    # The test machines' kernel has no module support (no /proc/modules).\n[kernel]\nrequired_modules = []\n";
 
 /// Files the agent may touch, with their bytes (None: absent).
 fn touched(m: &Machine) -> BTreeMap<&'static str, Option<Vec<u8>>> {
@@ -161,7 +162,8 @@ fn ansible_role_converges_then_changes_nothing() {
     m.install(&deb, "/root/ansible/dist/agent.deb", 0o644);
     // The machine is its own controller: ansible runs inside with a local connection.
     m.write("/root/ansible/test-inventory.ini", "[rdma_nodes]\nlocalhost ansible_connection=local ansible_python_interpreter=/usr/bin/python3\n");
-    let vars = "rdma_node_agent_package_file=dist/agent.deb rdma_node_agent_memlock=4MiB rdma_node_agent_systemd_memlock=4MiB";
+    // The test machines' kernel has no module support: no module can be required.
+    let vars = r#"{"rdma_node_agent_package_file": "dist/agent.deb", "rdma_node_agent_memlock": "4MiB", "rdma_node_agent_systemd_memlock": "4MiB", "rdma_node_agent_extra_config": "[kernel]\nrequired_modules = []"}"#;
     let play = |extra: &str| {
         m.exec(&[
             "sh",

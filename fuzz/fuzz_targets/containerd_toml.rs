@@ -6,24 +6,10 @@ use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
 use rdma_node_agent::config::ContainerdConfig;
-use rdma_node_agent::containerd::toml::ConfigFile;
-use rdma_node_agent::containerd::{self, ConfigSet, Facts, spec};
+use rdma_node_agent::containerd::{self, Facts};
 
 fn facts(text: &str) -> Option<Facts> {
-    let file = ConfigFile::parse(Path::new("/etc/containerd/config.toml"), Path::new("c"), Some(text.to_owned()), 0o644).ok()?;
-    let version = containerd::version_of(&file, Path::new("c")).ok()?;
-    Some(Facts {
-        set: ConfigSet { version, files: vec![file] },
-        rancher_template: None,
-        specs: Default::default(),
-        template: spec::BUILTIN_DEFAULT.to_owned(),
-        template_source: "built-in".into(),
-        containerd_started: None,
-        newest_change: None,
-        owned_specs: Default::default(),
-        live: false,
-        grpc_address: "/run/containerd/containerd.sock".into(),
-    })
+    containerd::facts_from_text(text).ok()
 }
 
 fuzz_target!(|data: &[u8]| {

@@ -161,6 +161,29 @@ pub struct Decision {
     pub pending: Vec<String>,
 }
 
+/// Facts for a single config text and nothing else on the host (built-in spec
+/// template, no running containerd): for benchmarks and fuzzing of `decide`.
+pub fn facts_from_text(text: &str) -> Result<Facts, ContainerdError> {
+    let path = Path::new("/etc/containerd/config.toml");
+    let file = ConfigFile::parse(path, path, Some(text.to_owned()), 0o644)?;
+    let version = version_of(&file, path)?;
+    Ok(Facts {
+        set: ConfigSet {
+            version,
+            files: vec![file],
+        },
+        rancher_template: None,
+        specs: BTreeMap::new(),
+        template: spec::BUILTIN_DEFAULT.to_owned(),
+        template_source: "built-in default".into(),
+        containerd_started: None,
+        newest_change: None,
+        owned_specs: BTreeSet::new(),
+        live: false,
+        grpc_address: "/run/containerd/containerd.sock".into(),
+    })
+}
+
 // ---------- gather ----------
 
 /// `owned_specs`: spec files the agent created earlier (from its ledger): a handler

@@ -324,6 +324,13 @@ pub fn check_change(f: &Facts) -> Check {
 }
 
 pub fn check_modules(f: &Facts, cfg: &KernelConfig) -> Check {
+    if cfg.required_modules.is_empty() {
+        return Check::new(
+            MODULES,
+            Status::Ok,
+            "no modules required (kernel.required_modules is empty)",
+        );
+    }
     let (Some(release), Some(loaded)) = (&f.release, &f.loaded) else {
         return Check::new(
             MODULES,
