@@ -201,6 +201,9 @@ fn service_prepares_containerd_and_keeps_it_working() {
     // The project's target is 2.0; 2.1 is what reading /usr/lib/modules costs
     // (ProtectKernelModules would hide it from kernel.modules and kernel.dkms).
     // This holds the line against regressions; the README states the gap.
-    println!("exposure {exposure}: target 2.0 {}", if exposure <= 2.0 { "met" } else { "NOT met" });
+    println!(
+        "exposure {exposure}: target 2.0 {}",
+        if exposure <= 2.0 { "met" } else { "NOT met" }
+    );
     assert!(exposure <= 2.1, "exposure {exposure} got worse than 2.1");
 }
