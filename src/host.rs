@@ -436,6 +436,24 @@ mod tests {
             h.resolve(Path::new("/sys/abs/pci0")).unwrap(),
             PathBuf::from("/sys/devices/pci0")
         );
+        // The kernel's openat2 answer and the fallback walk agree.
+        for p in [
+            "/sys/class/infiniband/mlx5_0",
+            "/sys/abs/pci0",
+            "/sys/abs/../class",
+        ] {
+            assert_eq!(
+                h.resolve_in_kernel(Path::new(p)),
+                Some(h.resolve_by_walking(Path::new(p)).unwrap()),
+                "{p}"
+            );
+        }
+        // A path that does not exist falls back to the walk.
+        assert_eq!(h.resolve_in_kernel(Path::new("/sys/nope")), None);
+        assert_eq!(
+            h.resolve(Path::new("/sys/nope")).unwrap(),
+            PathBuf::from("/sys/nope")
+        );
     }
 
     #[test]
