@@ -241,3 +241,56 @@ fn a_kernel_change_is_reported_then_recorded_by_apply() {
         )
     );
 }
+
+/// The V100 node needs a reboot for the netns mode, but a newer installed kernel
+/// lacks the DKMS build: the kured sentinel is held back until the build exists.
+#[test]
+fn dkms_gap_holds_back_the_reboot_sentinel() {
+    let t = node("v100");
+    let r = t.path();
+    let running = read(r, "/proc/sys/kernel/osrelease").trim().to_owned();
+    let newer = "6.1.0-28-amd64";
+    write(
+        r,
+        "/etc/rdma-node-agent/config.toml",
+        "[containerd]\nenabled = false\n[systemd]\nenabled = false\n\
+         [rdma]\nnetns_mode = \"exclusive\"\nreboot_sentinel = true\n\
+         [kernel]\nrequired_modules = []\n",
+    );
+    for k in [running.as_str(), newer] {
+        put(
+            r,
+            &format!("/lib/modules/{k}/kernel/drivers/infiniband/ib_core.ko"),
+            &ko(k),
+        );
+    }
+    put(
+        r,
+        &format!("/var/lib/dkms/nvidia-peermem/1.1/{running}/x86_64/module/nvidia-peermem.ko"),
+        &ko(&running),
+    );
+
+    let o = agent(r, &["apply"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        !r.join("var/run/reboot-required").exists(),
+        "sentinel raised although the next kernel would lose nvidia-peermem"
+    );
+    let (_, c) = kernel_check(r, "kernel.dkms");
+    assert_eq!(
+        c["message"],
+        format!("rebooting into {newer} would lose nvidia-peermem: not built by DKMS")
+    );
+
+    put(
+        r,
+        &format!("/var/lib/dkms/nvidia-peermem/1.1/{newer}/x86_64/module/nvidia-peermem.ko"),
+        &ko(newer),
+    );
+    let o = agent(r, &["apply"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        read(r, "/var/run/reboot-required").contains("RDMA netns mode exclusive"),
+        "sentinel once the build exists"
+    );
+}
