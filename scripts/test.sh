@@ -64,4 +64,5 @@ export RDMA_AGENT_DEB="$CARGO_TARGET_DIR/dist/rdma-node-agent_${version}-1_amd64
 export RDMA_AGENT_DEB_UPGRADE="$CARGO_TARGET_DIR/dist/rdma-node-agent_${version}-2_amd64.deb"
 export RDMA_AGENT_RPM="$CARGO_TARGET_DIR/dist/rdma-node-agent-${version}-1.x86_64.rpm"
 
-cargo test --all-targets -- --include-ignored
+# Every failing test binary is reported, not only the first.
+cargo test --all-targets --no-fail-fast -- --include-ignored

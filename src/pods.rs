@@ -21,6 +21,32 @@ pub struct PodProcess {
     pub container_id: Option<String>,
     #[serde(serialize_with = "as_display")]
     pub memlock: Limit,
+    /// The `-id` of the containerd shim this process is a child of: a shim serves
+    /// one pod and is named for its sandbox.
+    #[serde(skip)]
+    pub shim_id: Option<String>,
+}
+
+impl PodProcess {
+    /// The pod's sandbox (pause) container: it never registers memory, and
+    /// containerd 1.6 builds its spec without the base spec, so it is no finding.
+    pub fn is_sandbox(&self) -> bool {
+        self.comm == "pause" || (self.shim_id.is_some() && self.shim_id == self.container_id)
+    }
+}
+
+/// The `-id` argument of a containerd shim's NUL-separated command line.
+pub fn parse_shim_id(cmdline: &str) -> Option<String> {
+    let mut args = cmdline.split('\0');
+    let argv0 = args.next()?;
+    let name = argv0.rsplit('/').next()?;
+    if !name.starts_with("containerd-shim") {
+        return None;
+    }
+    args.skip_while(|a| *a != "-id" && *a != "--id")
+        .nth(1)
+        .filter(|id| !id.is_empty())
+        .map(str::to_owned)
 }
 
 fn as_display<S: serde::Serializer>(l: &Limit, s: S) -> std::result::Result<S::Ok, S::Error> {
@@ -71,6 +97,10 @@ pub fn gather(host: &Host) -> Result<Vec<PodProcess>> {
             continue;
         }
         let comm = procfs::comm(host, pid).unwrap_or_default();
+        let shim_id = procfs::read(host, pid, "stat")
+            .and_then(|s| procfs::parse_ppid(&s))
+            .and_then(|ppid| procfs::read(host, ppid, "cmdline"))
+            .and_then(|c| parse_shim_id(&c));
         let Some(memlock) = procfs::read(host, pid, "limits")
             .and_then(|l| procfs::parse_limit(&l, procfs::MEMLOCK_ROW))
         else {
@@ -82,16 +112,16 @@ pub fn gather(host: &Host) -> Result<Vec<PodProcess>> {
             pod_uid,
             container_id,
             memlock,
+            shim_id,
         });
     }
     Ok(out)
 }
 
 pub fn check(procs: &[PodProcess], target: Limit, severity: Severity) -> Check {
-    // The sandbox's pause process never registers memory: it is not a finding.
     let low: Vec<&PodProcess> = procs
         .iter()
-        .filter(|p| p.comm != "pause" && p.memlock < target)
+        .filter(|p| !p.is_sandbox() && p.memlock < target)
         .collect();
     if low.is_empty() {
         return Check::new(
@@ -161,6 +191,15 @@ mod tests {
         assert_eq!(parse_cgroup("0::/user.slice\n"), None);
     }
 
+    #[test]
+    fn shim_ids() {
+        let shim = "/usr/bin/containerd-shim-runc-v2\0-namespace\0k8s.io\0-id\0abc\0-address\0/run/containerd/containerd.sock\0";
+        assert_eq!(parse_shim_id(shim), Some("abc".into()));
+        assert_eq!(parse_shim_id("/bin/sh\0-id\0abc\0"), None);
+        assert_eq!(parse_shim_id("containerd-shim-runc-v2\0-id\0"), None);
+        assert_eq!(parse_shim_id(""), None);
+    }
+
     fn proc(comm: &str, memlock: Limit) -> PodProcess {
         PodProcess {
             pid: 7,
@@ -168,6 +207,7 @@ mod tests {
             pod_uid: Some("uid".into()),
             container_id: Some(ID.into()),
             memlock,
+            shim_id: None,
         }
     }
 
@@ -189,7 +229,14 @@ mod tests {
             c.message
         );
         let ok = check(
-            &[proc("x", Limit::UNLIMITED)],
+            &[
+                proc("x", Limit::UNLIMITED),
+                // A sandbox of a non-standard pause image, known by its shim.
+                PodProcess {
+                    shim_id: Some(ID.into()),
+                    ..proc("sleep", Limit(65536))
+                },
+            ],
             Limit::UNLIMITED,
             Severity::Fail,
         );

@@ -51,6 +51,12 @@ pub fn parse_start_ticks(stat: &str) -> Option<u64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
+/// Field 4 of /proc/<pid>/stat: the parent's pid.
+pub fn parse_ppid(stat: &str) -> Option<u32> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// `btime` of /proc/stat: boot time in seconds since the epoch.
 pub fn parse_boot_time(stat: &str) -> Option<u64> {
     stat.lines()
@@ -103,10 +109,12 @@ Max open files            1048576              1048576              files     \n
         let stat =
             "1234 (a) b (c)) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 98765 1000 10";
         assert_eq!(parse_start_ticks(stat), Some(98765));
+        assert_eq!(parse_ppid(stat), Some(1));
         assert_eq!(
             parse_boot_time("cpu 1 2\nbtime 1700000000\n"),
             Some(1_700_000_000)
         );
         assert_eq!(parse_start_ticks("nonsense"), None);
+        assert_eq!(parse_ppid("nonsense"), None);
     }
 }
