@@ -132,6 +132,9 @@ pub fn images() -> (PathBuf, PathBuf) {
     let busybox = fs::read("/bin/busybox").expect("busybox-static");
     let dir = Path::new(IMAGE_CACHE).join(&sha256_hex(&busybox)[..16]);
     let (bb, pause) = (dir.join("busybox.tar"), dir.join("pause.tar"));
+    // Tests of one binary run in parallel threads: one builds, the others wait.
+    static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = BUILD.lock().unwrap_or_else(|e| e.into_inner());
     if bb.exists() && pause.exists() {
         return (bb, pause);
     }
@@ -195,15 +198,16 @@ pub fn images() -> (PathBuf, PathBuf) {
             "Layers": [format!("{layer_sha}/layer.tar")],
         }]);
         fs::write(a.join("manifest.json"), manifest.to_string()).unwrap();
-        let tmp = dir.join(format!(
-            ".{}.tmp{}",
-            out.file_name().unwrap().to_string_lossy(),
-            std::process::id()
-        ));
+        // A name of its own, so another test binary building at once never shares it.
+        let tmp = tempfile::Builder::new()
+            .prefix(".image")
+            .tempfile_in(&dir)
+            .unwrap()
+            .into_temp_path();
         // Metadata files and the layer blob: plain 0644/0755, whatever the umask.
         deterministic_tar(&a, &tmp, Some("u=rwX,go=rX"));
         // Renamed into place whole, so a parallel test never reads half an image.
-        fs::rename(&tmp, out).unwrap();
+        tmp.persist(out).unwrap();
     }
     (bb, pause)
 }
