@@ -78,6 +78,8 @@ fn service_prepares_containerd_and_keeps_it_working() {
         &m,
         "[containerd]\nmemlock = \"4MiB\"\n\n[systemd]\nmemlock = \"4MiB\"\n",
     );
+    // A kernel's module files: the service must see them (ProtectKernelModules would hide them).
+    m.write("/usr/lib/modules/6.1.0-rdma-test/modules.dep", "");
 
     // Type=notify: `start` returns once the agent sent READY=1 after its first reconcile.
     let t = Instant::now();
@@ -93,6 +95,19 @@ fn service_prepares_containerd_and_keeps_it_working() {
         t.elapsed()
     );
     assert_eq!(m.sh("systemctl is-active rdma-node-agent").trim(), "active");
+    let agent = m.main_pid("rdma-node-agent");
+    assert_eq!(
+        m.sh(&format!(
+            "nsenter -t {agent} -m ls /usr/lib/modules/6.1.0-rdma-test 2>&1"
+        )),
+        "modules.dep\n",
+        "the service does not see the module files"
+    );
+    assert_eq!(
+        m.sh(&format!("grep CapBnd /proc/{agent}/status")).trim(),
+        "CapBnd:\t0000000000081000",
+        "only CAP_NET_ADMIN and CAP_SYS_PTRACE"
+    );
 
     assert_eq!(
         m.sh("systemctl show -P LimitMEMLOCK containerd").trim(),
