@@ -68,7 +68,7 @@ pub struct Assessment {
     kernel_state: Option<kernel::KernelState>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct ActionOutcome {
     pub action: String,
     pub status: &'static str,
@@ -365,7 +365,10 @@ impl Agent {
                 }
                 ActionKind::RebuildInitramfs { command } => {
                     actions.push(rdma_outcome(rdma::rebuild_initramfs(
-                        &self.host, command, &a.reason,
+                        &self.host,
+                        self.manager(),
+                        command,
+                        &a.reason,
                     )));
                     continue;
                 }

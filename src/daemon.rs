@@ -14,7 +14,7 @@ use sd_notify::NotifyState;
 use serde::Serialize;
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::agent::{Agent, AgentError};
+use crate::agent::{ActionOutcome, Agent, AgentError};
 use crate::check::Report;
 use crate::config::{Config, Mode};
 use crate::host::Host;
@@ -47,6 +47,8 @@ pub struct Cycle {
     pub duration_ms: u64,
     pub trigger: String,
     pub changed: Vec<PathBuf>,
+    /// What it did besides writing files (restarts, netns switch, initramfs rebuild).
+    pub actions: Vec<ActionOutcome>,
     /// Why the cycle could not converge (a bad config, a refused edit, a rollback).
     pub error: Option<String>,
 }
@@ -252,6 +254,7 @@ impl Daemon {
                     duration_ms: 0,
                     trigger: "panic".into(),
                     changed: Vec::new(),
+                    actions: Vec::new(),
                     error: Some(format!("reconcile panicked: {e}")),
                 },
                 Vec::new(),
@@ -285,6 +288,7 @@ fn reconcile_once(
                 duration_ms: 0,
                 trigger,
                 changed: Vec::new(),
+                actions: Vec::new(),
                 error: Some(format!("agent config invalid: {e}")),
             };
             return (
@@ -301,6 +305,7 @@ fn reconcile_once(
     let mode = config.mode;
     let agent = Agent::connect(host, config);
     let mut changed = Vec::new();
+    let mut actions = Vec::new();
     let mut error = None;
     let mut held = held_back.clone();
     if mode == Mode::Enforce {
@@ -311,9 +316,15 @@ fn reconcile_once(
                     tracing::info!(path = %p.display(), trigger = %trigger, "changed");
                 }
                 for a in &out.actions {
-                    tracing::info!(action = %a.action, status = a.status, trigger = %trigger, "{}", a.detail);
+                    let line = format!("{} {}: {}", a.action, a.status, a.detail);
+                    if a.status == "failed" {
+                        tracing::warn!(action = %a.action, status = a.status, trigger = %trigger, "{line}");
+                    } else {
+                        tracing::info!(action = %a.action, status = a.status, trigger = %trigger, "{line}");
+                    }
                 }
                 changed = out.changed;
+                actions = out.actions;
                 held = None;
             }
             Err(AgentError::RolledBack {
@@ -352,6 +363,7 @@ fn reconcile_once(
         duration_ms: 0,
         trigger,
         changed,
+        actions,
         error,
     };
     (cycle, watch, interval, debounce, held)

@@ -15,7 +15,7 @@ use std::time::SystemTime;
 pub enum HostError {
     #[error("cannot read {path}: {source}")]
     Read { path: PathBuf, source: io::Error },
-    #[error("cannot write {path}: {source}")]
+    #[error("cannot write {path}: {source}{}", read_only_hint(.source))]
     Write { path: PathBuf, source: io::Error },
     #[error("cannot remove {path}: {source}")]
     Remove { path: PathBuf, source: io::Error },
@@ -28,6 +28,18 @@ pub enum HostError {
 }
 
 pub type Result<T> = std::result::Result<T, HostError>;
+
+/// Under the shipped unit (ProtectSystem=strict) a read-only file system means the
+/// directory is not among its ReadWritePaths, typically because it did not exist
+/// when the service started.
+fn read_only_hint(e: &io::Error) -> &'static str {
+    if e.raw_os_error() == Some(nix::libc::EROFS) {
+        " (under rdma-node-agent.service: a directory missing when the service started \
+         stays read-only to it; create it, then `systemctl restart rdma-node-agent`)"
+    } else {
+        ""
+    }
+}
 
 /// A file's bytes and the metadata the agent needs to restore it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -361,6 +373,22 @@ impl Host {
             other => Some(other),
         }
     }
+
+    /// Where `program` is on the live host's PATH, as `run` would find it: for a
+    /// command handed to another process (systemd). `None` when not live or absent.
+    pub fn which(&self, program: &str) -> Option<PathBuf> {
+        if !self.is_live() {
+            return None;
+        }
+        if program.contains('/') {
+            return Some(PathBuf::from(program));
+        }
+        std::env::split_paths(&std::env::var_os("PATH")?)
+            .map(|dir| dir.join(program))
+            .find(|p| {
+                fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            })
+    }
 }
 
 fn missing(e: &io::Error) -> bool {
@@ -389,6 +417,21 @@ fn normalize(p: &Path) -> PathBuf {
 mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
+
+    #[test]
+    fn a_read_only_file_system_says_what_to_do() {
+        let e = |errno| HostError::Write {
+            path: "/etc/modprobe.d/x.conf".into(),
+            source: io::Error::from_raw_os_error(errno),
+        };
+        let rofs = e(nix::libc::EROFS).to_string();
+        assert!(rofs.starts_with("cannot write /etc/modprobe.d/x.conf: Read-only file system"));
+        assert!(
+            rofs.contains("`systemctl restart rdma-node-agent`"),
+            "{rofs}"
+        );
+        assert!(!e(nix::libc::ENOSPC).to_string().contains("systemctl"));
+    }
 
     #[test]
     fn paths_stay_under_the_root() {

@@ -196,6 +196,7 @@ mod tests {
             duration_ms: 12,
             trigger: "start".into(),
             changed: vec![],
+            actions: vec![],
             error: None,
         };
         let text = render(

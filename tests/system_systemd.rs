@@ -222,3 +222,105 @@ fn service_prepares_containerd_and_keeps_it_working() {
     );
     assert!(exposure <= 2.1, "exposure {exposure} got worse than 2.1");
 }
+
+/// An `update-initramfs` that records its arguments in /boot, and an
+/// `lsinitramfs` whose image holds ib_core and, once rebuilt, the agent's file.
+const FAKE_LSINITRAMFS: &str = "#!/bin/sh
+echo usr/lib/modules/$(uname -r)/kernel/drivers/infiniband/core/ib_core.ko
+[ -e /boot/rebuilt ] && echo etc/modprobe.d/rdma-node-agent.conf
+exit 0
+";
+
+#[test]
+#[ignore = "needs root, systemd-nspawn and a Debian mirror: run via scripts/test.sh"]
+fn initramfs_rebuild_runs_outside_the_service_sandbox() {
+    let m = Machine::boot();
+    m.write("/usr/local/sbin/lsinitramfs", FAKE_LSINITRAMFS);
+    m.write(
+        "/usr/local/sbin/update-initramfs",
+        "#!/bin/sh\necho \"$@\" >> /boot/rebuilt\n",
+    );
+    m.sh_ok("chmod 755 /usr/local/sbin/lsinitramfs /usr/local/sbin/update-initramfs");
+    install_agent(
+        &m,
+        "[containerd]\nenabled = false\n\n[systemd]\nenabled = false\n\n\
+         [rdma]\nnetns_mode = \"exclusive\"\ninitramfs = \"rebuild\"\n",
+    );
+    // This minimal rootfs has no kmod, so no /etc/modprobe.d: the sandbox keeps
+    // /etc read-only, and the agent says what to do.
+    m.sh_ok("systemctl start rdma-node-agent");
+    let error = status(&m)["error"].to_string();
+    assert!(
+        error.contains("/etc/modprobe.d/rdma-node-agent.conf")
+            && error.contains("create it, then `systemctl restart rdma-node-agent`"),
+        "{error}"
+    );
+    m.sh_ok("mkdir /etc/modprobe.d && systemctl restart rdma-node-agent");
+    // The service's own view: /boot is read-only in its sandbox.
+    let agent = m.main_pid("rdma-node-agent");
+    assert!(
+        m.sh(&format!("nsenter -t {agent} -m touch /boot/probe 2>&1"))
+            .contains("Read-only file system"),
+        "/boot is writable inside the service: the test would prove nothing"
+    );
+
+    let release = m.sh_ok("uname -r").trim().to_owned();
+    assert_eq!(
+        m.read("/boot/rebuilt"),
+        format!("-u -k {release}\n"),
+        "update-initramfs did not run (once) for the running kernel"
+    );
+    assert_eq!(
+        m.read("/etc/modprobe.d/rdma-node-agent.conf")
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .collect::<Vec<_>>(),
+        vec!["options ib_core netns_mode=0"]
+    );
+    assert!(
+        m.journal("rdma-node-agent").contains(&format!(
+            "rebuild the initramfs (update-initramfs -u -k {release}) done"
+        )),
+        "the rebuild is not logged as done"
+    );
+    // It ran as a unit of its own, logged under its name, and was collected.
+    assert!(
+        m.journal("rdma-node-agent-initramfs")
+            .contains("update-initramfs"),
+        "no journal of the rebuild"
+    );
+    assert_eq!(
+        m.sh("systemctl list-units --all --no-legend 'rdma-node-agent-initramfs*'"),
+        ""
+    );
+
+    // Converged: a reconcile rebuilds nothing more.
+    m.sh("systemctl reload rdma-node-agent");
+    m.wait("the SIGHUP reconcile", Duration::from_secs(10), |m| {
+        status(m)["trigger"] == "SIGHUP"
+    });
+    assert_eq!(status(&m)["actions"], serde_json::json!([]));
+    assert_eq!(m.read("/boot/rebuilt").lines().count(), 1);
+
+    // A rebuild that fails is reported, with where to read why.
+    m.sh_ok("rm /boot/rebuilt; printf '#!/bin/sh\\necho no space left >&2\\nexit 3\\n' > /usr/local/sbin/update-initramfs");
+    m.sh("systemctl reload rdma-node-agent");
+    m.wait("the failed rebuild", Duration::from_secs(10), |m| {
+        status(m)["actions"].to_string().contains("\"failed\"")
+    });
+    let actions = status(&m)["actions"].to_string();
+    assert!(
+        actions.contains("journalctl -u rdma-node-agent-initramfs.service"),
+        "{actions}"
+    );
+    assert!(
+        m.journal("rdma-node-agent-initramfs")
+            .contains("no space left"),
+        "the rebuild's stderr is not in its journal"
+    );
+    assert!(
+        m.journal("rdma-node-agent")
+            .contains("rebuild the initramfs"),
+        "the failure is not logged by the agent"
+    );
+}

@@ -9,6 +9,7 @@ pub mod netns;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -16,6 +17,7 @@ use crate::check::{Check, Status};
 use crate::host::{Host, HostError};
 use crate::netlink::NetnsMode;
 use crate::plan::Plan;
+use crate::systemd::ServiceManager;
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -189,16 +191,44 @@ pub fn set_netns_mode(
     }
 }
 
-/// Runs `update-initramfs -u` or `dracut -f` (as the decision chose). Returns (status, detail).
-pub fn rebuild_initramfs(host: &Host, command: &[String], reason: &str) -> (&'static str, String) {
+/// The transient unit an initramfs rebuild runs as; its output is in its journal.
+pub const INITRAMFS_UNIT: &str = "rdma-node-agent-initramfs.service";
+
+/// Generous: dracut with every module of a kernel takes minutes on a slow disk.
+const INITRAMFS_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Runs `update-initramfs -u` or `dracut -f` (as the decision chose). With systemd,
+/// as a transient unit of its own: the agent's sandbox (read-only /boot, a system
+/// call filter) would make it fail or build an image without modules. Returns
+/// (status, detail).
+pub fn rebuild_initramfs(
+    host: &Host,
+    manager: Option<&dyn ServiceManager>,
+    command: &[String],
+    reason: &str,
+) -> (&'static str, String) {
     if let Some(skipped) = off_root(host, reason) {
         return skipped;
     }
     let Some((program, args)) = command.split_first() else {
         return ("failed", "empty initramfs command".into());
     };
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let shown = command.join(" ");
+    let Some(path) = host.which(program) else {
+        return ("failed", format!("{program} is not installed"));
+    };
+    if let Some(m) = manager {
+        let mut argv = vec![path.display().to_string()];
+        argv.extend(args.iter().cloned());
+        return match m.run_transient(INITRAMFS_UNIT, &argv, INITRAMFS_TIMEOUT) {
+            Ok(()) => ("done", reason.to_owned()),
+            Err(e) => (
+                "failed",
+                format!("`{shown}`: {e}; see `journalctl -u {INITRAMFS_UNIT}`"),
+            ),
+        };
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     match host.run(program, &args) {
         Some(Ok(o)) if o.status.success() => ("done", reason.to_owned()),
         Some(Ok(o)) => (

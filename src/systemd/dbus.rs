@@ -4,7 +4,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use futures_util::StreamExt;
 use zbus::proxy::CacheProperties;
-use zbus::{Connection, OwnedObjectPath, proxy};
+use zbus::{Connection, OwnedObjectPath, Variant, proxy};
 
 use super::{ServiceManager, SystemdError, UnitStatus};
 
@@ -18,6 +18,13 @@ trait Manager {
     fn reload(&self) -> zbus::Result<()>;
     fn load_unit(&self, name: &str) -> zbus::Result<OwnedObjectPath>;
     fn restart_unit(&self, name: &str, mode: &str) -> zbus::Result<OwnedObjectPath>;
+    fn start_transient_unit(
+        &self,
+        name: &str,
+        mode: &str,
+        properties: &[(&str, Variant<'_>)],
+        aux: &[(&str, &[(&str, Variant<'_>)])],
+    ) -> zbus::Result<OwnedObjectPath>;
     #[zbus(signal)]
     fn job_removed(
         &self,
@@ -77,6 +84,23 @@ impl Dbus {
         Ok(Dbus { rt, conn })
     }
 
+    /// The manager, with job signals subscribed to and listened for: listening
+    /// before a job is queued means its end cannot slip by unseen.
+    async fn watching_jobs(&self) -> Result<(ManagerProxy<'_>, JobRemovedStream), SystemdError> {
+        let m = ManagerProxy::new(&self.conn)
+            .await
+            .map_err(call("Manager"))?;
+        // Job signals are only sent to subscribed clients; once per connection.
+        match m.subscribe().await {
+            Ok(()) => {}
+            Err(zbus::Error::MethodError(name, _, _))
+                if name.as_str() == "org.freedesktop.systemd1.AlreadySubscribed" => {}
+            Err(e) => return Err(call("Subscribe")(e)),
+        }
+        let removed = m.receive_job_removed().await.map_err(call("JobRemoved"))?;
+        Ok((m, removed))
+    }
+
     async fn unit_path(&self, unit: &str) -> Result<OwnedObjectPath, SystemdError> {
         let m = ManagerProxy::new(&self.conn)
             .await
@@ -98,43 +122,49 @@ impl ServiceManager for Dbus {
 
     fn restart(&self, unit: &str, timeout: Duration) -> Result<(), SystemdError> {
         self.rt.block_on(async {
-            let m = ManagerProxy::new(&self.conn)
-                .await
-                .map_err(call("Manager"))?;
-            // Job signals are only sent to subscribed clients; once per connection.
-            match m.subscribe().await {
-                Ok(()) => {}
-                Err(zbus::Error::MethodError(name, _, _))
-                    if name.as_str() == "org.freedesktop.systemd1.AlreadySubscribed" => {}
-                Err(e) => return Err(call("Subscribe")(e)),
-            }
-            // Listen before asking, so the job's end cannot slip by unseen.
-            let mut removed = m.receive_job_removed().await.map_err(call("JobRemoved"))?;
+            let (m, removed) = self.watching_jobs().await?;
             let job = m
                 .restart_unit(unit, "replace")
                 .await
                 .map_err(call("RestartUnit"))?;
-            let wait = async {
-                while let Some(signal) = removed.next().await {
-                    if let Ok(args) = signal.args() {
-                        if args.job == job {
-                            return Some(args.result.clone());
-                        }
-                    }
-                }
-                None
-            };
-            match tokio::time::timeout(timeout, wait).await {
-                Ok(Some(result)) if result == "done" => Ok(()),
-                Ok(Some(result)) => Err(SystemdError::JobFailed {
-                    unit: unit.to_owned(),
-                    result,
-                }),
-                Ok(None) | Err(_) => Err(SystemdError::JobTimeout {
-                    unit: unit.to_owned(),
-                    timeout,
-                }),
-            }
+            wait_for_job(removed, job, unit, "restart", timeout).await
+        })
+    }
+
+    fn run_transient(
+        &self,
+        unit: &str,
+        argv: &[String],
+        timeout: Duration,
+    ) -> Result<(), SystemdError> {
+        let Some(program) = argv.first() else {
+            return Err(SystemdError::Call {
+                call: "StartTransientUnit".into(),
+                message: "no command to run".into(),
+            });
+        };
+        let exec_start = vec![(program.clone(), argv.to_vec(), false)];
+        let properties = [
+            (
+                "Description",
+                Variant::from(format!("rdma-node-agent: {}", argv.join(" "))),
+            ),
+            ("Type", Variant::from("oneshot")),
+            ("ExecStart", Variant::from(exec_start)),
+            // Gone once it ends, failed or not, so the next run can reuse the name.
+            ("CollectMode", Variant::from("inactive-or-failed")),
+            (
+                "TimeoutStartUSec",
+                Variant::from(timeout.as_micros() as u64),
+            ),
+        ];
+        self.rt.block_on(async {
+            let (m, removed) = self.watching_jobs().await?;
+            let job = m
+                .start_transient_unit(unit, "fail", &properties, &[])
+                .await
+                .map_err(call("StartTransientUnit"))?;
+            wait_for_job(removed, job, unit, "start", timeout).await
         })
     }
 
@@ -170,5 +200,38 @@ impl ServiceManager for Dbus {
                 started,
             })
         })
+    }
+}
+
+/// Waits for `job` to be removed; its result must be `done`.
+async fn wait_for_job(
+    mut removed: JobRemovedStream,
+    job: OwnedObjectPath,
+    unit: &str,
+    kind: &'static str,
+    timeout: Duration,
+) -> Result<(), SystemdError> {
+    let wait = async {
+        while let Some(signal) = removed.next().await {
+            if let Ok(args) = signal.args() {
+                if args.job == job {
+                    return Some(args.result.clone());
+                }
+            }
+        }
+        None
+    };
+    match tokio::time::timeout(timeout, wait).await {
+        Ok(Some(result)) if result == "done" => Ok(()),
+        Ok(Some(result)) => Err(SystemdError::JobFailed {
+            unit: unit.to_owned(),
+            job: kind,
+            result,
+        }),
+        Ok(None) | Err(_) => Err(SystemdError::JobTimeout {
+            unit: unit.to_owned(),
+            job: kind,
+            timeout,
+        }),
     }
 }

@@ -12,10 +12,18 @@ pub enum SystemdError {
     Connect(String),
     #[error("D-Bus call {call} failed: {message}")]
     Call { call: String, message: String },
-    #[error("{unit}: restart job finished with result {result:?}")]
-    JobFailed { unit: String, result: String },
-    #[error("{unit}: restart job did not finish within {0:?}", .timeout)]
-    JobTimeout { unit: String, timeout: Duration },
+    #[error("{unit}: {job} job finished with result {result:?}")]
+    JobFailed {
+        unit: String,
+        job: &'static str,
+        result: String,
+    },
+    #[error("{unit}: {job} job did not finish within {timeout:?}")]
+    JobTimeout {
+        unit: String,
+        job: &'static str,
+        timeout: Duration,
+    },
 }
 
 /// What the agent needs to know of a unit.
@@ -35,4 +43,13 @@ pub trait ServiceManager: Send + Sync {
     /// Restarts a unit and waits for its job to finish with result `done`.
     fn restart(&self, unit: &str, timeout: Duration) -> Result<(), SystemdError>;
     fn status(&self, unit: &str) -> Result<UnitStatus, SystemdError>;
+    /// Runs `argv` to completion as a transient oneshot service named `unit`: a
+    /// host command that must not inherit the agent's sandbox (an initramfs
+    /// rebuild writes /boot and reads every module). Its output is in the journal.
+    fn run_transient(
+        &self,
+        unit: &str,
+        argv: &[String],
+        timeout: Duration,
+    ) -> Result<(), SystemdError>;
 }
