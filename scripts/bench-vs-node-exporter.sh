@@ -21,8 +21,8 @@ if ((${#need[@]})); then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/rdma-node-agent/target}"
-cargo build --release --quiet
-agent="$CARGO_TARGET_DIR/release/rdma-node-agent"
+# The binary the packages ship (static glibc).
+agent=$(bash scripts/release-build.sh)
 
 root=$(mktemp -d)
 pids=()

@@ -17,10 +17,12 @@ if [ "${1:-}" = --deb-version ]; then
     deb_version=(--deb-version "$2")
 fi
 
-cargo build --release --locked
-"$CARGO_TARGET_DIR/release/rdma-node-agent" generate-assets packaging/generated
+bin=$(bash scripts/release-build.sh)
+target=$(basename "$(dirname "$(dirname "$bin")")")
+"$bin" generate-assets packaging/generated
 dist="$CARGO_TARGET_DIR/dist"
 mkdir -p "$dist"
-cargo deb --no-build "${deb_version[@]}" --output "$dist/"
-cargo generate-rpm --output "$dist/"
+# Both tools take the binary from target/<triple>/release/ with --target.
+cargo deb --no-build --target "$target" "${deb_version[@]}" --output "$dist/"
+cargo generate-rpm --target "$target" --output "$dist/"
 ls -1 "$dist"/*.deb "$dist"/*.rpm

@@ -268,10 +268,22 @@ fn generate_assets(dir: &std::path::Path) -> anyhow::Result<()> {
 /// Logs go to journald, with structured fields, when systemd connected our output
 /// to the journal; to stderr otherwise.
 fn init_logging(serve: bool) {
+    use tracing_subscriber::filter::{LevelFilter, Targets};
     use tracing_subscriber::prelude::*;
-    let default = if serve { "info" } else { "warn" };
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default.into());
+    let default = if serve {
+        LevelFilter::INFO
+    } else {
+        LevelFilter::WARN
+    };
+    // `RUST_LOG=debug` or `RUST_LOG=warn,rdma_node_agent=debug`: targets and levels
+    // (Targets, not EnvFilter, whose regex engine would double the code paged in).
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(spec) => spec.parse::<Targets>().unwrap_or_else(|e| {
+            eprintln!("RUST_LOG={spec:?} ignored: {e}");
+            Targets::new().with_default(default)
+        }),
+        Err(_) => Targets::new().with_default(default),
+    };
     let journald = std::env::var_os("JOURNAL_STREAM")
         .is_some()
         .then(|| tracing_journald::layer().ok())

@@ -262,9 +262,31 @@ fn rpm_contents_scripts_and_scratch_install() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(root.path().join("usr/bin/rdma-node-agent").exists());
+    // One build for every RPM distribution, RHEL 8's glibc 2.28 included: the
+    // binary needs no dynamic loader, so no glibc version, and none is required.
+    let binary = std::fs::read(root.path().join("usr/bin/rdma-node-agent")).unwrap();
+    assert!(!has_interpreter(&binary), "the packaged binary is dynamic");
+    let requires = Command::new("rpm").arg("-qpR").arg(&rpm).output().unwrap();
+    let requires = String::from_utf8_lossy(&requires.stdout);
+    assert!(
+        !requires.contains("GLIBC") && !requires.contains("libc.so"),
+        "{requires}"
+    );
     let version = Command::new(root.path().join("usr/bin/rdma-node-agent"))
         .arg("--version")
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&version.stdout).starts_with("rdma-node-agent "));
+}
+
+/// Whether a 64-bit little-endian ELF file asks for a dynamic loader (PT_INTERP).
+fn has_interpreter(elf: &[u8]) -> bool {
+    assert_eq!(&elf[..5], b"\x7fELF\x02", "not a 64-bit ELF file");
+    let u16_at = |o: usize| u16::from_le_bytes(elf[o..o + 2].try_into().unwrap()) as usize;
+    let phoff = u64::from_le_bytes(elf[0x20..0x28].try_into().unwrap()) as usize;
+    let (phentsize, phnum) = (u16_at(0x36), u16_at(0x38));
+    (0..phnum).any(|i| {
+        let p = phoff + i * phentsize;
+        u32::from_le_bytes(elf[p..p + 4].try_into().unwrap()) == 3 // PT_INTERP
+    })
 }
