@@ -112,24 +112,23 @@ impl Host {
             Err(e) if missing(&e) => return Ok(None),
             Err(source) => return Err(HostError::Read { path: real, source }),
         };
-        let mut bytes = vec![0u8; 4096];
-        let mut len = 0;
+        // Most are a few bytes: read on the stack, allocate only what the text needs.
+        let mut buf = [0u8; 4096];
+        let mut bytes = Vec::new();
         loop {
-            match f.read(&mut bytes[len..]) {
+            match f.read(&mut buf) {
                 Ok(0) => break,
                 Ok(n) => {
-                    len += n;
+                    bytes.extend_from_slice(&buf[..n]);
                     // A short read of a regular file (or a sysfs attribute) is its end.
-                    if len < bytes.len() {
+                    if n < buf.len() {
                         break;
                     }
-                    bytes.resize(bytes.len() * 2, 0);
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(source) => return Err(HostError::Read { path: real, source }),
             }
         }
-        bytes.truncate(len);
         String::from_utf8(bytes)
             .map(Some)
             .map_err(|_| HostError::NotUtf8 { path: real })
@@ -417,6 +416,27 @@ fn normalize(p: &Path) -> PathBuf {
 mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
+
+    #[test]
+    fn read_string_reads_small_and_large_files_whole() {
+        let t = tempfile::tempdir().unwrap();
+        let h = Host::new(t.path());
+        for len in [0, 5, 4095, 4096, 4097, 20_000] {
+            let text: String = (0..len).map(|i| (b'a' + (i % 26) as u8) as char).collect();
+            fs::write(t.path().join("f"), &text).unwrap();
+            assert_eq!(
+                h.read_string(Path::new("/f")).unwrap(),
+                Some(text),
+                "{len} bytes"
+            );
+        }
+        assert_eq!(h.read_string(Path::new("/absent")).unwrap(), None);
+        fs::write(t.path().join("bad"), [0xff, 0xfe]).unwrap();
+        assert!(matches!(
+            h.read_string(Path::new("/bad")),
+            Err(HostError::NotUtf8 { .. })
+        ));
+    }
 
     #[test]
     fn a_read_only_file_system_says_what_to_do() {
