@@ -198,9 +198,8 @@ pub const INITRAMFS_UNIT: &str = "rdma-node-agent-initramfs.service";
 const INITRAMFS_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Runs `update-initramfs -u` or `dracut -f` (as the decision chose). With systemd,
-/// as a transient unit of its own: the agent's sandbox (read-only /boot, a system
-/// call filter) would make it fail or build an image without modules. Returns
-/// (status, detail).
+/// as a transient unit of its own: in the agent's sandbox (read-only /boot, no
+/// chown in the system call filter) it cannot write the image. Returns (status, detail).
 pub fn rebuild_initramfs(
     host: &Host,
     manager: Option<&dyn ServiceManager>,
