@@ -3,13 +3,14 @@
 //! back when the restarted service does not come back healthy), revert.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
 use crate::check::{Check, Report, Status};
 use crate::config::Config;
 use crate::containerd::{self, ContainerdError, validate::Validation};
+use crate::holds::Holds;
 use crate::host::{Host, HostError};
 use crate::kernel;
 use crate::ledger::{Ledger, LedgerError, RevertOutcome};
@@ -317,16 +318,13 @@ impl Agent {
 
     /// Converges the host. Live actions run only on the live root and when allowed.
     pub fn apply(&self, restart: bool) -> Result<ApplyOutcome, AgentError> {
-        self.apply_unless(restart, None)
+        self.apply_unless(restart, &Holds::default())
     }
 
-    /// Like `apply`, but refuses a plan whose digest is `held_back` (one that was
-    /// rolled back before), so a failing change does not restart a service in a loop.
-    pub fn apply_unless(
-        &self,
-        restart: bool,
-        held_back: Option<(&str, &str)>,
-    ) -> Result<ApplyOutcome, AgentError> {
+    /// Like `apply`, but refuses a plan that was rolled back before, so a failing
+    /// change does not restart a service in a loop, and defers live actions that
+    /// failed until their next try is due.
+    pub fn apply_unless(&self, restart: bool, holds: &Holds) -> Result<ApplyOutcome, AgentError> {
         let _lock = lock::acquire(
             &self.host,
             Path::new(lock::LOCK_PATH),
@@ -334,13 +332,14 @@ impl Agent {
         )?;
         let assessment = self.assess(true);
         let plan = assessment.plan?;
-        if let Some((digest, reason)) = held_back {
-            if !plan.is_empty() && plan.digest() == digest {
+        if let Some((digest, reason)) = &holds.plan {
+            if !plan.is_empty() && plan.digest() == *digest {
                 return Err(AgentError::HeldBack {
-                    reason: reason.to_owned(),
+                    reason: reason.clone(),
                 });
             }
         }
+        let now = SystemTime::now();
         let mut ledger = Ledger::load(&self.host)?;
         ledger.apply(&self.host, &plan)?;
 
@@ -352,6 +351,22 @@ impl Agent {
                 status,
                 detail,
             };
+            // Restarts have their own guard (verification, rollback, the plan hold).
+            let hold = match a.kind {
+                ActionKind::RestartUnit { .. } => None,
+                _ => holds.deferred(&a.kind.to_string(), now),
+            };
+            if let Some(h) = hold {
+                let wait = h.until.duration_since(now).unwrap_or_default().as_secs();
+                actions.push(rdma_outcome((
+                    "deferred",
+                    format!(
+                        "failed {} time(s) in a row; next try in {wait} s, or now with `systemctl reload rdma-node-agent` ({})",
+                        h.failures, a.reason
+                    ),
+                )));
+                continue;
+            }
             let unit = match &a.kind {
                 ActionKind::RestartUnit { unit } => unit,
                 ActionKind::SetRdmaNetnsMode { mode } => {

@@ -17,6 +17,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use crate::agent::{ActionOutcome, Agent, AgentError};
 use crate::check::Report;
 use crate::config::{Config, Mode};
+use crate::holds::Holds;
 use crate::host::Host;
 use crate::http::{self, Board, Limits, Listen, Published};
 use crate::lock::{self, LockError};
@@ -52,9 +53,6 @@ pub struct Cycle {
     /// Why the cycle could not converge (a bad config, a refused edit, a rollback).
     pub error: Option<String>,
 }
-
-/// A plan that was rolled back: its digest and why, so it is not retried.
-type HeldBack = Option<(String, String)>;
 
 pub struct Daemon {
     pub root: PathBuf,
@@ -121,11 +119,15 @@ impl Daemon {
 
         let mut trigger = "start".to_owned();
         let mut ready = false;
-        let mut held_back: HeldBack = None;
+        let mut holds = Holds::default();
         loop {
+            if trigger == "SIGHUP" {
+                // `systemctl reload`: the operator asks for failed actions to be tried now.
+                holds.actions.clear();
+            }
             let (cycle, watch, interval, debounce, held) =
-                self.reconcile(&trigger, held_back.take()).await;
-            held_back = held;
+                self.reconcile(&trigger, std::mem::take(&mut holds)).await;
+            holds = held;
             let status = match (&cycle.error, &cycle.report) {
                 (Some(e), _) => format!("error: {e}"),
                 (None, Some(r)) => r.summary.clone(),
@@ -232,17 +234,16 @@ impl Daemon {
     async fn reconcile(
         &self,
         trigger: &str,
-        held_back: HeldBack,
-    ) -> (Cycle, Vec<PathBuf>, Duration, Duration, HeldBack) {
+        holds: Holds,
+    ) -> (Cycle, Vec<PathBuf>, Duration, Duration, Holds) {
         let root = self.root.clone();
         let config_path = self.config_path.clone();
         let trigger = trigger.to_owned();
         let started = Instant::now();
         self.busy_since.store(unix_now(), Ordering::Relaxed);
-        let out = tokio::task::spawn_blocking(move || {
-            reconcile_once(root, config_path, trigger, held_back)
-        })
-        .await;
+        let out =
+            tokio::task::spawn_blocking(move || reconcile_once(root, config_path, trigger, holds))
+                .await;
         self.busy_since.store(0, Ordering::Relaxed);
         let (mut cycle, watch, interval, debounce, held) = match out {
             Ok(r) => r,
@@ -260,7 +261,7 @@ impl Daemon {
                 Vec::new(),
                 Duration::from_secs(60),
                 Duration::from_millis(200),
-                None,
+                Holds::default(),
             ),
         };
         cycle.duration_ms = started.elapsed().as_millis() as u64;
@@ -273,8 +274,8 @@ fn reconcile_once(
     root: PathBuf,
     config_path: PathBuf,
     trigger: String,
-    held_back: HeldBack,
-) -> (Cycle, Vec<PathBuf>, Duration, Duration, HeldBack) {
+    holds: Holds,
+) -> (Cycle, Vec<PathBuf>, Duration, Duration, Holds) {
     let host = Host::new(&root);
     let mut watch = vec![config_path.clone()];
     let config = match Config::load(&host, &config_path) {
@@ -296,7 +297,7 @@ fn reconcile_once(
                 watch,
                 Duration::from_secs(60),
                 Duration::from_millis(200),
-                held_back,
+                holds,
             );
         }
     };
@@ -307,10 +308,9 @@ fn reconcile_once(
     let mut changed = Vec::new();
     let mut actions = Vec::new();
     let mut error = None;
-    let mut held = held_back.clone();
+    let mut holds = holds;
     if mode == Mode::Enforce {
-        let hb = held_back.as_ref().map(|(d, r)| (d.as_str(), r.as_str()));
-        match agent.apply_unless(true, hb) {
+        match agent.apply_unless(true, &holds) {
             Ok(out) => {
                 for p in &out.changed {
                     tracing::info!(path = %p.display(), trigger = %trigger, "changed");
@@ -323,9 +323,10 @@ fn reconcile_once(
                         tracing::info!(action = %a.action, status = a.status, trigger = %trigger, "{line}");
                     }
                 }
+                holds.plan = None;
+                holds.record(&out.actions, SystemTime::now(), interval);
                 changed = out.changed;
                 actions = out.actions;
-                held = None;
             }
             Err(AgentError::RolledBack {
                 unit,
@@ -341,7 +342,7 @@ fn reconcile_once(
                 };
                 tracing::error!(trigger = %trigger, "apply rolled back: {e}");
                 error = Some(e.to_string());
-                held = Some((digest, reason));
+                holds.plan = Some((digest, reason));
             }
             Err(e) => {
                 tracing::error!(trigger = %trigger, "apply failed: {e}");
@@ -366,7 +367,7 @@ fn reconcile_once(
         actions,
         error,
     };
-    (cycle, watch, interval, debounce, held)
+    (cycle, watch, interval, debounce, holds)
 }
 
 /// The directories to watch for the given files: a file is replaced by rename, so

@@ -8,6 +8,7 @@ pub mod check;
 pub mod config;
 pub mod containerd;
 pub mod daemon;
+pub mod holds;
 pub mod host;
 pub mod http;
 pub mod kernel;

@@ -303,7 +303,7 @@ fn initramfs_rebuild_runs_outside_the_service_sandbox() {
     assert_eq!(m.read("/boot/rebuilt").lines().count(), 1);
 
     // A rebuild that fails is reported, with where to read why.
-    m.sh_ok("rm /boot/rebuilt; printf '#!/bin/sh\\necho no space left >&2\\nexit 3\\n' > /usr/local/sbin/update-initramfs");
+    m.sh_ok("rm /boot/rebuilt; printf '#!/bin/sh\\necho try >> /boot/tries\\necho no space left >&2\\nexit 3\\n' > /usr/local/sbin/update-initramfs");
     m.sh("systemctl reload rdma-node-agent");
     m.wait("the failed rebuild", Duration::from_secs(10), |m| {
         status(m)["actions"].to_string().contains("\"failed\"")
@@ -323,4 +323,23 @@ fn initramfs_rebuild_runs_outside_the_service_sandbox() {
             .contains("rebuild the initramfs"),
         "the failure is not logged by the agent"
     );
+    assert_eq!(m.read("/boot/tries").lines().count(), 1);
+
+    // Not rerun by the next reconcile (a watched file changed): it waits, doubling
+    // from the interval; `systemctl reload` tries now.
+    m.sh_ok("touch /etc/rdma-node-agent/config.toml");
+    m.wait("the deferred rebuild", Duration::from_secs(10), |m| {
+        status(m)["actions"].to_string().contains("\"deferred\"")
+    });
+    let actions = status(&m)["actions"].to_string();
+    assert!(
+        actions.contains("failed 1 time(s) in a row; next try in")
+            && actions.contains("`systemctl reload rdma-node-agent`"),
+        "{actions}"
+    );
+    assert_eq!(m.read("/boot/tries").lines().count(), 1, "rerun at once");
+    m.sh("systemctl reload rdma-node-agent");
+    m.wait("the retried rebuild", Duration::from_secs(10), |m| {
+        m.read("/boot/tries").lines().count() == 2
+    });
 }

@@ -1,0 +1,113 @@
+//! What the daemon holds back from one reconcile to the next, so that a failure
+//! does not repeat on every trigger: a plan that was rolled back (it would restart
+//! a service in a loop), and live actions that failed (an initramfs rebuild takes
+//! minutes of CPU; a refused netns switch only fills the journal). Pure: the
+//! daemon records outcomes and the time, the agent asks before acting.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use crate::agent::ActionOutcome;
+
+/// The longest wait between two tries of a failing action.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(6 * 3600);
+
+#[derive(Debug, Clone, Default)]
+pub struct Holds {
+    /// A plan that was rolled back: its digest and why. Not applied again until
+    /// the plan changes.
+    pub plan: Option<(String, String)>,
+    /// Failing live actions, by their text.
+    pub actions: BTreeMap<String, ActionHold>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActionHold {
+    pub failures: u32,
+    /// Not tried again before this.
+    pub until: SystemTime,
+}
+
+/// The wait after the `failures`-th failure in a row: the reconcile interval,
+/// doubling, at most `MAX_BACKOFF`.
+pub fn backoff(failures: u32, interval: Duration) -> Duration {
+    let doublings = failures.saturating_sub(1).min(16);
+    interval.saturating_mul(1 << doublings).min(MAX_BACKOFF)
+}
+
+impl Holds {
+    /// The hold on `action` when it must wait at `now`.
+    pub fn deferred(&self, action: &str, now: SystemTime) -> Option<&ActionHold> {
+        self.actions.get(action).filter(|h| h.until > now)
+    }
+
+    /// Learns from a reconcile's action outcomes: a failure pushes the next try
+    /// back, a success forgets the action's failures.
+    pub fn record(&mut self, outcomes: &[ActionOutcome], now: SystemTime, interval: Duration) {
+        for o in outcomes {
+            match o.status {
+                "failed" => {
+                    let failures = self.actions.get(&o.action).map_or(0, |h| h.failures) + 1;
+                    self.actions.insert(
+                        o.action.clone(),
+                        ActionHold {
+                            failures,
+                            until: now + backoff(failures, interval),
+                        },
+                    );
+                }
+                "done" => {
+                    self.actions.remove(&o.action);
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: Duration = Duration::from_secs(60);
+
+    fn outcome(action: &str, status: &'static str) -> ActionOutcome {
+        ActionOutcome {
+            action: action.into(),
+            status,
+            detail: String::new(),
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_from_the_interval_up_to_six_hours() {
+        assert_eq!(backoff(1, 5 * MIN), 5 * MIN);
+        assert_eq!(backoff(2, 5 * MIN), 10 * MIN);
+        assert_eq!(backoff(4, 5 * MIN), 40 * MIN);
+        assert_eq!(backoff(10, 5 * MIN), MAX_BACKOFF);
+        assert_eq!(backoff(u32::MAX, 5 * MIN), MAX_BACKOFF);
+        assert_eq!(backoff(1, 24 * 60 * MIN), MAX_BACKOFF);
+    }
+
+    #[test]
+    fn failures_defer_successes_forget() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let mut h = Holds::default();
+        let rebuild = "rebuild the initramfs (update-initramfs -u)";
+        h.record(&[outcome(rebuild, "failed")], t0, MIN);
+        assert!(h.deferred(rebuild, t0 + MIN / 2).is_some());
+        assert!(h.deferred(rebuild, t0 + MIN).is_none(), "due again");
+        assert!(h.deferred("set the RDMA netns mode", t0).is_none());
+
+        h.record(&[outcome(rebuild, "failed")], t0 + MIN, MIN);
+        let hold = h.deferred(rebuild, t0 + MIN).unwrap();
+        assert_eq!(hold.failures, 2);
+        assert_eq!(hold.until, t0 + 3 * MIN);
+
+        // Deferred and skipped outcomes change nothing; a success clears.
+        h.record(&[outcome(rebuild, "deferred")], t0 + 2 * MIN, MIN);
+        assert_eq!(h.deferred(rebuild, t0 + 2 * MIN).unwrap().failures, 2);
+        h.record(&[outcome(rebuild, "done")], t0 + 3 * MIN, MIN);
+        assert!(h.actions.is_empty());
+    }
+}
