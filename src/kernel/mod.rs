@@ -40,6 +40,16 @@ fn state_path() -> PathBuf {
     Path::new(STATE_DIR).join("kernel.json")
 }
 
+/// One line of `dkms status`: a module version and, once built, the kernel and
+/// its state there (`added`, `built`, `installed`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DkmsStatus {
+    pub module: String,
+    pub version: String,
+    pub kernel: Option<String>,
+    pub state: String,
+}
+
 /// One candidate file of a module under /lib/modules/<release>/.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModuleFile {
@@ -64,6 +74,8 @@ pub struct Facts {
     pub installed: Vec<String>,
     /// DKMS module → version → kernels it is built for.
     pub dkms: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
+    /// `dkms status` on the live host, when the tool is there: the cross-check.
+    pub dkms_status: Option<Vec<DkmsStatus>>,
     /// The MLNX_OFED/DOCA or mlx5_core driver version, for fleets to compare.
     pub driver: Option<String>,
 }
@@ -179,6 +191,13 @@ pub fn gather(host: &Host, cfg: &KernelConfig) -> Result<Facts, HostError> {
         }
     }
 
+    let dkms_status = match host.run("dkms", &["status"]) {
+        Some(Ok(out)) if out.status.success() => {
+            Some(parse_dkms_status(&String::from_utf8_lossy(&out.stdout)))
+        }
+        _ => None,
+    };
+
     let driver = match host.run("ofed_info", &["-s"]) {
         Some(Ok(out)) if out.status.success() => Some(
             String::from_utf8_lossy(&out.stdout)
@@ -198,6 +217,7 @@ pub fn gather(host: &Host, cfg: &KernelConfig) -> Result<Facts, HostError> {
         modules_dir_exists,
         installed,
         dkms,
+        dkms_status,
         driver,
     })
 }
@@ -406,6 +426,51 @@ pub fn check_modules(f: &Facts, cfg: &KernelConfig) -> Check {
     }
 }
 
+/// `dkms status` lines, in dkms 3's `module/version, kernel, arch: state` and
+/// dkms 2's `module, version, kernel, arch: state` forms (`module/version: added`
+/// before a build). A note after the state, such as `(WARNING! …)`, is dropped.
+pub fn parse_dkms_status(text: &str) -> Vec<DkmsStatus> {
+    text.lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(": ")?;
+            let state = right.split_whitespace().next()?.to_owned();
+            let parts: Vec<&str> = left.split(',').map(str::trim).collect();
+            let (module, version, rest) = match parts[0].split_once('/') {
+                Some((m, v)) => (m, v, &parts[1..]),
+                None if parts.len() >= 2 => (parts[0], parts[1], &parts[2..]),
+                None => return None,
+            };
+            (!module.is_empty() && !version.is_empty()).then(|| DkmsStatus {
+                module: module.to_owned(),
+                version: version.to_owned(),
+                kernel: rest.first().map(|k| (*k).to_owned()),
+                state,
+            })
+        })
+        .collect()
+}
+
+/// Why a kernel lacks a DKMS module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Lack {
+    /// No build under /var/lib/dkms.
+    NotBuilt,
+    /// Built, but `dkms status` does not say installed: its files are not under
+    /// /lib/modules/<kernel>, so booting it loads no such module.
+    NotInstalled,
+}
+
+impl Lack {
+    fn why(self) -> &'static str {
+        match self {
+            Lack::NotBuilt => "not built by DKMS",
+            Lack::NotInstalled => {
+                "built by DKMS but not installed (dkms status): run `dkms install`"
+            }
+        }
+    }
+}
+
 /// The kernels a DKMS build must exist for: the running one and every newer installed one.
 fn kernels_to_cover<'a>(f: &'a Facts, release: &'a str) -> Vec<&'a str> {
     let mut v: Vec<&str> = f
@@ -423,18 +488,19 @@ fn kernels_to_cover<'a>(f: &'a Facts, release: &'a str) -> Vec<&'a str> {
 pub fn hold_back_reasons(f: &Facts, cfg: &KernelConfig) -> Vec<String> {
     dkms_gaps(f, cfg)
         .into_iter()
-        .filter(|(k, _)| Some(k.as_str()) != f.release.as_deref())
-        .map(|(k, missing)| {
+        .filter(|(k, _, _)| Some(k.as_str()) != f.release.as_deref())
+        .map(|(k, lack, missing)| {
             format!(
-                "rebooting into {k} would lose {}: not built by DKMS",
-                missing.join(", ")
+                "rebooting into {k} would lose {}: {}",
+                missing.join(", "),
+                lack.why()
             )
         })
         .collect()
 }
 
-/// Kernel → DKMS modules with no build for it.
-fn dkms_gaps(f: &Facts, cfg: &KernelConfig) -> Vec<(String, Vec<String>)> {
+/// (kernel, why, DKMS modules it lacks), one entry per kernel and reason.
+fn dkms_gaps(f: &Facts, cfg: &KernelConfig) -> Vec<(String, Lack, Vec<String>)> {
     let Some(release) = &f.release else {
         return Vec::new();
     };
@@ -445,20 +511,60 @@ fn dkms_gaps(f: &Facts, cfg: &KernelConfig) -> Vec<(String, Vec<String>)> {
     };
     let mut out = Vec::new();
     for k in kernels_to_cover(f, release) {
-        let missing: Vec<String> = wanted
-            .iter()
-            .filter(|m| {
-                !f.dkms
-                    .get(m.as_str())
-                    .is_some_and(|versions| versions.values().any(|ks| ks.contains(k)))
-            })
-            .map(|m| m.to_string())
-            .collect();
-        if !missing.is_empty() {
-            out.push((k.to_owned(), missing));
+        let mut lacks: BTreeMap<Lack, Vec<String>> = BTreeMap::new();
+        for m in &wanted {
+            let built = f
+                .dkms
+                .get(m.as_str())
+                .is_some_and(|versions| versions.values().any(|ks| ks.contains(k)));
+            let installed = |st: &Vec<DkmsStatus>| {
+                st.iter().any(|s| {
+                    s.module == **m && s.kernel.as_deref() == Some(k) && s.state == "installed"
+                })
+            };
+            let lack = if !built {
+                Some(Lack::NotBuilt)
+            } else if f.dkms_status.as_ref().is_some_and(|st| !installed(st)) {
+                Some(Lack::NotInstalled)
+            } else {
+                None
+            };
+            if let Some(lack) = lack {
+                lacks.entry(lack).or_default().push(m.to_string());
+            }
         }
+        out.extend(
+            lacks
+                .into_iter()
+                .map(|(lack, missing)| (k.to_owned(), lack, missing)),
+        );
     }
     out
+}
+
+/// `dkms status` lines that claim an install /var/lib/dkms holds no build for.
+fn dkms_disagreements(f: &Facts) -> Vec<String> {
+    let Some(status) = &f.dkms_status else {
+        return Vec::new();
+    };
+    status
+        .iter()
+        .filter(|s| s.state == "installed")
+        .filter_map(|s| {
+            let k = s.kernel.as_deref()?;
+            let built = f
+                .dkms
+                .get(&s.module)
+                .and_then(|v| v.get(&s.version))
+                .is_some_and(|ks| ks.contains(k));
+            (!built).then(|| {
+                format!(
+                    "dkms status says {}/{} is installed for {k}, but /var/lib/dkms holds no such build",
+                    s.module, s.version
+                )
+            })
+        })
+        .collect()
 }
 
 pub fn check_dkms(f: &Facts, cfg: &KernelConfig) -> Check {
@@ -476,36 +582,49 @@ pub fn check_dkms(f: &Facts, cfg: &KernelConfig) -> Check {
             "no DKMS modules registered (in-tree RDMA stack)",
         );
     }
+    let disagreements = dkms_disagreements(f);
     let details = json!({
         "release": release,
         "newer_installed": kernels_to_cover(f, release).into_iter().skip(1).collect::<Vec<_>>(),
         "dkms": f.dkms,
+        "dkms_status": f.dkms_status,
+        "disagreements": disagreements,
     });
     let gaps = dkms_gaps(f, cfg);
     if gaps.is_empty() {
         let covered = kernels_to_cover(f, release).join(", ");
-        return Check::new(
-            DKMS,
-            Status::Ok,
-            format!("DKMS builds present for {covered}"),
-        )
-        .with_details(details);
+        let checked = if f.dkms_status.is_some() {
+            ", installed by dkms status"
+        } else {
+            ""
+        };
+        let mut message = format!("DKMS builds present for {covered}{checked}");
+        let status = if disagreements.is_empty() {
+            Status::Ok
+        } else {
+            message = format!("{message}; {}", disagreements.join("; "));
+            Status::Warn
+        };
+        return Check::new(DKMS, status, message).with_details(details);
     }
     let msgs: Vec<String> = gaps
         .iter()
-        .map(|(k, missing)| {
+        .map(|(k, lack, missing)| {
             if k == release {
                 format!(
-                    "{} not built by DKMS for the running kernel {k}",
-                    missing.join(", ")
+                    "{} for the running kernel {k}: {}",
+                    missing.join(", "),
+                    lack.why()
                 )
             } else {
                 format!(
-                    "rebooting into {k} would lose {}: not built by DKMS",
-                    missing.join(", ")
+                    "rebooting into {k} would lose {}: {}",
+                    missing.join(", "),
+                    lack.why()
                 )
             }
         })
+        .chain(disagreements)
         .collect();
     Check::new(DKMS, Status::Fail, msgs.join("; ")).with_details(details)
 }
@@ -576,6 +695,115 @@ mod tests {
             .insert("6.8.0-51-generic".into());
         assert_eq!(check_dkms(&f, &cfg).status, Status::Ok);
         assert!(hold_back_reasons(&f, &cfg).is_empty());
+    }
+
+    #[test]
+    fn dkms_status_lines_of_dkms_2_and_3() {
+        let text = "mlnx-ofed-kernel/24.10, 6.8.0-51-generic, x86_64: installed\n\
+            nvidia-peermem/535.183.01, 6.8.0-40-generic, x86_64: installed (WARNING! Diff between built and installed module!)\n\
+            gdrdrv/2.4: added\n\
+            iser, 24.10, 6.8.0-40-generic, x86_64: built\n\
+            Error! Could not locate dkms.conf file.\n\
+            \n";
+        let st = parse_dkms_status(text);
+        let short: Vec<(&str, &str, Option<&str>, &str)> = st
+            .iter()
+            .map(|s| {
+                (
+                    s.module.as_str(),
+                    s.version.as_str(),
+                    s.kernel.as_deref(),
+                    s.state.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            short,
+            vec![
+                (
+                    "mlnx-ofed-kernel",
+                    "24.10",
+                    Some("6.8.0-51-generic"),
+                    "installed"
+                ),
+                (
+                    "nvidia-peermem",
+                    "535.183.01",
+                    Some("6.8.0-40-generic"),
+                    "installed"
+                ),
+                ("gdrdrv", "2.4", None, "added"),
+                ("iser", "24.10", Some("6.8.0-40-generic"), "built"),
+            ]
+        );
+    }
+
+    fn status_line(kernel: &str, state: &str) -> DkmsStatus {
+        DkmsStatus {
+            module: "mlnx-ofed-kernel".into(),
+            version: "24.10".into(),
+            kernel: Some(kernel.into()),
+            state: state.into(),
+        }
+    }
+
+    #[test]
+    fn dkms_status_cross_checks_the_tree() {
+        let cfg = KernelConfig::default();
+        let mut f = facts();
+        f.installed.retain(|k| k != "6.8.0-51-generic");
+        // The tree holds the build and dkms status agrees it is installed.
+        f.dkms_status = Some(vec![status_line("6.8.0-40-generic", "installed")]);
+        let c = check_dkms(&f, &cfg);
+        assert_eq!(c.status, Status::Ok, "{}", c.message);
+        assert!(
+            c.message.ends_with("installed by dkms status"),
+            "{}",
+            c.message
+        );
+
+        // Built, not installed: its files are not under /lib/modules.
+        f.dkms_status = Some(vec![status_line("6.8.0-40-generic", "built")]);
+        let c = check_dkms(&f, &cfg);
+        assert_eq!(c.status, Status::Fail);
+        assert_eq!(
+            c.message,
+            "mlnx-ofed-kernel for the running kernel 6.8.0-40-generic: built by DKMS but not installed (dkms status): run `dkms install`"
+        );
+
+        // dkms status claims what the tree does not hold: a warning, not a failure.
+        f.dkms_status = Some(vec![
+            status_line("6.8.0-40-generic", "installed"),
+            status_line("6.8.0-31-generic", "installed"),
+        ]);
+        let c = check_dkms(&f, &cfg);
+        assert_eq!(c.status, Status::Warn);
+        assert!(
+            c.message.contains(
+                "dkms status says mlnx-ofed-kernel/24.10 is installed for 6.8.0-31-generic, but /var/lib/dkms holds no such build"
+            ),
+            "{}",
+            c.message
+        );
+
+        // A newer kernel built but not installed holds the reboot back.
+        f.installed.push("6.8.0-51-generic".into());
+        f.dkms
+            .get_mut("mlnx-ofed-kernel")
+            .unwrap()
+            .get_mut("24.10")
+            .unwrap()
+            .insert("6.8.0-51-generic".into());
+        f.dkms_status = Some(vec![
+            status_line("6.8.0-40-generic", "installed"),
+            status_line("6.8.0-51-generic", "built"),
+        ]);
+        assert_eq!(
+            hold_back_reasons(&f, &cfg),
+            [
+                "rebooting into 6.8.0-51-generic would lose mlnx-ofed-kernel: built by DKMS but not installed (dkms status): run `dkms install`"
+            ]
+        );
     }
 
     #[test]
