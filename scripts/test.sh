@@ -33,6 +33,8 @@ done
 dpkg -s busybox-static >/dev/null 2>&1 || missing+=(busybox-static)
 # Packaging and fleet tests: rpm to inspect the .rpm, ansible-core and ansible-lint.
 command -v rpm >/dev/null 2>&1 || missing+=(rpm)
+# libFuzzer, built by cargo-fuzz, is C++.
+command -v g++ >/dev/null 2>&1 || missing+=(g++)
 command -v ansible-playbook >/dev/null 2>&1 || missing+=(ansible-core)
 command -v ansible-lint >/dev/null 2>&1 || missing+=(ansible-lint)
 # A real Prometheus parser for the metrics test, and YAML for the alert rules (Debian's python3).
@@ -66,3 +68,7 @@ export RDMA_AGENT_RPM="$CARGO_TARGET_DIR/dist/rdma-node-agent-${version}-1.x86_6
 
 # Every failing test binary is reported, not only the first.
 cargo test --all-targets --no-fail-fast -- --include-ignored
+
+# Every fuzz target, briefly (the seeds plus what a few seconds find); longer
+# runs on demand: `scripts/fuzz.sh 600`.
+bash scripts/fuzz.sh "${FUZZ_SECONDS:-10}"
