@@ -489,14 +489,16 @@ pub fn hold_back_reasons(f: &Facts, cfg: &KernelConfig) -> Vec<String> {
     dkms_gaps(f, cfg)
         .into_iter()
         .filter(|(k, _, _)| Some(k.as_str()) != f.release.as_deref())
-        .map(|(k, lack, missing)| {
-            format!(
-                "rebooting into {k} would lose {}: {}",
-                missing.join(", "),
-                lack.why()
-            )
-        })
+        .map(|(k, lack, missing)| lost_on_reboot(&k, lack, &missing))
         .collect()
+}
+
+fn lost_on_reboot(kernel: &str, lack: Lack, missing: &[String]) -> String {
+    format!(
+        "rebooting into {kernel} would lose {}: {}",
+        missing.join(", "),
+        lack.why()
+    )
 }
 
 /// (kernel, why, DKMS modules it lacks), one entry per kernel and reason.
@@ -617,11 +619,7 @@ pub fn check_dkms(f: &Facts, cfg: &KernelConfig) -> Check {
                     lack.why()
                 )
             } else {
-                format!(
-                    "rebooting into {k} would lose {}: {}",
-                    missing.join(", "),
-                    lack.why()
-                )
+                lost_on_reboot(k, *lack, missing)
             }
         })
         .chain(disagreements)
@@ -652,6 +650,15 @@ mod tests {
         );
         assert_eq!(compare_releases("5.15.0-100", "6.1.0-1"), Ordering::Less);
         assert_eq!(compare_releases("6.10.1", "6.9.12"), Ordering::Greater);
+    }
+
+    /// mlnx-ofed-kernel 24.10 built for one more kernel.
+    fn add_build(f: &mut Facts, kernel: &str) {
+        f.dkms
+            .get_mut("mlnx-ofed-kernel")
+            .and_then(|v| v.get_mut("24.10"))
+            .expect("the fixture's build")
+            .insert(kernel.into());
     }
 
     fn facts() -> Facts {
@@ -687,12 +694,7 @@ mod tests {
             "rebooting into 6.8.0-51-generic would lose mlnx-ofed-kernel: not built by DKMS"
         );
         assert_eq!(hold_back_reasons(&f, &cfg).len(), 1);
-        f.dkms
-            .get_mut("mlnx-ofed-kernel")
-            .unwrap()
-            .get_mut("24.10")
-            .unwrap()
-            .insert("6.8.0-51-generic".into());
+        add_build(&mut f, "6.8.0-51-generic");
         assert_eq!(check_dkms(&f, &cfg).status, Status::Ok);
         assert!(hold_back_reasons(&f, &cfg).is_empty());
     }
@@ -788,12 +790,7 @@ mod tests {
 
         // A newer kernel built but not installed holds the reboot back.
         f.installed.push("6.8.0-51-generic".into());
-        f.dkms
-            .get_mut("mlnx-ofed-kernel")
-            .unwrap()
-            .get_mut("24.10")
-            .unwrap()
-            .insert("6.8.0-51-generic".into());
+        add_build(&mut f, "6.8.0-51-generic");
         f.dkms_status = Some(vec![
             status_line("6.8.0-40-generic", "installed"),
             status_line("6.8.0-51-generic", "built"),
