@@ -130,6 +130,7 @@ impl Agent {
         let mut plan = Plan::default();
         let mut error: Option<AgentError> = None;
         let mut grpc_address = None;
+        let mut containerd_started = None;
         let mut watch = Vec::new();
 
         let cfg = &self.config.containerd;
@@ -140,6 +141,10 @@ impl Agent {
                     plan.extend(decision.plan);
                     plan.notes.extend(notes);
                     watch.extend(facts.watched_files());
+                    // Until containerd restarts, every container has the old spec.
+                    if !facts.restart_pending() {
+                        containerd_started = facts.containerd_started.map(|s| s.at);
+                    }
                     grpc_address = Some(facts.grpc_address);
                 }
                 Err(e) => {
@@ -169,7 +174,12 @@ impl Agent {
         }
 
         checks.push(match pods::gather(&self.host) {
-            Ok(procs) => pods::check(&procs, cfg.memlock, self.config.pods.below_target),
+            Ok(procs) => pods::check(
+                &procs,
+                cfg.memlock,
+                self.config.pods.below_target,
+                containerd_started,
+            ),
             Err(e) => Check::new(pods::CHECK_ID, Status::Unknown, e.to_string()),
         });
 

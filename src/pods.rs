@@ -2,6 +2,8 @@
 //! below target. A new base spec only reaches containers created after containerd
 //! restarts, so pods started earlier keep the old limit until they are recreated.
 
+use std::time::{Duration, SystemTime};
+
 use serde::Serialize;
 use serde_json::json;
 
@@ -25,6 +27,8 @@ pub struct PodProcess {
     /// one pod and is named for its sandbox.
     #[serde(skip)]
     pub shim_id: Option<String>,
+    #[serde(skip)]
+    pub started: Option<SystemTime>,
 }
 
 impl PodProcess {
@@ -85,6 +89,7 @@ pub fn parse_cgroup(text: &str) -> Option<(Option<String>, Option<String>)> {
 
 pub fn gather(host: &Host) -> Result<Vec<PodProcess>> {
     let mut out: Vec<PodProcess> = Vec::new();
+    let mut boot = None;
     for pid in procfs::pids(host)? {
         let Some(cg) = procfs::read(host, pid, "cgroup") else {
             continue;
@@ -97,10 +102,16 @@ pub fn gather(host: &Host) -> Result<Vec<PodProcess>> {
             continue;
         }
         let comm = procfs::comm(host, pid).unwrap_or_default();
-        let shim_id = procfs::read(host, pid, "stat")
-            .and_then(|s| procfs::parse_ppid(&s))
+        let stat = procfs::read(host, pid, "stat");
+        let shim_id = stat
+            .as_deref()
+            .and_then(procfs::parse_ppid)
             .and_then(|ppid| procfs::read(host, ppid, "cmdline"))
             .and_then(|c| parse_shim_id(&c));
+        if boot.is_none() {
+            boot = procfs::boot_time(host);
+        }
+        let started = stat.zip(boot).and_then(|(s, b)| procfs::started_at(&s, b));
         let Some(memlock) = procfs::read(host, pid, "limits")
             .and_then(|l| procfs::parse_limit(&l, procfs::MEMLOCK_ROW))
         else {
@@ -113,12 +124,22 @@ pub fn gather(host: &Host) -> Result<Vec<PodProcess>> {
             container_id,
             memlock,
             shim_id,
+            started,
         });
     }
     Ok(out)
 }
 
-pub fn check(procs: &[PodProcess], target: Limit, severity: Severity) -> Check {
+/// `containerd_started`: when the running containerd, which has read the current
+/// config, started (`None` when unknown or a restart is pending). A container
+/// below target that started before it predates the change and needs its pod
+/// recreated; one started since runs on a handler that does not get the base spec.
+pub fn check(
+    procs: &[PodProcess],
+    target: Limit,
+    severity: Severity,
+    containerd_started: Option<SystemTime>,
+) -> Check {
     let low: Vec<&PodProcess> = procs
         .iter()
         .filter(|p| !p.is_sandbox() && p.memlock < target)
@@ -137,7 +158,35 @@ pub fn check(procs: &[PodProcess], target: Limit, severity: Severity) -> Check {
         Severity::Warn => Status::Warn,
         Severity::Fail => Status::Fail,
     };
-    let named: Vec<String> = low
+    // /proc start times are exact to a clock tick, containerd's to the microsecond
+    // or a second: a second of slack keeps a pod started with containerd "before".
+    let since = |p: &&PodProcess| match (p.started, containerd_started) {
+        (Some(at), Some(c)) => at > c + Duration::from_secs(1),
+        _ => false,
+    };
+    let (after, before): (Vec<&PodProcess>, Vec<&PodProcess>) = low.into_iter().partition(since);
+    let mut parts = Vec::new();
+    if !before.is_empty() {
+        parts.push(format!(
+            "{} pod container(s) run below memlock {target} (started before the change; recreate their pods): {}",
+            before.len(),
+            name_some(&before)
+        ));
+    }
+    if !after.is_empty() {
+        parts.push(format!(
+            "{} pod container(s) started since containerd's last start run below memlock {target} (their runtime handler gets no base spec: is it in containerd.handlers?): {}",
+            after.len(),
+            name_some(&after)
+        ));
+    }
+    Check::new(CHECK_ID, status, parts.join("; "))
+        .with_details(json!({ "below_target": before, "started_since_containerd": after }))
+}
+
+/// The first five, and how many more.
+fn name_some(procs: &[&PodProcess]) -> String {
+    let named: Vec<String> = procs
         .iter()
         .take(5)
         .map(|p| {
@@ -151,21 +200,12 @@ pub fn check(procs: &[PodProcess], target: Limit, severity: Severity) -> Check {
             )
         })
         .collect();
-    let more = if low.len() > 5 {
-        format!(" and {} more", low.len() - 5)
+    let more = if procs.len() > 5 {
+        format!(" and {} more", procs.len() - 5)
     } else {
         String::new()
     };
-    Check::new(
-        CHECK_ID,
-        status,
-        format!(
-            "{} pod container(s) run below memlock {target} (started before the change; recreate their pods): {}{more}",
-            low.len(),
-            named.join("; ")
-        ),
-    )
-    .with_details(json!({ "below_target": low }))
+    format!("{}{more}", named.join("; "))
 }
 
 #[cfg(test)]
@@ -208,6 +248,7 @@ mod tests {
             container_id: Some(ID.into()),
             memlock,
             shim_id: None,
+            started: None,
         }
     }
 
@@ -220,6 +261,7 @@ mod tests {
             ],
             Limit::UNLIMITED,
             Severity::Warn,
+            None,
         );
         assert_eq!(c.status, Status::Warn);
         assert!(
@@ -239,7 +281,47 @@ mod tests {
             ],
             Limit::UNLIMITED,
             Severity::Fail,
+            None,
         );
         assert_eq!(ok.status, Status::Ok);
+    }
+
+    #[test]
+    fn containers_started_since_containerd_are_told_apart() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let at = |secs: u64, comm: &str| PodProcess {
+            started: Some(t + Duration::from_secs(secs)),
+            ..proc(comm, Limit(65536))
+        };
+        // containerd started at t + 100.
+        let c = check(
+            &[at(50, "old"), at(100, "with-containerd"), at(200, "new")],
+            Limit(4 << 20),
+            Severity::Warn,
+            Some(t + Duration::from_secs(100)),
+        );
+        assert!(
+            c.message.starts_with(
+                "2 pod container(s) run below memlock 4MiB (started before the change; recreate their pods): pod uid container 0123456789ab (old,"
+            ),
+            "{}",
+            c.message
+        );
+        assert!(
+            c.message.contains(
+                "; 1 pod container(s) started since containerd's last start run below memlock 4MiB (their runtime handler gets no base spec: is it in containerd.handlers?): pod uid container 0123456789ab (new,"
+            ),
+            "{}",
+            c.message
+        );
+        assert_eq!(c.details["below_target"].as_array().unwrap().len(), 2);
+        assert_eq!(c.details["started_since_containerd"][0]["comm"], "new");
+        // Without containerd's start time, every one counts as started before.
+        let c = check(&[at(200, "new")], Limit(4 << 20), Severity::Warn, None);
+        assert!(
+            c.message.starts_with("1 pod container(s) run below"),
+            "{}",
+            c.message
+        );
     }
 }

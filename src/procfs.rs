@@ -66,8 +66,17 @@ pub fn parse_boot_time(stat: &str) -> Option<u64> {
 
 /// When a process started, to one clock tick.
 pub fn start_time(host: &Host, pid: u32) -> Option<SystemTime> {
-    let ticks = parse_start_ticks(&read(host, pid, "stat")?)?;
-    let boot = parse_boot_time(&host.read_string(Path::new("/proc/stat")).ok()??)?;
+    started_at(&read(host, pid, "stat")?, boot_time(host)?)
+}
+
+/// The boot time in seconds since the epoch (`btime` of /proc/stat).
+pub fn boot_time(host: &Host) -> Option<u64> {
+    parse_boot_time(&host.read_string(Path::new("/proc/stat")).ok()??)
+}
+
+/// When the process of a `/proc/<pid>/stat` text started, given the boot time.
+pub fn started_at(stat: &str, boot: u64) -> Option<SystemTime> {
+    let ticks = parse_start_ticks(stat)?;
     let hz = clock_ticks_per_second();
     Some(UNIX_EPOCH + Duration::from_secs(boot) + Duration::from_millis(ticks * 1000 / hz))
 }
