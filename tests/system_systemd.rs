@@ -294,6 +294,14 @@ fn initramfs_rebuild_runs_outside_the_service_sandbox() {
         ""
     );
 
+    let netns_check = |m: &Machine| {
+        status(m)["checks"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["id"] == "rdma.netns").cloned())
+            .unwrap_or_default()
+    };
+    assert_eq!(netns_check(&m)["status"], "ok", "{}", netns_check(&m));
+
     // Converged: a reconcile rebuilds nothing more.
     m.sh("systemctl reload rdma-node-agent");
     m.wait("the SIGHUP reconcile", Duration::from_secs(10), |m| {
@@ -322,6 +330,16 @@ fn initramfs_rebuild_runs_outside_the_service_sandbox() {
         "the rebuild's stderr is not in its journal"
     );
     assert_eq!(m.read("/boot/tries").lines().count(), 1);
+    // Not silent: the check warns until a rebuild succeeds.
+    let c = netns_check(&m);
+    assert_eq!(c["status"], "warn", "{c}");
+    assert!(
+        c["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("the next boot keeps the old mode"),
+        "{c}"
+    );
 
     // Not rerun by the next reconcile (a watched file changed): it waits, doubling
     // from the interval; `systemctl reload` tries now.

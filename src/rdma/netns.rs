@@ -457,12 +457,19 @@ pub fn decide(f: &Facts, cfg: &RdmaConfig) -> Decision {
         details["initramfs_has_ib_core"] = json!(i.has_ib_core);
         if i.has_ib_core && (persisting || !i.has_agent_file) {
             match cfg.initramfs {
-                InitramfsPolicy::Rebuild => plan.actions.push(Action {
-                    kind: ActionKind::RebuildInitramfs {
-                        command: i.rebuild.clone(),
-                    },
-                    reason: format!("ib_core loads from the initramfs, which lacks {file}"),
-                }),
+                InitramfsPolicy::Rebuild => {
+                    plan.actions.push(Action {
+                        kind: ActionKind::RebuildInitramfs {
+                            command: i.rebuild.clone(),
+                        },
+                        reason: format!("ib_core loads from the initramfs, which lacks {file}"),
+                    });
+                    // Shown until a rebuild succeeds, so a failing one is not silent.
+                    warnings.push(format!(
+                        "ib_core loads from the initramfs, which lacks {file}: the next boot keeps the old mode until `{}` succeeds (rdma.initramfs = \"rebuild\")",
+                        i.rebuild.join(" ")
+                    ));
+                }
                 InitramfsPolicy::Report => warnings.push(format!(
                     "ib_core loads from the initramfs, which lacks {file}: run `{}` (or set rdma.initramfs = \"rebuild\"), or the next boot keeps the old mode",
                     i.rebuild.join(" ")
@@ -794,6 +801,17 @@ mod tests {
             d.plan.actions[0].kind,
             ActionKind::RebuildInitramfs { .. }
         ));
+        // Until a rebuild succeeds the check says so: a failing one is not silent.
+        assert_eq!(d.check.status, Status::Warn);
+        assert!(
+            d.check
+                .message
+                .contains("the next boot keeps the old mode until `update-initramfs -u` succeeds"),
+            "{}",
+            d.check.message
+        );
+        f.initramfs.as_mut().unwrap().has_agent_file = true;
+        assert_eq!(decide(&f, &rebuild).check.status, Status::Ok);
         f.initramfs = None;
         let cmdline = RdmaConfig {
             check_cmdline: true,
