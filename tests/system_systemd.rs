@@ -241,6 +241,8 @@ fn initramfs_rebuild_runs_outside_the_service_sandbox() {
         "#!/bin/sh\necho \"$@\" >> /boot/rebuilt\n",
     );
     m.sh_ok("chmod 755 /usr/local/sbin/lsinitramfs /usr/local/sbin/update-initramfs");
+    // The image lsinitramfs lists (the stand-in ignores its content).
+    m.sh_ok("touch /boot/initrd.img-$(uname -r)");
     install_agent(
         &m,
         "[containerd]\nenabled = false\n\n[systemd]\nenabled = false\n\n\
@@ -358,4 +360,21 @@ fn initramfs_rebuild_runs_outside_the_service_sandbox() {
     m.wait("the retried rebuild", Duration::from_secs(10), |m| {
         m.read("/boot/tries").lines().count() == 2
     });
+
+    // A listing tool that fails, run inside the service's sandbox, is said.
+    m.write(
+        "/usr/local/sbin/lsinitramfs",
+        "#!/bin/sh\necho 'lsinitramfs: bad magic' >&2\nexit 1\n",
+    );
+    m.sh_ok("chmod 755 /usr/local/sbin/lsinitramfs");
+    m.sh("systemctl reload rdma-node-agent");
+    let want = format!(
+        "cannot tell whether ib_core loads from the initramfs (`lsinitramfs /boot/initrd.img-{release}` failed: lsinitramfs: bad magic)"
+    );
+    m.wait("the listing failure", Duration::from_secs(10), |m| {
+        netns_check(m)["message"]
+            .as_str()
+            .is_some_and(|s| s.contains(&want))
+    });
+    assert_eq!(netns_check(&m)["status"], "warn");
 }

@@ -80,8 +80,10 @@ pub struct Facts {
     pub namespaces: Vec<Namespace>,
     pub plugin_sockets: Vec<PathBuf>,
     pub cmdline: Option<String>,
-    /// `None`: could not tell (not the live host, or no listing tool).
+    /// `None`: nothing to tell (not the live host, no image, or no listing tool).
     pub initramfs: Option<Initramfs>,
+    /// The listing tool failed: whether ib_core loads from the initramfs is unknown.
+    pub initramfs_error: Option<String>,
 }
 
 // ---------- gather ----------
@@ -96,6 +98,13 @@ pub fn gather(host: &Host, cfg: &RdmaConfig) -> Result<Facts, HostError> {
     let osrelease = host
         .read_string(Path::new("/proc/sys/kernel/osrelease"))?
         .map(|s| s.trim().to_owned());
+    let (initramfs, initramfs_error) = match (&osrelease, managed) {
+        (Some(r), true) => match initramfs(host, r, &cfg.modprobe_file) {
+            Ok(i) => (i, None),
+            Err(e) => (None, Some(e)),
+        },
+        _ => (None, None),
+    };
     Ok(Facts {
         namespaces: if managed {
             namespaces(host)?
@@ -110,10 +119,8 @@ pub fn gather(host: &Host, cfg: &RdmaConfig) -> Result<Facts, HostError> {
         ofed_info: host.read_string(Path::new(OFED_INFO)).ok().flatten(),
         modprobe: host.read(&cfg.modprobe_file)?.map(|d| d.bytes),
         cmdline: host.read_string(Path::new("/proc/cmdline"))?,
-        initramfs: match (&osrelease, managed) {
-            (Some(r), true) => initramfs(host, r, &cfg.modprobe_file),
-            _ => None,
-        },
+        initramfs,
+        initramfs_error,
         osrelease,
         live,
     })
@@ -174,13 +181,14 @@ fn plugin_sockets(host: &Host, patterns: &[String]) -> Result<Vec<PathBuf>, Host
     Ok(out)
 }
 
-/// Lists the initramfs of the running kernel with whichever tool the distribution has.
-fn initramfs(host: &Host, release: &str, agent_file: &Path) -> Option<Initramfs> {
-    let image = format!("/boot/initrd.img-{release}");
-    let tools: [(&str, Vec<&str>, Vec<String>); 2] = [
+/// Lists the initramfs of the running kernel with the tool of the distribution
+/// whose image is there (initramfs-tools or dracut). `Err`: the tool failed, so
+/// whether ib_core loads from it is unknown. `Ok(None)`: no image or no tool.
+fn initramfs(host: &Host, release: &str, agent_file: &Path) -> Result<Option<Initramfs>, String> {
+    let kinds: [(&str, String, Vec<String>); 2] = [
         (
             "lsinitramfs",
-            vec![image.as_str()],
+            format!("/boot/initrd.img-{release}"),
             vec![
                 "update-initramfs".into(),
                 "-u".into(),
@@ -190,7 +198,7 @@ fn initramfs(host: &Host, release: &str, agent_file: &Path) -> Option<Initramfs>
         ),
         (
             "lsinitrd",
-            vec![],
+            format!("/boot/initramfs-{release}.img"),
             vec![
                 "dracut".into(),
                 "-f".into(),
@@ -199,16 +207,31 @@ fn initramfs(host: &Host, release: &str, agent_file: &Path) -> Option<Initramfs>
             ],
         ),
     ];
-    tools.into_iter().find_map(|(tool, args, rebuild)| {
-        let out = host.run(tool, &args)?.ok().filter(|o| o.status.success())?;
+    for (tool, image, rebuild) in kinds {
+        if !host.exists(Path::new(&image)) {
+            continue;
+        }
+        let out = match host.run(tool, &[image.as_str()]) {
+            None => continue,
+            Some(Ok(out)) => out,
+            Some(Err(e)) => return Err(format!("`{tool} {image}`: {e}")),
+        };
+        if !out.status.success() {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            return Err(format!(
+                "`{tool} {image}` failed: {}",
+                stderr.lines().next().unwrap_or("no output").trim()
+            ));
+        }
         let (has_ib_core, has_agent_file) =
             initramfs_contents(&String::from_utf8_lossy(&out.stdout), agent_file);
-        Some(Initramfs {
+        return Ok(Some(Initramfs {
             has_ib_core,
             has_agent_file,
             rebuild,
-        })
-    })
+        }));
+    }
+    Ok(None)
 }
 
 // ---------- parse (pure) ----------
@@ -453,6 +476,11 @@ pub fn decide(f: &Facts, cfg: &RdmaConfig) -> Decision {
         }
     };
 
+    if let Some(e) = &f.initramfs_error {
+        warnings.push(format!(
+            "cannot tell whether ib_core loads from the initramfs ({e}): if it does, the next boot keeps the old mode until the initramfs is rebuilt"
+        ));
+    }
     if let Some(i) = &f.initramfs {
         details["initramfs_has_ib_core"] = json!(i.has_ib_core);
         if i.has_ib_core && (persisting || !i.has_agent_file) {
@@ -594,6 +622,7 @@ mod tests {
             plugin_sockets: Vec::new(),
             cmdline: Some("BOOT_IMAGE=/vmlinuz ro quiet".into()),
             initramfs: None,
+            initramfs_error: None,
         }
     }
 
@@ -813,6 +842,18 @@ mod tests {
         f.initramfs.as_mut().unwrap().has_agent_file = true;
         assert_eq!(decide(&f, &rebuild).check.status, Status::Ok);
         f.initramfs = None;
+        // A listing tool that fails leaves the question open: said, not hidden.
+        f.initramfs_error = Some("`lsinitramfs /boot/initrd.img-6.1.0` failed: bad magic".into());
+        let d = decide(&f, &rebuild);
+        assert_eq!(d.check.status, Status::Warn);
+        assert!(
+            d.check.message.contains(
+                "cannot tell whether ib_core loads from the initramfs (`lsinitramfs /boot/initrd.img-6.1.0` failed: bad magic)"
+            ),
+            "{}",
+            d.check.message
+        );
+        f.initramfs_error = None;
         let cmdline = RdmaConfig {
             check_cmdline: true,
             ..cfg(NetnsSetting::Exclusive)
