@@ -379,14 +379,15 @@ impl Host {
         if !self.is_live() {
             return None;
         }
+        let executable = |p: &Path| {
+            fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        };
         if program.contains('/') {
-            return Some(PathBuf::from(program));
+            return Some(PathBuf::from(program)).filter(|p| executable(p));
         }
         std::env::split_paths(&std::env::var_os("PATH")?)
             .map(|dir| dir.join(program))
-            .find(|p| {
-                fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-            })
+            .find(|p| executable(p))
     }
 }
 

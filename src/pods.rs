@@ -89,7 +89,8 @@ pub fn parse_cgroup(text: &str) -> Option<(Option<String>, Option<String>)> {
 
 pub fn gather(host: &Host) -> Result<Vec<PodProcess>> {
     let mut out: Vec<PodProcess> = Vec::new();
-    let mut boot = None;
+    // Once per gather: it turns each container's start ticks into a time.
+    let boot = procfs::boot_time(host);
     for pid in procfs::pids(host)? {
         let Some(cg) = procfs::read(host, pid, "cgroup") else {
             continue;
@@ -108,9 +109,6 @@ pub fn gather(host: &Host) -> Result<Vec<PodProcess>> {
             .and_then(procfs::parse_ppid)
             .and_then(|ppid| procfs::read(host, ppid, "cmdline"))
             .and_then(|c| parse_shim_id(&c));
-        if boot.is_none() {
-            boot = procfs::boot_time(host);
-        }
         let started = stat.zip(boot).and_then(|(s, b)| procfs::started_at(&s, b));
         let Some(memlock) = procfs::read(host, pid, "limits")
             .and_then(|l| procfs::parse_limit(&l, procfs::MEMLOCK_ROW))
