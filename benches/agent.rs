@@ -60,7 +60,7 @@ fn benches(c: &mut Criterion) {
 
     let agent = Agent::new(Host::new(fixtures().join("nodes/v100")), Config::default());
     c.bench_function("full check cycle, V100 sample node", |b| {
-        b.iter(|| agent.check())
+        b.iter(|| agent.check(&[]))
     });
 
     // SR-IOV nodes: 8 PFs with 1, 15 and 127 VFs each (16, 128 and 1024 devices).
@@ -72,7 +72,9 @@ fn benches(c: &mut Criterion) {
         let devices = 8 * (vfs + 1);
         let agent = Agent::new(Host::new(dir.path()), Config::default());
         group.throughput(criterion::Throughput::Elements(u64::from(devices)));
-        group.bench_function(format!("{devices} devices"), |b| b.iter(|| agent.check()));
+        group.bench_function(format!("{devices} devices"), |b| {
+            b.iter(|| agent.check(&[]))
+        });
     }
     group.finish();
 }

@@ -10,6 +10,8 @@ use serde::{Deserialize, Deserializer};
 
 use crate::host::{Host, HostError};
 
+pub mod rdma;
+
 pub const DEFAULT_PATH: &str = "/etc/rdma-node-agent/config.toml";
 
 #[derive(Debug, thiserror::Error)]
@@ -35,7 +37,7 @@ pub struct Config {
     pub daemon: DaemonConfig,
     pub http: HttpConfig,
     pub nfd: NfdConfig,
-    pub rdma: crate::rdma::RdmaConfig,
+    pub rdma: rdma::RdmaConfig,
     pub kernel: KernelConfig,
 }
 

@@ -11,17 +11,21 @@ use std::time::{Duration, Instant, SystemTime};
 use futures_util::StreamExt;
 use inotify::{Inotify, WatchMask};
 use sd_notify::NotifyState;
-use serde::Serialize;
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::agent::{ActionOutcome, Agent, AgentError};
+use crate::agent::{Agent, AgentError};
 use crate::check::Report;
 use crate::config::{Config, Mode};
-use crate::holds::Holds;
+use crate::engine::Scope;
+use crate::engine::executor::ExecError;
+use crate::engine::holds::Holds;
+use crate::engine::outcome::ActionStatus;
 use crate::host::Host;
+use crate::host::stop::Stop;
 use crate::http::{self, Board, Limits, Listen, Published};
 use crate::lock::{self, LockError};
 use crate::metrics::{self, Totals};
+use crate::outputs::Cycle;
 
 pub const DAEMON_LOCK: &str = "/run/rdma-node-agent/daemon.lock";
 
@@ -38,22 +42,6 @@ pub enum DaemonError {
     },
 }
 
-/// The outcome of one reconcile, as the health outputs show it.
-#[derive(Debug, Clone, Serialize)]
-pub struct Cycle {
-    #[serde(flatten)]
-    pub report: Option<Report>,
-    pub mode: &'static str,
-    pub finished_unix: u64,
-    pub duration_ms: u64,
-    pub trigger: String,
-    pub changed: Vec<PathBuf>,
-    /// What it did besides writing files (restarts, netns switch, initramfs rebuild).
-    pub actions: Vec<ActionOutcome>,
-    /// Why the cycle could not converge (a bad config, a refused edit, a rollback).
-    pub error: Option<String>,
-}
-
 pub struct Daemon {
     pub root: PathBuf,
     pub config_path: PathBuf,
@@ -62,7 +50,13 @@ pub struct Daemon {
     board: Board,
     /// Unix time the running reconcile started, 0 when idle (for the watchdog).
     busy_since: Arc<AtomicU64>,
+    /// Set on SIGTERM/SIGINT: a running reconcile stops waiting and returns.
+    stop: Stop,
 }
+
+/// After SIGTERM, how long the daemon waits for a running reconcile to return
+/// before it exits anyway (systemd's stop budget is 10 s; ours is 2 s in all).
+const STOP_GRACE: Duration = Duration::from_millis(1500);
 
 /// A reconcile longer than this is stuck: two restarts with verification at the
 /// longest sensible timeout, and margin.
@@ -82,6 +76,7 @@ impl Daemon {
             listen,
             board: Arc::default(),
             busy_since: Arc::default(),
+            stop: Stop::new(),
         }
     }
 
@@ -125,8 +120,13 @@ impl Daemon {
                 // `systemctl reload`: the operator asks for failed actions to be tried now.
                 holds.actions.clear();
             }
-            let (cycle, watch, interval, debounce, held) =
-                self.reconcile(&trigger, std::mem::take(&mut holds)).await;
+            let run = self.reconcile(trigger.clone(), std::mem::take(&mut holds));
+            tokio::pin!(run);
+            let (cycle, watch, interval, debounce, held) = tokio::select! {
+                out = &mut run => out,
+                _ = sigterm.recv() => return self.stop_during(run).await,
+                _ = sigint.recv() => return self.stop_during(run).await,
+            };
             holds = held;
             let status = match (&cycle.error, &cycle.report) {
                 (Some(e), _) => format!("error: {e}"),
@@ -188,6 +188,8 @@ impl Daemon {
                         loop {
                             tokio::select! {
                                 _ = &mut quiet => break,
+                                _ = sigterm.recv() => return self.stop(),
+                                _ = sigint.recv() => return self.stop(),
                                 Some(_) = events.next() => {}
                             }
                         }
@@ -229,21 +231,41 @@ impl Daemon {
         Ok(())
     }
 
+    /// SIGTERM while a reconcile runs: tell it to stop waiting (a restart job it
+    /// waits on may itself wait for this daemon's stop job), give it a moment to
+    /// leave its files consistent, then exit whatever it does.
+    async fn stop_during(
+        &self,
+        run: std::pin::Pin<&mut impl std::future::Future<Output = ReconcileOut>>,
+    ) -> Result<(), DaemonError> {
+        let _ = sd_notify::notify(&[NotifyState::Stopping]);
+        tracing::info!("stopping during a reconcile");
+        self.stop.request();
+        match tokio::time::timeout(STOP_GRACE, run).await {
+            Ok((cycle, ..)) => {
+                if let Some(e) = cycle.error {
+                    tracing::info!("the reconcile ended: {e}");
+                }
+            }
+            Err(_) => tracing::warn!(
+                "the reconcile did not return within {STOP_GRACE:?}; exiting (its writes are atomic)"
+            ),
+        }
+        Ok(())
+    }
+
     /// One cycle on a blocking thread: the core is synchronous (file I/O, D-Bus
     /// waits). Returns the cycle, the paths to watch and the timings to use next.
-    async fn reconcile(
-        &self,
-        trigger: &str,
-        holds: Holds,
-    ) -> (Cycle, Vec<PathBuf>, Duration, Duration, Holds) {
+    async fn reconcile(&self, trigger: String, holds: Holds) -> ReconcileOut {
         let root = self.root.clone();
         let config_path = self.config_path.clone();
-        let trigger = trigger.to_owned();
+        let stop = self.stop.clone();
         let started = Instant::now();
         self.busy_since.store(unix_now(), Ordering::Relaxed);
-        let out =
-            tokio::task::spawn_blocking(move || reconcile_once(root, config_path, trigger, holds))
-                .await;
+        let out = tokio::task::spawn_blocking(move || {
+            reconcile_once(root, config_path, trigger, holds, stop)
+        })
+        .await;
         self.busy_since.store(0, Ordering::Relaxed);
         let (mut cycle, watch, interval, debounce, held) = match out {
             Ok(r) => r,
@@ -257,6 +279,7 @@ impl Daemon {
                     changed: Vec::new(),
                     actions: Vec::new(),
                     error: Some(format!("reconcile panicked: {e}")),
+                    observations: Vec::new(),
                 },
                 Vec::new(),
                 Duration::from_secs(60),
@@ -270,12 +293,16 @@ impl Daemon {
     }
 }
 
+/// A cycle, the paths to watch, the interval and debounce to use next, and the holds.
+type ReconcileOut = (Cycle, Vec<PathBuf>, Duration, Duration, Holds);
+
 fn reconcile_once(
     root: PathBuf,
     config_path: PathBuf,
     trigger: String,
     holds: Holds,
-) -> (Cycle, Vec<PathBuf>, Duration, Duration, Holds) {
+    stop: Stop,
+) -> ReconcileOut {
     let host = Host::new(&root);
     let mut watch = vec![config_path.clone()];
     let config = match Config::load(&host, &config_path) {
@@ -291,6 +318,7 @@ fn reconcile_once(
                 changed: Vec::new(),
                 actions: Vec::new(),
                 error: Some(format!("agent config invalid: {e}")),
+                observations: Vec::new(),
             };
             return (
                 cycle,
@@ -304,7 +332,14 @@ fn reconcile_once(
     let interval = Duration::from_secs(config.daemon.interval_secs.max(1));
     let debounce = Duration::from_millis(config.daemon.debounce_ms);
     let mode = config.mode;
-    let agent = Agent::connect(host, config);
+    // The daemon acts on the host it runs on (`--root` only in tests, then with
+    // no live action).
+    let mut agent = if host.is_live() {
+        Agent::live(host, config)
+    } else {
+        Agent::new(host, config)
+    };
+    agent.stop = stop;
     let mut changed = Vec::new();
     let mut actions = Vec::new();
     let mut error = None;
@@ -317,10 +352,10 @@ fn reconcile_once(
                 }
                 for a in &out.actions {
                     let line = format!("{} {}: {}", a.action, a.status, a.detail);
-                    if a.status == "failed" {
-                        tracing::warn!(action = %a.action, status = a.status, trigger = %trigger, "{line}");
+                    if a.status == ActionStatus::Failed {
+                        tracing::warn!(action = %a.action, status = a.status.as_str(), trigger = %trigger, "{line}");
                     } else {
-                        tracing::info!(action = %a.action, status = a.status, trigger = %trigger, "{line}");
+                        tracing::info!(action = %a.action, status = a.status.as_str(), trigger = %trigger, "{line}");
                     }
                 }
                 holds.plan = None;
@@ -328,21 +363,16 @@ fn reconcile_once(
                 changed = out.changed;
                 actions = out.actions;
             }
-            Err(AgentError::RolledBack {
-                unit,
-                reason,
-                after,
-                digest,
-            }) => {
-                let e = AgentError::RolledBack {
-                    unit,
-                    reason: reason.clone(),
-                    after,
-                    digest: digest.clone(),
-                };
+            Err(AgentError::Exec(e @ ExecError::RolledBack { .. })) => {
                 tracing::error!(trigger = %trigger, "apply rolled back: {e}");
                 error = Some(e.to_string());
-                holds.plan = Some((digest, reason));
+                if let ExecError::RolledBack { digest, reason, .. } = e {
+                    holds.plan = Some((digest, reason));
+                }
+            }
+            Err(AgentError::Exec(e @ ExecError::Interrupted(_))) => {
+                tracing::info!(trigger = %trigger, "{e}");
+                error = Some(e.to_string());
             }
             Err(e) => {
                 tracing::error!(trigger = %trigger, "apply failed: {e}");
@@ -350,8 +380,24 @@ fn reconcile_once(
             }
         }
     }
-    let assessment = agent.assess(false);
+    if agent.stop.requested() {
+        // Stopping: report what happened, without another pass over the host.
+        let cycle = Cycle {
+            report: None,
+            mode: "unknown",
+            finished_unix: 0,
+            duration_ms: 0,
+            trigger,
+            changed,
+            actions,
+            error,
+            observations: Vec::new(),
+        };
+        return (cycle, watch, interval, debounce, holds);
+    }
+    let assessment = agent.assess(Scope::All, false);
     watch.extend(assessment.watch.iter().cloned());
+    let observations = assessment.observations;
     let report = Report::new(assessment.checks);
     tracing::info!(trigger = %trigger, ok = report.ok, "{}", report.summary);
     let cycle = Cycle {
@@ -366,6 +412,7 @@ fn reconcile_once(
         changed,
         actions,
         error,
+        observations,
     };
     (cycle, watch, interval, debounce, holds)
 }

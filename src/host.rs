@@ -11,6 +11,11 @@ use std::path::{Component, Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::SystemTime;
 
+pub mod dbus;
+pub mod service;
+pub mod snapshot;
+pub mod stop;
+
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
     #[error("cannot read {path}: {source}")]
@@ -25,6 +30,8 @@ pub enum HostError {
     Glob { pattern: String, message: String },
     #[error("{path}: too many levels of symbolic links")]
     SymlinkLoop { path: PathBuf },
+    #[error("cannot read {what}: {message}")]
+    Snapshot { what: &'static str, message: String },
 }
 
 pub type Result<T> = std::result::Result<T, HostError>;

@@ -20,7 +20,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::Semaphore;
 
-use crate::daemon::Cycle;
+use crate::outputs::Cycle;
 
 /// What a reconcile publishes for the endpoint.
 pub struct Published {

@@ -47,6 +47,32 @@ pub struct Original {
     pub created_dirs: Vec<PathBuf>,
     /// sha256 of what the agent last wrote (`None`: it removed the file).
     pub written_sha256: Option<String>,
+    /// The units that read the file, as its change declared them: `revert`
+    /// restarts exactly these. Absent in ledgers written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<Vec<String>>,
+}
+
+impl Original {
+    /// The units to restart once this file is restored.
+    pub fn readers(&self, path: &Path) -> Vec<String> {
+        if let Some(units) = &self.restart {
+            return units.clone();
+        }
+        // Ledgers from before restart owners were recorded: what their owners meant.
+        match self.owner.as_str() {
+            "containerd" | "containerd-spec" => vec!["containerd.service".to_owned()],
+            "systemd" => path
+                .parent()
+                .and_then(Path::file_name)
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_suffix(".d"))
+                .map(str::to_owned)
+                .into_iter()
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -160,6 +186,7 @@ impl Ledger {
                 owner: change.owner.to_owned(),
                 created_dirs,
                 written_sha256: None,
+                restart: Some(change.restart.clone()),
             },
         );
         self.save(host)
@@ -300,6 +327,7 @@ mod tests {
             mode: 0o644,
             owner: "test",
             reason: "test".into(),
+            restart: Vec::new(),
         }
     }
 

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
-use rdma_node_agent::agent::Agent;
+use rdma_node_agent::agent::{Agent, CONCERNS};
 use rdma_node_agent::check::{EXIT_UNKNOWN, Report};
 use rdma_node_agent::config::{self, Config};
 use rdma_node_agent::host::Host;
@@ -81,7 +81,12 @@ enum Command {
 fn load(cli: &Cli) -> anyhow::Result<Agent> {
     let host = Host::new(&cli.root);
     let config = Config::load(&host, &cli.config).context("invalid agent config")?;
-    Ok(Agent::connect(host, config))
+    // Live actions (systemd, netlink) only on the host itself, like `systemctl --root`.
+    Ok(if cli.root == std::path::Path::new("/") {
+        Agent::live(host, config)
+    } else {
+        Agent::new(host, config)
+    })
 }
 
 fn print_json(v: &impl serde::Serialize) {
@@ -102,14 +107,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     return Ok(ExitCode::from(EXIT_UNKNOWN as u8));
                 }
             };
-            let mut report: Report = agent.check();
+            let known: Vec<&str> = CONCERNS.iter().flat_map(|c| c.ids()).copied().collect();
+            if let Some(unknown) = only.iter().find(|id| !known.contains(&id.as_str())) {
+                println!("rdma-node-agent: no check named {unknown}");
+                eprintln!("known checks: {}", known.join(", "));
+                return Ok(ExitCode::from(EXIT_UNKNOWN as u8));
+            }
+            // Only the concerns those checks need run; report only the checks asked for.
+            let mut report: Report = agent.check(only);
             if !only.is_empty() {
-                let known: Vec<String> = report.checks.iter().map(|c| c.id.clone()).collect();
-                if let Some(unknown) = only.iter().find(|id| !known.contains(id)) {
-                    println!("rdma-node-agent: no check named {unknown}");
-                    eprintln!("known checks: {}", known.join(", "));
-                    return Ok(ExitCode::from(EXIT_UNKNOWN as u8));
-                }
                 report.checks.retain(|c| only.contains(&c.id));
                 report = Report::new(report.checks);
             }
@@ -165,11 +171,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             );
             // One thread serves every request from cached bytes; reconciles run on
             // the blocking pool, so a slow one never delays a probe.
-            tokio::runtime::Builder::new_current_thread()
+            let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
-                .context("cannot start the async runtime")?
-                .block_on(daemon.run())?;
+                .context("cannot start the async runtime")?;
+            let result = rt.block_on(daemon.run());
+            // A reconcile that did not return after SIGTERM is not waited for:
+            // its writes are atomic and the stop budget is short.
+            rt.shutdown_timeout(std::time::Duration::from_millis(100));
+            result?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Revert { json, force } => {
@@ -194,7 +204,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     println!("{}: {}: {}", a.status, a.action, a.detail);
                 }
             }
-            let failed = result.actions.iter().any(|a| a.status == "failed");
+            let failed = result
+                .actions
+                .iter()
+                .any(|a| a.status == rdma_node_agent::engine::outcome::ActionStatus::Failed);
             Ok(if out.kept.is_empty() && !failed {
                 ExitCode::SUCCESS
             } else {

@@ -9,7 +9,7 @@ use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
 use crate::check::Status;
-use crate::daemon::Cycle;
+use crate::outputs::Cycle;
 
 type Labels = Vec<(String, String)>;
 
@@ -198,6 +198,7 @@ mod tests {
             changed: vec![],
             actions: vec![],
             error: None,
+            observations: Vec::new(),
         };
         let text = render(
             &cycle,

@@ -4,10 +4,17 @@
 
 use crate::check::{Check, Report};
 use crate::config::{Config, NfdConfig};
+use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
+use crate::engine::observe::{Observation, Observations};
+use crate::host::snapshot::Snapshot;
 use crate::plan::FileChange;
 
 /// `feature.node.kubernetes.io/<name>` once NFD picks them up.
-pub fn labels(checks: &[Check], config: &Config) -> Vec<(String, String)> {
+pub fn labels(
+    checks: &[Check],
+    observations: &[Observation],
+    config: &Config,
+) -> Vec<(String, String)> {
     let mut out = vec![
         (
             "rdma-node-agent.ready".to_owned(),
@@ -18,15 +25,49 @@ pub fn labels(checks: &[Check], config: &Config) -> Vec<(String, String)> {
             config.containerd.memlock.to_string().replace(' ', "-"),
         ),
     ];
-    if let Some(mode) = checks
-        .iter()
-        .find(|c| c.id == "rdma.netns")
-        .and_then(|c| c.details.get("mode"))
-        .and_then(|m| m.as_str())
-    {
-        out.push(("rdma-node-agent.netns-mode".to_owned(), mode.to_owned()));
+    if let Some(mode) = observations.netns_mode() {
+        out.push((
+            "rdma-node-agent.netns-mode".to_owned(),
+            mode.as_str().to_owned(),
+        ));
     }
     out
+}
+
+/// The labels as a concern: registered last, it summarises every check before it.
+pub struct Labels;
+
+impl Concern for Labels {
+    type Facts = Option<Vec<u8>>;
+
+    fn ids(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    fn enabled(&self, cfg: &Config) -> bool {
+        cfg.nfd.enabled
+    }
+
+    fn writes(&self) -> bool {
+        true
+    }
+
+    fn gather(&self, snap: &Snapshot, cfg: &Config) -> Result<Option<Vec<u8>>, GatherError> {
+        Ok(snap
+            .read(&cfg.nfd.path)
+            .map_err(GatherError::unknown)?
+            .map(|d| d.bytes))
+    }
+
+    fn decide(&self, current: &Option<Vec<u8>>, ctx: &Ctx) -> Decision {
+        let labels = labels(ctx.checks, ctx.observations, ctx.config);
+        Decision {
+            changes: decide(&ctx.config.nfd, current.clone(), &labels)
+                .into_iter()
+                .collect(),
+            ..Decision::default()
+        }
+    }
 }
 
 pub fn content(labels: &[(String, String)]) -> String {
@@ -53,6 +94,7 @@ pub fn decide(
         mode: 0o644,
         owner: "nfd",
         reason: "node labels for RDMA scheduling".into(),
+        restart: Vec::new(),
     })
 }
 
@@ -65,15 +107,17 @@ mod tests {
     fn labels_follow_the_checks() {
         let c = Config::default();
         let ok = vec![Check::new("containerd.memlock", Status::Ok, "")];
-        let l = labels(&ok, &c);
+        let l = labels(&ok, &[], &c);
         assert_eq!(l[0], ("rdma-node-agent.ready".into(), "true".into()));
         assert_eq!(l[1], ("rdma-node-agent.memlock".into(), "unlimited".into()));
         let failing = vec![
             Check::new("containerd.memlock", Status::Fail, ""),
-            Check::new("rdma.netns", Status::Ok, "")
-                .with_details(serde_json::json!({"mode": "exclusive"})),
+            Check::new("rdma.netns", Status::Ok, ""),
         ];
-        let l = labels(&failing, &c);
+        let seen = [Observation::NetnsMode(Some(
+            crate::netlink::NetnsMode::Exclusive,
+        ))];
+        let l = labels(&failing, &seen, &c);
         assert_eq!(l[0].1, "false");
         assert_eq!(
             l[2],

@@ -18,6 +18,10 @@ pub struct FileChange {
     /// The concern that owns this file (`containerd`, `systemd`, …).
     pub owner: &'static str,
     pub reason: String,
+    /// The units that read this file and must restart to apply it (what
+    /// Bottlerocket calls a file's restart commands). The ledger keeps them, so
+    /// `revert` restarts exactly these.
+    pub restart: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -103,12 +107,48 @@ impl std::fmt::Display for ActionKind {
     }
 }
 
+/// How to tell that a restarted unit is healthy when "active" is not enough.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verify {
+    /// containerd: its socket answers and its CRI plugin loaded (a base spec CRI
+    /// cannot load leaves containerd active but unable to start pods).
+    Containerd { grpc_address: PathBuf },
+}
+
+/// A check that candidate file contents must pass before anything is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Preflight {
+    /// containerd's own parser (`containerd config dump`) on the edited set,
+    /// main file first; `current` is the set as it is, to tell whose fault it is.
+    ContainerdConfig {
+        binary: PathBuf,
+        candidate: Vec<String>,
+        current: Vec<String>,
+        /// The config's `version` (1 to 4).
+        version: u8,
+    },
+}
+
+/// The agent's own state, written once an apply has converged (never reverted:
+/// it describes the host, it is not a change to it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub path: PathBuf,
+    pub bytes: Vec<u8>,
+    /// Said to the operator when recorded.
+    pub note: Option<String>,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Plan {
     pub changes: Vec<FileChange>,
     pub actions: Vec<Action>,
     /// Things the operator should know that are neither changes nor failures.
     pub notes: Vec<String>,
+    /// Per unit, how the executor verifies its restart (default: it is active).
+    pub verify: Vec<(String, Verify)>,
+    pub preflight: Vec<Preflight>,
+    pub records: Vec<Record>,
 }
 
 #[derive(Serialize)]
@@ -125,6 +165,14 @@ impl Plan {
         self.changes.is_empty() && self.actions.is_empty()
     }
 
+    /// The restarts this plan carries out, in order.
+    pub fn restarts(&self) -> impl Iterator<Item = &str> {
+        self.actions.iter().filter_map(|a| match &a.kind {
+            ActionKind::RestartUnit { unit } => Some(unit.as_str()),
+            _ => None,
+        })
+    }
+
     /// Identifies what this plan would write, to recognise a plan that was
     /// already tried and rolled back.
     pub fn digest(&self) -> String {
@@ -139,19 +187,44 @@ impl Plan {
         h.finalize().iter().map(|b| format!("{b:02x}")).collect()
     }
 
-    pub fn extend(&mut self, other: Plan) {
-        self.changes.extend(other.changes);
-        for a in other.actions {
-            // One restart per unit, whichever concerns need it.
-            match self.actions.iter_mut().find(|x| x.kind == a.kind) {
-                Some(x) if !x.reason.contains(&a.reason) => {
-                    x.reason = format!("{}; {}", x.reason, a.reason);
-                }
-                Some(_) => {}
-                None => self.actions.push(a),
+    /// Adds a file change and the restarts of the units that read it.
+    pub fn push_change(&mut self, change: FileChange) {
+        for unit in &change.restart {
+            self.push_action(Action {
+                kind: ActionKind::RestartUnit { unit: unit.clone() },
+                reason: format!("{unit} reads {}", change.path.display()),
+            });
+        }
+        self.changes.push(change);
+    }
+
+    /// Adds an action; one per kind (one restart per unit, whichever concerns need it).
+    pub fn push_action(&mut self, a: Action) {
+        match self.actions.iter_mut().find(|x| x.kind == a.kind) {
+            Some(x) if !x.reason.contains(&a.reason) => {
+                x.reason = format!("{}; {}", x.reason, a.reason);
             }
+            Some(_) => {}
+            None => self.actions.push(a),
+        }
+    }
+
+    pub fn extend(&mut self, other: Plan) {
+        for c in other.changes {
+            self.push_change(c);
+        }
+        for a in other.actions {
+            self.push_action(a);
         }
         self.notes.extend(other.notes);
+        self.verify.extend(other.verify);
+        self.preflight.extend(other.preflight);
+        self.records.extend(other.records);
+    }
+
+    /// How a restart of `unit` is verified.
+    pub fn verify_of(&self, unit: &str) -> Option<&Verify> {
+        self.verify.iter().find(|(u, _)| u == unit).map(|(_, v)| v)
     }
 
     pub fn to_text(&self) -> String {
@@ -213,6 +286,7 @@ mod tests {
             mode: 0o644,
             owner: "test",
             reason: "r".into(),
+            restart: Vec::new(),
         };
         let d = c.diff();
         assert!(d.starts_with("--- /etc/x.toml\n+++ /etc/x.toml\n"), "{d}");
@@ -249,6 +323,7 @@ mod tests {
             mode: 0o644,
             owner: "test",
             reason: "r".into(),
+            restart: Vec::new(),
         };
         assert!(c.diff().starts_with("--- /dev/null\n+++ /etc/y\n"));
         assert_eq!(c.kind(), ChangeKind::Create);

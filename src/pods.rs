@@ -9,7 +9,8 @@ use serde_json::json;
 
 use crate::check::{Check, Status};
 use crate::config::{Limit, Severity};
-use crate::host::{Host, Result};
+use crate::host::Result;
+use crate::host::snapshot::Snapshot;
 use crate::procfs;
 
 pub const CHECK_ID: &str = "pods.memlock";
@@ -87,7 +88,7 @@ pub fn parse_cgroup(text: &str) -> Option<(Option<String>, Option<String>)> {
     Some((pod, container))
 }
 
-pub fn gather(host: &Host) -> Result<Vec<PodProcess>> {
+pub fn gather(host: &Snapshot) -> Result<Vec<PodProcess>> {
     let mut out: Vec<PodProcess> = Vec::new();
     // Once per gather: it turns each container's start ticks into a time.
     let boot = procfs::boot_time(host);
@@ -204,6 +205,50 @@ fn name_some(procs: &[&PodProcess]) -> String {
         String::new()
     };
     format!("{}{more}", named.join("; "))
+}
+
+/// `pods.memlock` as a concern; it needs containerd's start time (an observation).
+pub struct Memlock;
+
+impl crate::engine::concern::Concern for Memlock {
+    type Facts = Vec<PodProcess>;
+
+    fn ids(&self) -> &'static [&'static str] {
+        &[CHECK_ID]
+    }
+
+    fn needs(&self) -> &'static [&'static str] {
+        &[crate::containerd::CHECK_ID]
+    }
+
+    fn enabled(&self, _cfg: &crate::config::Config) -> bool {
+        true
+    }
+
+    fn gather(
+        &self,
+        snap: &Snapshot,
+        _cfg: &crate::config::Config,
+    ) -> std::result::Result<Vec<PodProcess>, crate::engine::concern::GatherError> {
+        gather(snap).map_err(crate::engine::concern::GatherError::unknown)
+    }
+
+    fn decide(
+        &self,
+        procs: &Vec<PodProcess>,
+        ctx: &crate::engine::concern::Ctx,
+    ) -> crate::engine::concern::Decision {
+        use crate::engine::observe::Observations;
+        crate::engine::concern::Decision {
+            checks: vec![check(
+                procs,
+                ctx.config.containerd.memlock,
+                ctx.config.pods.below_target,
+                ctx.observations.containerd_current_since(),
+            )],
+            ..Default::default()
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,21 +1,18 @@
-//! Facts about processes from `/proc` (under the root, so fixtures can supply them).
-//! Parsers are pure functions of the file text.
+//! Facts about processes from `/proc` (under the root, so fixtures can supply
+//! them), read through the cycle's snapshot so that each file is read once
+//! whichever concerns need it. Parsers are pure functions of the file text.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::config::Limit;
-use crate::host::{Host, Result};
+use crate::host::Result;
+use crate::host::snapshot::{self, ProcFile, Snapshot};
 
 /// Numeric entries of /proc.
-pub fn pids(host: &Host) -> Result<Vec<u32>> {
-    let mut v: Vec<u32> = host
-        .list_dir(Path::new("/proc"))?
-        .iter()
-        .filter_map(|n| n.parse().ok())
-        .collect();
-    v.sort_unstable();
-    Ok(v)
+pub fn pids(snap: &Snapshot) -> Result<Vec<u32>> {
+    Ok(snap.pids()?.to_vec())
 }
 
 pub fn proc_file(pid: u32, name: &str) -> PathBuf {
@@ -23,12 +20,12 @@ pub fn proc_file(pid: u32, name: &str) -> PathBuf {
 }
 
 /// A process's file; `None` when it is gone or unreadable (processes come and go).
-pub fn read(host: &Host, pid: u32, name: &str) -> Option<String> {
-    host.read_string(&proc_file(pid, name)).ok().flatten()
+pub fn read(snap: &Snapshot, pid: u32, name: ProcFile) -> Option<Arc<str>> {
+    snap.proc(pid, name)
 }
 
-pub fn comm(host: &Host, pid: u32) -> Option<String> {
-    read(host, pid, "comm").map(|s| s.trim_end().to_owned())
+pub fn comm(snap: &Snapshot, pid: u32) -> Option<String> {
+    read(snap, pid, "comm").map(|s| s.trim_end().to_owned())
 }
 
 /// The soft limit of a `/proc/<pid>/limits` row, e.g. "Max locked memory".
@@ -65,13 +62,13 @@ pub fn parse_boot_time(stat: &str) -> Option<u64> {
 }
 
 /// When a process started, to one clock tick.
-pub fn start_time(host: &Host, pid: u32) -> Option<SystemTime> {
-    started_at(&read(host, pid, "stat")?, boot_time(host)?)
+pub fn start_time(snap: &Snapshot, pid: u32) -> Option<SystemTime> {
+    started_at(&read(snap, pid, "stat")?, boot_time(snap)?)
 }
 
 /// The boot time in seconds since the epoch (`btime` of /proc/stat).
-pub fn boot_time(host: &Host) -> Option<u64> {
-    parse_boot_time(&host.read_string(Path::new("/proc/stat")).ok()??)
+pub fn boot_time(snap: &Snapshot) -> Option<u64> {
+    parse_boot_time(&snap.file(snapshot::PROC_STAT)?)
 }
 
 /// When the process of a `/proc/<pid>/stat` text started, given the boot time.
@@ -91,10 +88,12 @@ fn clock_ticks_per_second() -> u64 {
 }
 
 /// The first process whose command name is `name` (e.g. the containerd daemon).
-pub fn find_by_comm(host: &Host, name: &str) -> Result<Option<u32>> {
-    Ok(pids(host)?
-        .into_iter()
-        .find(|pid| comm(host, *pid).as_deref() == Some(name)))
+pub fn find_by_comm(snap: &Snapshot, name: &str) -> Result<Option<u32>> {
+    Ok(snap
+        .pids()?
+        .iter()
+        .copied()
+        .find(|pid| comm(snap, *pid).as_deref() == Some(name)))
 }
 
 #[cfg(test)]

@@ -5,8 +5,11 @@
 
 use std::path::Path;
 
-use crate::host::Host;
-use crate::ledger::{Ledger, LedgerError};
+use crate::config::Config;
+use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
+use crate::engine::observe::Observations;
+use crate::host::snapshot::Snapshot;
+use crate::ledger::Ledger;
 use crate::plan::FileChange;
 
 pub const SENTINEL: &str = "/var/run/reboot-required";
@@ -44,6 +47,7 @@ pub fn decide(
             mode: 0o644,
             owner: OWNER,
             reason: format!("reboot required: {}", req.reasons.join("; ")),
+            restart: Vec::new(),
         }),
         (false, Some(old)) if owned => Some(FileChange {
             path: SENTINEL.into(),
@@ -56,22 +60,70 @@ pub fn decide(
             } else {
                 format!("reboot held back: {}", req.hold_back.join("; "))
             },
+            restart: Vec::new(),
         }),
         (false, _) => None,
     }
 }
 
-/// Reads the sentinel and the ledger, then decides.
-pub fn change(
-    host: &Host,
-    enabled: bool,
-    req: &Request,
-) -> Result<Option<FileChange>, LedgerError> {
-    let current = host.read(Path::new(SENTINEL))?.map(|d| d.bytes);
-    let owned = Ledger::load(host)?
-        .created_by(OWNER)
-        .contains(Path::new(SENTINEL));
-    Ok(decide(enabled, req, current, owned))
+/// The sentinel as a concern: registered after the concerns that ask for a
+/// reboot or hold one back, whose observations it reads.
+pub struct Sentinel;
+
+pub struct Current {
+    file: Option<Vec<u8>>,
+    owned: bool,
+}
+
+impl Concern for Sentinel {
+    type Facts = Current;
+
+    fn ids(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    fn needs(&self) -> &'static [&'static str] {
+        &["rdma.netns", "kernel.dkms"]
+    }
+
+    /// Always: a sentinel the agent created goes once it is turned off.
+    fn enabled(&self, _cfg: &Config) -> bool {
+        true
+    }
+
+    fn writes(&self) -> bool {
+        true
+    }
+
+    fn gather(&self, snap: &Snapshot, _cfg: &Config) -> Result<Current, GatherError> {
+        let file = snap
+            .read(Path::new(SENTINEL))
+            .map_err(GatherError::unknown)?
+            .map(|d| d.bytes);
+        let owned = Ledger::load(snap)
+            .map_err(GatherError::unknown)?
+            .created_by(OWNER)
+            .contains(Path::new(SENTINEL));
+        Ok(Current { file, owned })
+    }
+
+    fn decide(&self, c: &Current, ctx: &Ctx) -> Decision {
+        let req = Request {
+            reasons: ctx.observations.reboot_reasons(),
+            hold_back: ctx.observations.reboot_hold_backs(),
+        };
+        Decision {
+            changes: decide(
+                ctx.config.rdma.reboot_sentinel,
+                &req,
+                c.file.clone(),
+                c.owned,
+            )
+            .into_iter()
+            .collect(),
+            ..Decision::default()
+        }
+    }
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //!
 //! gather (files under the root) → decide (pure: handlers, edits, checks) → plan.
 
+pub mod concern;
 pub mod spec;
 pub mod toml;
 pub mod validate;
@@ -15,6 +16,7 @@ use serde_json::json;
 
 use crate::check::{Check, Status};
 use crate::config::ContainerdConfig;
+use crate::host::snapshot::Snapshot;
 use crate::host::{Host, HostError};
 use crate::plan::{Action, ActionKind, FileChange, Plan};
 use crate::procfs;
@@ -189,7 +191,7 @@ pub fn facts_from_text(text: &str) -> Result<Facts, ContainerdError> {
 /// `owned_specs`: spec files the agent created earlier (from its ledger): a handler
 /// pointing at one of them follows `base_spec_path` when that setting changes.
 pub fn gather(
-    host: &Host,
+    host: &Snapshot,
     cfg: &ContainerdConfig,
     manager: Option<&dyn ServiceManager>,
     owned_specs: &BTreeSet<PathBuf>,
@@ -574,6 +576,7 @@ pub fn decide(
                     owner: "containerd",
                     reason: "point runtime handlers at a base spec with the target RLIMIT_MEMLOCK"
                         .into(),
+                    restart: vec![UNIT.to_owned()],
                 });
             }
         }
@@ -605,6 +608,7 @@ pub fn decide(
                 mode: current.map_or(0o644, |(_, m)| m),
                 owner: SPEC_OWNER,
                 reason,
+                restart: vec![UNIT.to_owned()],
             });
         }
     }
@@ -622,17 +626,12 @@ pub fn decide(
                 mode: *mode,
                 owner: SPEC_OWNER,
                 reason: "no runtime handler uses this base spec any more".into(),
+                restart: vec![UNIT.to_owned()],
             });
         }
     }
-    if !plan.changes.is_empty() {
-        plan.actions.push(Action {
-            kind: ActionKind::RestartUnit {
-                unit: UNIT.to_owned(),
-            },
-            reason: "containerd reads base specs only at start; pods started before keep their old limit until recreated".into(),
-        });
-    } else if facts.live && facts.restart_pending() {
+    // Each change names containerd as its reader, so the restart follows from it.
+    if plan.changes.is_empty() && facts.live && facts.restart_pending() {
         // Files already right (an earlier apply with --no-restart, or one that was
         // killed before restarting): the restart is still owed.
         plan.actions.push(Action {

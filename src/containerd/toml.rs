@@ -20,6 +20,16 @@ pub enum Version {
 }
 
 impl Version {
+    pub fn from_number(n: i64) -> Option<Version> {
+        match n {
+            1 => Some(Version::V1),
+            2 => Some(Version::V2),
+            3 => Some(Version::V3),
+            4 => Some(Version::V4),
+            _ => None,
+        }
+    }
+
     pub fn number(self) -> i64 {
         match self {
             Version::V1 => 1,

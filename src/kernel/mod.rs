@@ -4,6 +4,7 @@
 //! `kernel.dkms` (DKMS built the RDMA stack for the running kernel and for every
 //! newer installed one, i.e. the one the next reboot boots).
 
+pub mod concern;
 pub mod modinfo;
 
 use std::cmp::Ordering;
@@ -36,7 +37,7 @@ pub struct KernelState {
     pub previous: Option<String>,
 }
 
-fn state_path() -> PathBuf {
+pub fn state_path() -> PathBuf {
     Path::new(STATE_DIR).join("kernel.json")
 }
 
@@ -305,6 +306,16 @@ pub fn next_state(f: &Facts) -> Option<KernelState> {
     Some(state)
 }
 
+/// The release this boot changed from, once per boot: for metrics and alerts.
+pub fn changed_from(f: &Facts) -> Option<String> {
+    let release = f.release.as_ref()?;
+    match &f.state {
+        Some(s) if &s.release != release => Some(s.release.clone()),
+        Some(s) if f.boot_id.as_deref() == Some(s.boot_id.as_str()) => s.previous.clone(),
+        _ => None,
+    }
+}
+
 pub fn check_change(f: &Facts) -> Check {
     let Some(release) = &f.release else {
         return Check::new(
@@ -313,12 +324,7 @@ pub fn check_change(f: &Facts) -> Check {
             "no /proc/sys/kernel/osrelease under this root",
         );
     };
-    // The release this boot changed from, once per boot: for metrics and alerts.
-    let changed_from = match &f.state {
-        Some(s) if &s.release != release => Some(s.release.clone()),
-        Some(s) if f.boot_id.as_deref() == Some(s.boot_id.as_str()) => s.previous.clone(),
-        _ => None,
-    };
+    let changed_from = changed_from(f);
     let details = json!({"release": release, "boot_id": f.boot_id, "recorded": f.state, "changed_from": changed_from});
     match &f.state {
         None => Check::new(CHANGE, Status::Ok, format!("kernel {release}; first run, nothing to compare with")),

@@ -7,7 +7,8 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::GpuDirectModule;
-use crate::host::{Host, HostError};
+use crate::host::HostError;
+use crate::host::snapshot::{self, Snapshot};
 
 const PCI_DEVICES: &str = "/sys/bus/pci/devices";
 const NVIDIA_GPUS: &str = "/proc/driver/nvidia/gpus";
@@ -62,7 +63,7 @@ pub fn parse_modules(proc_modules: &str) -> BTreeSet<String> {
         .collect()
 }
 
-pub fn gather(host: &Host) -> Result<Facts, HostError> {
+pub fn gather(host: &Snapshot) -> Result<Facts, HostError> {
     let mut gpus = BTreeSet::new();
     for dev in host.list_dir(Path::new(PCI_DEVICES))? {
         let dir = Path::new(PCI_DEVICES).join(&dev);
@@ -82,7 +83,7 @@ pub fn gather(host: &Host) -> Result<Facts, HostError> {
     }
     gpus.extend(host.list_dir(Path::new(NVIDIA_GPUS))?);
     let modules = host
-        .read_string(Path::new("/proc/modules"))?
+        .file(snapshot::PROC_MODULES)
         .map(|t| parse_modules(&t))
         .unwrap_or_default();
     Ok(Facts { gpus, modules })

@@ -15,6 +15,8 @@ use serde_json::json;
 
 use super::{InitramfsPolicy, PluginPolicy, RdmaConfig};
 use crate::check::{Check, Status};
+use crate::engine::outcome::ActionStatus;
+use crate::host::snapshot::Snapshot;
 use crate::host::{Host, HostError};
 use crate::netlink::{NetlinkError, NetnsMode, RdmaNetlink};
 use crate::plan::{Action, ActionKind, FileChange, Plan};
@@ -88,7 +90,7 @@ pub struct Facts {
 
 // ---------- gather ----------
 
-pub fn gather(host: &Host, cfg: &RdmaConfig) -> Result<Facts, HostError> {
+pub fn gather(host: &Snapshot, cfg: &RdmaConfig) -> Result<Facts, HostError> {
     let live = match host.read_string(Path::new(PARAM)) {
         Ok(Some(t)) => parse_param(&t).map_or_else(Live::Unreadable, Live::Mode),
         Ok(None) => Live::NotLoaded,
@@ -127,7 +129,7 @@ pub fn gather(host: &Host, cfg: &RdmaConfig) -> Result<Facts, HostError> {
 }
 
 /// Distinct `/proc/*/ns/net` other than PID 1's, with their holders, then `/run/netns/*`.
-pub fn namespaces(host: &Host) -> Result<Vec<Namespace>, HostError> {
+pub fn namespaces(host: &Snapshot) -> Result<Vec<Namespace>, HostError> {
     let link = |pid: u32| {
         host.read_link(&procfs::proc_file(pid, "ns/net"))
             .ok()
@@ -437,6 +439,7 @@ pub fn decide(f: &Facts, cfg: &RdmaConfig) -> Decision {
             mode: 0o644,
             owner: OWNER,
             reason: format!("persist RDMA netns mode {want}"),
+            restart: Vec::new(),
         });
         problems.push(format!("{want} mode is not persisted in {file}"));
     }
@@ -560,20 +563,23 @@ pub fn decide(f: &Facts, cfg: &RdmaConfig) -> Decision {
 /// Switches the live mode and verifies it. On EBUSY names what blocks it: the
 /// mode is persisted by the same apply, so it takes effect at the next boot.
 pub fn set_live(
-    host: &Host,
+    host: &Snapshot,
     cfg: &RdmaConfig,
     nl: &mut dyn RdmaNetlink,
     mode: NetnsMode,
-) -> (&'static str, String) {
+) -> (ActionStatus, String) {
     match nl.set_netns_mode(mode) {
         Ok(()) => match nl.get_netns_mode() {
-            Ok(m) if m == mode => ("done", format!("the RDMA netns mode is now {mode}")),
+            Ok(m) if m == mode => (
+                ActionStatus::Done,
+                format!("the RDMA netns mode is now {mode}"),
+            ),
             Ok(m) => (
-                "failed",
+                ActionStatus::Failed,
                 format!("the kernel acknowledged {mode} but reports {m}"),
             ),
             Err(e) => (
-                "failed",
+                ActionStatus::Failed,
                 format!("set {mode}, but cannot read it back: {e}"),
             ),
         },
@@ -582,7 +588,7 @@ pub fn set_live(
                 .map(|n| describe(&n))
                 .unwrap_or_else(|e| format!("cannot list them: {e}"));
             (
-                "pending",
+                ActionStatus::Pending,
                 format!(
                     "pending reboot: {e}: {}; {mode} is persisted in {} and applies at the next boot",
                     if blockers.is_empty() {
@@ -594,7 +600,7 @@ pub fn set_live(
                 ),
             )
         }
-        Err(e) => ("failed", e.to_string()),
+        Err(e) => (ActionStatus::Failed, e.to_string()),
     }
 }
 
@@ -911,7 +917,7 @@ mod tests {
     #[test]
     fn live_set_outcomes() {
         let t = proc_node();
-        let host = Host::new(t.path());
+        let host = Snapshot::new(Host::new(t.path()));
         let c = cfg(NetnsSetting::Exclusive);
         let run = |set| {
             set_live(
@@ -924,9 +930,9 @@ mod tests {
                 NetnsMode::Exclusive,
             )
         };
-        assert_eq!(run(Ok(())).0, "done");
+        assert_eq!(run(Ok(())).0, ActionStatus::Done);
         let (status, detail) = run(Err(crate::netlink::kernel_error(Errno::EBUSY as i32, None)));
-        assert_eq!(status, "pending");
+        assert_eq!(status, ActionStatus::Pending);
         assert!(
             detail.starts_with("pending reboot: the kernel refused to switch"),
             "{detail}"
@@ -943,7 +949,7 @@ mod tests {
             (Errno::EOPNOTSUPP, "does not support"),
         ] {
             let (status, detail) = run(Err(crate::netlink::kernel_error(errno as i32, None)));
-            assert_eq!(status, "failed");
+            assert_eq!(status, ActionStatus::Failed);
             assert!(detail.contains(want), "{errno}: {detail}");
         }
     }

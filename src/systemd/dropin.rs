@@ -8,8 +8,9 @@ use serde_json::json;
 
 use crate::check::{Check, Status};
 use crate::config::{Limit, SystemdConfig};
-use crate::host::{Host, HostError};
-use crate::plan::{Action, ActionKind, FileChange, Plan};
+use crate::host::HostError;
+use crate::host::snapshot::Snapshot;
+use crate::plan::{FileChange, Plan};
 use crate::procfs;
 
 use super::{ServiceManager, UnitStatus};
@@ -34,7 +35,7 @@ pub fn dropin_path(unit: &str, name: &str) -> PathBuf {
 }
 
 pub fn gather(
-    host: &Host,
+    host: &Snapshot,
     cfg: &SystemdConfig,
     manager: Option<&dyn ServiceManager>,
 ) -> Result<Vec<UnitFacts>, HostError> {
@@ -94,12 +95,8 @@ pub fn decide(facts: &[UnitFacts], cfg: &SystemdConfig) -> Plan {
                     cfg.memlock.systemd_value(),
                     f.unit
                 ),
-            });
-            plan.actions.push(Action {
-                kind: ActionKind::RestartUnit {
-                    unit: f.unit.clone(),
-                },
-                reason: format!("{} reads LimitMEMLOCK at start", f.unit),
+                // systemd reads it at daemon-reload; the unit's process at its start.
+                restart: vec![f.unit.clone()],
             });
         }
     }
@@ -241,7 +238,11 @@ mod tests {
             String::from_utf8_lossy(p.changes[0].new.as_ref().unwrap())
                 .contains("[Service]\nLimitMEMLOCK=infinity\n")
         );
-        assert_eq!(p.actions.len(), 1);
+        // The drop-in names its unit as its reader: a plan restarts it.
+        assert_eq!(p.changes[0].restart, ["containerd.service"]);
+        let mut plan = Plan::default();
+        plan.extend(p);
+        assert_eq!(plan.restarts().collect::<Vec<_>>(), ["containerd.service"]);
         assert_eq!(check(&facts(None, None, None), &c).status, Status::Fail);
     }
 

@@ -6,7 +6,8 @@ use futures_util::StreamExt;
 use zbus::proxy::CacheProperties;
 use zbus::{Connection, OwnedObjectPath, Variant, proxy};
 
-use super::{ServiceManager, SystemdError, UnitStatus};
+use super::service::{ServiceManager, SystemdError, UnitStatus};
+use super::stop::{self, Stop};
 
 #[proxy(
     interface = "org.freedesktop.systemd1.Manager",
@@ -33,6 +34,17 @@ trait Manager {
         unit: String,
         result: String,
     ) -> zbus::Result<()>;
+}
+
+#[proxy(
+    interface = "org.freedesktop.systemd1.Job",
+    default_service = "org.freedesktop.systemd1"
+)]
+trait Job {
+    fn cancel(&self) -> zbus::Result<()>;
+    /// `waiting` or `running`.
+    #[zbus(property)]
+    fn state(&self) -> zbus::Result<String>;
 }
 
 #[proxy(
@@ -120,14 +132,15 @@ impl ServiceManager for Dbus {
         })
     }
 
-    fn restart(&self, unit: &str, timeout: Duration) -> Result<(), SystemdError> {
+    fn restart(&self, unit: &str, timeout: Duration, stop: &Stop) -> Result<(), SystemdError> {
         self.rt.block_on(async {
             let (m, removed) = self.watching_jobs().await?;
             let job = m
                 .restart_unit(unit, "replace")
                 .await
                 .map_err(call("RestartUnit"))?;
-            wait_for_job(removed, job, unit, "restart", timeout).await
+            self.wait_for_job(removed, job, unit, "restart", timeout, stop)
+                .await
         })
     }
 
@@ -136,6 +149,7 @@ impl ServiceManager for Dbus {
         unit: &str,
         argv: &[String],
         timeout: Duration,
+        stop: &Stop,
     ) -> Result<(), SystemdError> {
         let Some(program) = argv.first() else {
             return Err(SystemdError::Call {
@@ -164,7 +178,8 @@ impl ServiceManager for Dbus {
                 .start_transient_unit(unit, "fail", &properties, &[])
                 .await
                 .map_err(call("StartTransientUnit"))?;
-            wait_for_job(removed, job, unit, "start", timeout).await
+            self.wait_for_job(removed, job, unit, "start", timeout, stop)
+                .await
         })
     }
 
@@ -203,35 +218,71 @@ impl ServiceManager for Dbus {
     }
 }
 
-/// Waits for `job` to be removed; its result must be `done`.
-async fn wait_for_job(
-    mut removed: JobRemovedStream,
-    job: OwnedObjectPath,
-    unit: &str,
-    kind: &'static str,
-    timeout: Duration,
-) -> Result<(), SystemdError> {
-    let wait = async {
-        while let Some(signal) = removed.next().await {
-            if let Ok(args) = signal.args() {
-                if args.job == job {
-                    return Some(args.result.clone());
+impl Dbus {
+    /// Waits for `job` to be removed; its result must be `done`. When the agent
+    /// is asked to stop meanwhile, a job still queued is cancelled (it may be
+    /// waiting for the agent's own stop job: waiting on would deadlock until
+    /// systemd kills the agent) and one already running is left to systemd.
+    async fn wait_for_job(
+        &self,
+        mut removed: JobRemovedStream,
+        job: OwnedObjectPath,
+        unit: &str,
+        kind: &'static str,
+        timeout: Duration,
+        stop: &Stop,
+    ) -> Result<(), SystemdError> {
+        let wait = async {
+            while let Some(signal) = removed.next().await {
+                if let Ok(args) = signal.args() {
+                    if args.job == job {
+                        return Some(args.result.clone());
+                    }
                 }
             }
+            None
+        };
+        let stopping = async {
+            while !stop.requested() {
+                tokio::time::sleep(stop::POLL).await;
+            }
+        };
+        let outcome = tokio::select! {
+            r = tokio::time::timeout(timeout, wait) => r,
+            () = stopping => {
+                let cancelled = self.cancel_if_waiting(&job).await;
+                return Err(SystemdError::Stopped { unit: unit.to_owned(), job: kind, cancelled });
+            }
+        };
+        match outcome {
+            Ok(Some(result)) if result == "done" => Ok(()),
+            Ok(Some(result)) => Err(SystemdError::JobFailed {
+                unit: unit.to_owned(),
+                job: kind,
+                result,
+            }),
+            Ok(None) | Err(_) => Err(SystemdError::JobTimeout {
+                unit: unit.to_owned(),
+                job: kind,
+                timeout,
+            }),
         }
-        None
-    };
-    match tokio::time::timeout(timeout, wait).await {
-        Ok(Some(result)) if result == "done" => Ok(()),
-        Ok(Some(result)) => Err(SystemdError::JobFailed {
-            unit: unit.to_owned(),
-            job: kind,
-            result,
-        }),
-        Ok(None) | Err(_) => Err(SystemdError::JobTimeout {
-            unit: unit.to_owned(),
-            job: kind,
-            timeout,
-        }),
+    }
+
+    /// Cancels `job` if it has not started running. True when it was cancelled.
+    async fn cancel_if_waiting(&self, job: &OwnedObjectPath) -> bool {
+        let Ok(j) = JobProxy::builder(&self.conn)
+            .path(job.clone())
+            .cache_properties(CacheProperties::No)
+            .build()
+            .await
+        else {
+            // Already gone: it finished.
+            return false;
+        };
+        match j.state().await {
+            Ok(state) if state == "waiting" => j.cancel().await.is_ok(),
+            _ => false,
+        }
     }
 }

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use crate::agent::ActionOutcome;
+use super::outcome::{ActionOutcome, ActionStatus};
 
 /// The longest wait between two tries of a failing action.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(6 * 3600);
@@ -46,7 +46,7 @@ impl Holds {
     pub fn record(&mut self, outcomes: &[ActionOutcome], now: SystemTime, interval: Duration) {
         for o in outcomes {
             match o.status {
-                "failed" => {
+                ActionStatus::Failed => {
                     let failures = self.actions.get(&o.action).map_or(0, |h| h.failures) + 1;
                     self.actions.insert(
                         o.action.clone(),
@@ -56,7 +56,7 @@ impl Holds {
                         },
                     );
                 }
-                "done" => {
+                ActionStatus::Done => {
                     self.actions.remove(&o.action);
                 }
                 _ => {}
@@ -71,12 +71,8 @@ mod tests {
 
     const MIN: Duration = Duration::from_secs(60);
 
-    fn outcome(action: &str, status: &'static str) -> ActionOutcome {
-        ActionOutcome {
-            action: action.into(),
-            status,
-            detail: String::new(),
-        }
+    fn outcome(action: &str, status: ActionStatus) -> ActionOutcome {
+        ActionOutcome::new(action, status, "")
     }
 
     #[test]
@@ -94,20 +90,24 @@ mod tests {
         let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
         let mut h = Holds::default();
         let rebuild = "rebuild the initramfs (update-initramfs -u)";
-        h.record(&[outcome(rebuild, "failed")], t0, MIN);
+        h.record(&[outcome(rebuild, ActionStatus::Failed)], t0, MIN);
         assert!(h.deferred(rebuild, t0 + MIN / 2).is_some());
         assert!(h.deferred(rebuild, t0 + MIN).is_none(), "due again");
         assert!(h.deferred("set the RDMA netns mode", t0).is_none());
 
-        h.record(&[outcome(rebuild, "failed")], t0 + MIN, MIN);
+        h.record(&[outcome(rebuild, ActionStatus::Failed)], t0 + MIN, MIN);
         let hold = h.deferred(rebuild, t0 + MIN).unwrap();
         assert_eq!(hold.failures, 2);
         assert_eq!(hold.until, t0 + 3 * MIN);
 
         // Deferred and skipped outcomes change nothing; a success clears.
-        h.record(&[outcome(rebuild, "deferred")], t0 + 2 * MIN, MIN);
+        h.record(
+            &[outcome(rebuild, ActionStatus::Deferred)],
+            t0 + 2 * MIN,
+            MIN,
+        );
         assert_eq!(h.deferred(rebuild, t0 + 2 * MIN).unwrap().failures, 2);
-        h.record(&[outcome(rebuild, "done")], t0 + 3 * MIN, MIN);
+        h.record(&[outcome(rebuild, ActionStatus::Done)], t0 + 3 * MIN, MIN);
         assert!(h.actions.is_empty());
     }
 }

@@ -1,0 +1,103 @@
+//! The live host's capabilities, for the executor: containerd's CRI probe,
+//! the RDMA netlink switch, and host commands.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::config::rdma::RdmaConfig;
+use crate::containerd;
+use crate::engine::executor::{Live, LiveHost};
+use crate::engine::outcome::ActionStatus;
+use crate::host::Host;
+use crate::host::dbus::Dbus;
+use crate::host::service::ServiceManager;
+use crate::host::snapshot::Snapshot;
+use crate::netlink::{self, NetnsMode};
+use crate::rdma::netns;
+
+struct System {
+    host: Host,
+    rdma: RdmaConfig,
+}
+
+/// Connects to the live host: systemd over D-Bus when its bus answers (without
+/// it restarts are reported as pending and checks rely on files and /proc).
+pub fn connect(host: &Host, rdma: &RdmaConfig) -> Live {
+    let manager: Option<Arc<dyn ServiceManager>> = match Dbus::system() {
+        Ok(d) => Some(Arc::new(d)),
+        Err(e) => {
+            tracing::warn!("{e}; restarts will be left pending");
+            None
+        }
+    };
+    Live {
+        manager,
+        host: Box::new(System {
+            host: host.clone(),
+            rdma: rdma.clone(),
+        }),
+    }
+}
+
+impl LiveHost for System {
+    fn containerd_cri(&self, grpc_address: &Path) -> Result<(), String> {
+        let address = grpc_address.to_string_lossy();
+        let cri = match self
+            .host
+            .run("ctr", &["--address", &address, "plugins", "ls"])
+        {
+            Some(Ok(out)) if out.status.success() => {
+                containerd::cri_status(&String::from_utf8_lossy(&out.stdout))
+                    .unwrap_or_else(|| "not listed".into())
+            }
+            Some(Ok(out)) => {
+                return Err(format!(
+                    "socket {address} does not answer: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+            Some(Err(e)) => return Err(format!("cannot run ctr: {e}")),
+            None => return Err("ctr not found".into()),
+        };
+        if cri == "ok" {
+            Ok(())
+        } else {
+            Err(format!(
+                "containerd runs but its CRI plugin is {cri:?}: kubelet cannot start pods (see journalctl -u containerd)"
+            ))
+        }
+    }
+
+    fn set_netns_mode(&self, mode: NetnsMode) -> (ActionStatus, String) {
+        match netlink::Socket::open() {
+            // A fresh snapshot: on EBUSY it names what holds a namespace now.
+            Ok(mut socket) => netns::set_live(
+                &Snapshot::new(self.host.clone()),
+                &self.rdma,
+                &mut socket,
+                mode,
+            ),
+            Err(e) => (ActionStatus::Failed, e.to_string()),
+        }
+    }
+
+    fn which(&self, program: &str) -> Option<PathBuf> {
+        self.host.which(program)
+    }
+
+    fn run(&self, argv: &[String]) -> Result<(), String> {
+        let Some((program, args)) = argv.split_first() else {
+            return Err("no command".into());
+        };
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        match self.host.run(program, &args) {
+            Some(Ok(o)) if o.status.success() => Ok(()),
+            Some(Ok(o)) => Err(format!(
+                "failed: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            )),
+            Some(Err(e)) => Err(e.to_string()),
+            None => Err(format!("{program} is not installed")),
+        }
+    }
+}

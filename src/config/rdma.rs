@@ -1,0 +1,111 @@
+//! The `[rdma]` section of the agent config: what the RDMA concerns expect of
+//! the devices and which netns mode they keep.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use crate::netlink::NetnsMode;
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RdmaConfig {
+    /// Report the inventory and netns mode at all.
+    pub enabled: bool,
+    /// Ports that must be ACTIVE (optionally at a minimum rate).
+    pub expect_port: Vec<ExpectPort>,
+    /// Link layer (`InfiniBand`, `Ethernet`) → minimum number of ACTIVE ports.
+    pub min_active_ports: BTreeMap<String, u32>,
+    /// GPUDirect modules that must be loaded when NVIDIA GPUs are present.
+    pub gpudirect_required: Vec<GpuDirectModule>,
+    pub netns_mode: NetnsSetting,
+    /// The agent's own modprobe.d file persisting the mode.
+    pub modprobe_file: PathBuf,
+    /// What to do when exclusive mode is wanted while the shared device plugin runs.
+    pub shared_plugin: PluginPolicy,
+    /// File-name globs of the RDMA shared device plugin's sockets (`<resource>.sock`).
+    pub shared_plugin_sockets: Vec<String>,
+    pub initramfs: InitramfsPolicy,
+    /// Also require `ib_core.netns_mode=` on the kernel command line.
+    pub check_cmdline: bool,
+    /// Create kured's reboot sentinel when only a reboot can apply the mode.
+    pub reboot_sentinel: bool,
+}
+
+impl Default for RdmaConfig {
+    fn default() -> Self {
+        RdmaConfig {
+            enabled: true,
+            expect_port: Vec::new(),
+            min_active_ports: BTreeMap::new(),
+            gpudirect_required: Vec::new(),
+            netns_mode: NetnsSetting::Unmanaged,
+            modprobe_file: "/etc/modprobe.d/rdma-node-agent.conf".into(),
+            shared_plugin: PluginPolicy::Refuse,
+            shared_plugin_sockets: vec!["*shared_device*.sock".into(), "*rdma*shared*.sock".into()],
+            initramfs: InitramfsPolicy::Report,
+            check_cmdline: false,
+            reboot_sentinel: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExpectPort {
+    /// A device name or glob (`mlx5_0`, `mlx5_*`).
+    pub device: String,
+    /// One port; every port of the device when absent.
+    pub port: Option<u32>,
+    /// In Gb/s.
+    pub min_rate_gbps: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NetnsSetting {
+    Exclusive,
+    Shared,
+    Unmanaged,
+}
+
+impl NetnsSetting {
+    pub fn wanted(self) -> Option<NetnsMode> {
+        match self {
+            NetnsSetting::Exclusive => Some(NetnsMode::Exclusive),
+            NetnsSetting::Shared => Some(NetnsMode::Shared),
+            NetnsSetting::Unmanaged => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PluginPolicy {
+    Refuse,
+    Warn,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InitramfsPolicy {
+    Report,
+    Rebuild,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuDirectModule {
+    NvidiaPeermem,
+    Gdrdrv,
+}
+
+impl GpuDirectModule {
+    pub fn name(self) -> &'static str {
+        match self {
+            GpuDirectModule::NvidiaPeermem => "nvidia_peermem",
+            GpuDirectModule::Gdrdrv => "gdrdrv",
+        }
+    }
+}

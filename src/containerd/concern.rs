@@ -1,0 +1,139 @@
+//! `containerd.memlock` as a concern: the engine's view of this module.
+
+use super::validate::{self, Validation};
+use super::{CHECK_ID, Facts, SPEC_OWNER, UNIT, check, decide, gather};
+use crate::config::Config;
+use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
+use crate::engine::observe::Observation;
+use crate::host::Host;
+use crate::host::snapshot::Snapshot;
+use crate::ledger::Ledger;
+use crate::plan::{Preflight, Verify};
+
+pub struct Memlock;
+
+pub struct Gathered {
+    facts: Facts,
+    /// For paths in messages only (where a file is under `--root`).
+    host: Host,
+}
+
+impl Concern for Memlock {
+    type Facts = Gathered;
+
+    fn ids(&self) -> &'static [&'static str] {
+        &[CHECK_ID]
+    }
+
+    fn enabled(&self, cfg: &Config) -> bool {
+        cfg.containerd.enabled
+    }
+
+    fn writes(&self) -> bool {
+        true
+    }
+
+    /// A config containerd cannot read is itself the failure, so errors here fail.
+    fn gather(&self, snap: &Snapshot, cfg: &Config) -> Result<Gathered, GatherError> {
+        let owned = Ledger::load(snap)
+            .map_err(GatherError::fail)?
+            .created_by(SPEC_OWNER);
+        let facts =
+            gather(snap, &cfg.containerd, snap.manager(), &owned).map_err(GatherError::fail)?;
+        Ok(Gathered {
+            facts,
+            host: snap.host().clone(),
+        })
+    }
+
+    fn decide(&self, g: &Gathered, ctx: &Ctx) -> Decision {
+        let cfg = &ctx.config.containerd;
+        let f = &g.facts;
+        let mut d = Decision {
+            watch: f.watched_files(),
+            // Until containerd restarts, every new container gets the old spec.
+            observations: vec![Observation::Containerd {
+                current_since: f
+                    .containerd_started
+                    .filter(|_| !f.restart_pending())
+                    .map(|s| s.at),
+                grpc_address: f.grpc_address.clone(),
+            }],
+            verify: vec![(
+                UNIT.to_owned(),
+                Verify::Containerd {
+                    grpc_address: f.grpc_address.clone(),
+                },
+            )],
+            ..Decision::default()
+        };
+        let decision = match decide(f, cfg, &|p| g.host.path(p)) {
+            Ok(x) => x,
+            Err(e) => {
+                d.checks.push(check(Some(f), &Err(e.to_string()), cfg));
+                d.blocked = Some(e.to_string());
+                return d;
+            }
+        };
+        d.checks.push(check(Some(f), &Ok(decision.clone()), cfg));
+        let touches_config = decision
+            .plan
+            .changes
+            .iter()
+            .any(|c| f.set.files.iter().any(|file| file.path == c.path));
+        if touches_config {
+            d.preflight.push(Preflight::ContainerdConfig {
+                binary: cfg.binary.clone(),
+                candidate: f
+                    .set
+                    .files
+                    .iter()
+                    .map(|file| {
+                        decision
+                            .plan
+                            .changes
+                            .iter()
+                            .find(|c| c.path == file.path)
+                            .and_then(|c| c.new.clone())
+                            .map(|b| String::from_utf8_lossy(&b).into_owned())
+                            .unwrap_or_else(|| file.original.clone().unwrap_or_default())
+                    })
+                    .collect(),
+                current: f
+                    .set
+                    .files
+                    .iter()
+                    .map(|file| file.original.clone().unwrap_or_default())
+                    .collect(),
+                version: f.set.version.number() as u8,
+            });
+        }
+        d.changes = decision.plan.changes;
+        d.actions = decision.plan.actions;
+        d.notes = decision.plan.notes;
+        d
+    }
+}
+
+/// containerd's own parser on the candidate files: a note when they pass (or
+/// could not be checked), the reason when they do not.
+pub fn preflight(p: &Preflight) -> Result<String, String> {
+    let Preflight::ContainerdConfig {
+        binary,
+        candidate,
+        current,
+        version,
+    } = p;
+    let Some(version) = super::toml::Version::from_number(i64::from(*version)) else {
+        return Err(format!("unknown containerd config version {version}"));
+    };
+    match validate::validate(binary, candidate, version) {
+        Ok(Validation::Passed(m)) | Ok(Validation::Skipped(m)) => Ok(m),
+        Err(e) => Err(match validate::current_fails(binary, current) {
+            Some(m) => format!(
+                "containerd cannot read the current config either: {m}; fix it first, nothing was written"
+            ),
+            None => e.to_string(),
+        }),
+    }
+}

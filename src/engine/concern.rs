@@ -1,0 +1,133 @@
+//! The one shape every concern has: `gather` facts from the cycle's host
+//! snapshot, then a pure `decide` that turns them into checks, typed
+//! observations and planned file changes (each naming the units that read it).
+//! The engine runs the registered list; disabled and failed concerns are
+//! handled there, once.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use crate::check::{Check, Status};
+use crate::config::Config;
+use crate::host::snapshot::Snapshot;
+use crate::plan::{Action, FileChange, Preflight, Record, Verify};
+
+use super::observe::Observation;
+
+/// Why a concern could not gather its facts, and what its checks then say:
+/// `unknown` when the fact could not be established, `fail` when what was read
+/// is itself the problem (a config containerd cannot load).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatherError {
+    pub status: Status,
+    pub message: String,
+}
+
+impl GatherError {
+    pub fn unknown(e: impl fmt::Display) -> Self {
+        GatherError {
+            status: Status::Unknown,
+            message: e.to_string(),
+        }
+    }
+
+    pub fn fail(e: impl fmt::Display) -> Self {
+        GatherError {
+            status: Status::Fail,
+            message: e.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for GatherError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// What one concern decided. Pure data.
+#[derive(Debug, Clone, Default)]
+pub struct Decision {
+    pub checks: Vec<Check>,
+    pub observations: Vec<Observation>,
+    /// File changes, each naming the units that must restart to read it.
+    pub changes: Vec<FileChange>,
+    /// Live actions besides the restarts the changes imply (a restart still
+    /// owed, the netns switch, an initramfs rebuild).
+    pub actions: Vec<Action>,
+    /// How to tell that a restarted unit is healthy, when "active" is not enough.
+    pub verify: Vec<(String, Verify)>,
+    /// Checks to pass before any file is written (containerd's own parser).
+    pub preflight: Vec<Preflight>,
+    /// The agent's own state to record once an apply has converged.
+    pub records: Vec<Record>,
+    pub notes: Vec<String>,
+    /// Files whose change should trigger a reconcile.
+    pub watch: Vec<PathBuf>,
+    /// This concern's part of the plan cannot be carried out (its checks say why).
+    pub blocked: Option<String>,
+}
+
+/// What `decide` may look at besides its own facts: the config, and the checks
+/// and observations of the concerns registered before it.
+pub struct Ctx<'a> {
+    pub config: &'a Config,
+    pub checks: &'a [Check],
+    pub observations: &'a [Observation],
+}
+
+pub trait Concern: Send + Sync {
+    type Facts;
+
+    /// Check ids this concern reports, in order.
+    fn ids(&self) -> &'static [&'static str];
+
+    fn enabled(&self, cfg: &Config) -> bool;
+
+    /// Check ids of the concerns whose observations `decide` reads (they are
+    /// registered before it): `check --only` runs them too.
+    fn needs(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// A concern that owns files: without its facts no plan can be made.
+    fn writes(&self) -> bool {
+        false
+    }
+
+    fn gather(&self, snap: &Snapshot, cfg: &Config) -> Result<Self::Facts, GatherError>;
+
+    fn decide(&self, facts: &Self::Facts, ctx: &Ctx) -> Decision;
+}
+
+/// A concern with its facts type erased, so the engine can hold a list of them.
+pub trait Run: Send + Sync {
+    fn ids(&self) -> &'static [&'static str];
+    fn needs(&self) -> &'static [&'static str];
+    fn enabled(&self, cfg: &Config) -> bool;
+    fn writes(&self) -> bool;
+    fn run(&self, snap: &Snapshot, ctx: &Ctx) -> Result<Decision, GatherError>;
+}
+
+impl<C: Concern> Run for C {
+    fn ids(&self) -> &'static [&'static str] {
+        Concern::ids(self)
+    }
+
+    fn needs(&self) -> &'static [&'static str] {
+        Concern::needs(self)
+    }
+
+    fn enabled(&self, cfg: &Config) -> bool {
+        Concern::enabled(self, cfg)
+    }
+
+    fn writes(&self) -> bool {
+        Concern::writes(self)
+    }
+
+    fn run(&self, snap: &Snapshot, ctx: &Ctx) -> Result<Decision, GatherError> {
+        let facts = self.gather(snap, ctx.config)?;
+        Ok(self.decide(&facts, ctx))
+    }
+}

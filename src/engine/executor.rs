@@ -1,0 +1,416 @@
+//! The executor: the only code that changes the host. It writes a plan's files
+//! through the ledger, restarts exactly the units that read what changed,
+//! verifies them, rolls back what a failed restart broke, defers failing live
+//! actions and gives up cleanly when the agent is stopping. The live host is a
+//! capability passed in (`Live`); without it (a `--root` tree) every live
+//! action is reported as skipped, and tests pass fakes to exercise every path.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use serde::Serialize;
+
+use super::holds::Holds;
+use super::outcome::{ActionOutcome, ActionStatus};
+use crate::host::service::{ServiceManager, SystemdError};
+use crate::host::stop::Stop;
+use crate::host::{Host, HostError};
+use crate::ledger::{Ledger, LedgerError, RevertOutcome};
+use crate::lock::{self, LockError};
+use crate::netlink::NetnsMode;
+use crate::plan::{Action, ActionKind, Plan, Verify};
+
+/// The transient unit an initramfs rebuild runs as; its output is in its journal.
+pub const INITRAMFS_UNIT: &str = "rdma-node-agent-initramfs.service";
+
+/// Generous: dracut with every module of a kernel takes minutes on a slow disk.
+const INITRAMFS_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// How often a restarted unit is looked at until it is healthy.
+const VERIFY_POLL: Duration = Duration::from_millis(250);
+
+/// Live actions on the host besides systemd's: each is one call, so the
+/// executor's orchestration can be tested with a fake.
+pub trait LiveHost: Send + Sync {
+    /// containerd's socket answers and its CRI plugin loaded: `Err` says what is wrong.
+    fn containerd_cri(&self, grpc_address: &Path) -> Result<(), String>;
+    /// Switches the RDMA netns mode over netlink.
+    fn set_netns_mode(&self, mode: NetnsMode) -> (ActionStatus, String);
+    /// The absolute path of a host program, if installed.
+    fn which(&self, program: &str) -> Option<PathBuf>;
+    /// Runs a host command to completion (without systemd to run it).
+    fn run(&self, argv: &[String]) -> Result<(), String>;
+}
+
+/// The capabilities of the live host.
+pub struct Live {
+    /// systemd, when its bus answers.
+    pub manager: Option<Arc<dyn ServiceManager>>,
+    pub host: Box<dyn LiveHost>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error(transparent)]
+    Host(#[from] HostError),
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    #[error(transparent)]
+    Systemd(#[from] SystemdError),
+    #[error(
+        "{unit} did not come back healthy after the restart ({reason}); the previous files were restored and {unit} restarted again: {after}"
+    )]
+    RolledBack {
+        unit: String,
+        reason: String,
+        after: String,
+        /// The plan that failed, so it is not retried until something changes.
+        digest: String,
+    },
+    #[error(
+        "not retried: the same change was rolled back before ({reason}); fix the cause or change the config"
+    )]
+    HeldBack { reason: String },
+    #[error("stopped during the apply: {0}")]
+    Interrupted(String),
+}
+
+#[derive(Debug, Serialize)]
+pub struct ApplyOutcome {
+    pub changed: Vec<PathBuf>,
+    pub actions: Vec<ActionOutcome>,
+    pub notes: Vec<String>,
+}
+
+impl ApplyOutcome {
+    pub fn is_empty(&self) -> bool {
+        self.changed.is_empty() && self.actions.is_empty()
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct RevertResult {
+    #[serde(flatten)]
+    pub files: RevertOutcome,
+    pub actions: Vec<ActionOutcome>,
+}
+
+/// Why a restart did not end healthy.
+enum RestartError {
+    Failed(String),
+    /// The agent is stopping; `cancelled`: the job never ran.
+    Stopped {
+        cancelled: bool,
+    },
+}
+
+pub struct Executor<'a> {
+    pub host: &'a Host,
+    /// `None`: not the live host; live actions are skipped.
+    pub live: Option<&'a Live>,
+    pub restart_timeout: Duration,
+    pub stop: &'a Stop,
+}
+
+impl Executor<'_> {
+    fn manager(&self) -> Option<&dyn ServiceManager> {
+        self.live.and_then(|l| l.manager.as_deref())
+    }
+
+    fn not_live(&self, reason: &str) -> String {
+        format!(
+            "--root {} is not the live host ({reason})",
+            self.host.root().display()
+        )
+    }
+
+    /// Carries out `plan`: files first (atomically, through the ledger), then the
+    /// restarts their readers need and the other live actions. A plan that was
+    /// rolled back before is refused; a failing live action waits for its backoff.
+    pub fn apply(
+        &self,
+        plan: &Plan,
+        restart: bool,
+        holds: &Holds,
+    ) -> Result<ApplyOutcome, ExecError> {
+        let _lock = lock::acquire(
+            self.host,
+            Path::new(lock::LOCK_PATH),
+            Duration::from_secs(10),
+        )?;
+        if let Some((digest, reason)) = &holds.plan {
+            if !plan.is_empty() && plan.digest() == *digest {
+                return Err(ExecError::HeldBack {
+                    reason: reason.clone(),
+                });
+            }
+        }
+        if self.stop.requested() && !plan.is_empty() {
+            return Err(ExecError::Interrupted(
+                "stopping before the first write: nothing was changed".into(),
+            ));
+        }
+        let now = SystemTime::now();
+        let mut ledger = Ledger::load(self.host)?;
+        ledger.apply(self.host, plan)?;
+
+        let mut actions = Vec::new();
+        let mut reloaded = false;
+        for a in &plan.actions {
+            let text = a.kind.to_string();
+            let outcome = |status, detail| ActionOutcome::new(text.clone(), status, detail);
+            let unit = match &a.kind {
+                ActionKind::RestartUnit { unit } => unit,
+                // Restarts have their own guard (verification, rollback, the plan hold).
+                _ => {
+                    if let Some(h) = holds.deferred(&text, now) {
+                        let wait = h.until.duration_since(now).unwrap_or_default().as_secs();
+                        actions.push(outcome(
+                            ActionStatus::Deferred,
+                            format!(
+                                "failed {} time(s) in a row; next try in {wait} s, or now with `systemctl reload rdma-node-agent` ({})",
+                                h.failures, a.reason
+                            ),
+                        ));
+                    } else {
+                        let (status, detail) = self.live_action(a);
+                        actions.push(outcome(status, detail));
+                    }
+                    continue;
+                }
+            };
+            let manager = match (self.live, self.manager()) {
+                (None, _) => {
+                    actions.push(outcome(ActionStatus::Skipped, self.not_live(&a.reason)));
+                    continue;
+                }
+                _ if !restart => {
+                    actions.push(outcome(
+                        ActionStatus::Skipped,
+                        format!("--no-restart: restart it to take effect ({})", a.reason),
+                    ));
+                    continue;
+                }
+                (Some(_), None) => {
+                    actions.push(outcome(
+                        ActionStatus::Pending,
+                        format!(
+                            "systemd is not reachable over D-Bus: run `systemctl daemon-reload && systemctl restart {unit}` ({})",
+                            a.reason
+                        ),
+                    ));
+                    continue;
+                }
+                (Some(_), Some(m)) => m,
+            };
+            if !reloaded {
+                manager.reload()?;
+                reloaded = true;
+            }
+            match self.restart_verified(manager, unit, plan.verify_of(unit)) {
+                Ok(()) => actions.push(outcome(ActionStatus::Done, a.reason.clone())),
+                Err(RestartError::Stopped { cancelled: true }) => {
+                    // The job never ran: the unit still runs with the files it read
+                    // before. Put those files back so files and process agree; the
+                    // next start applies the change again.
+                    ledger.rollback(self.host, plan)?;
+                    return Err(ExecError::Interrupted(format!(
+                        "the restart of {unit} was cancelled before it ran and this apply's files were rolled back; the next start applies them again"
+                    )));
+                }
+                Err(RestartError::Stopped { cancelled: false }) => {
+                    return Err(ExecError::Interrupted(format!(
+                        "the files are written and {unit}'s restart was left to systemd; the next start verifies it"
+                    )));
+                }
+                Err(RestartError::Failed(reason)) => {
+                    tracing::error!(unit = %unit, "restart failed, rolling back: {reason}");
+                    ledger.rollback(self.host, plan)?;
+                    manager.reload()?;
+                    let after = match self.restart_verified(manager, unit, plan.verify_of(unit)) {
+                        Ok(()) => "it is healthy again".to_owned(),
+                        Err(RestartError::Failed(e)) => format!("it is still unhealthy: {e}"),
+                        Err(RestartError::Stopped { .. }) => {
+                            "the agent is stopping: its restart was left to systemd".to_owned()
+                        }
+                    };
+                    return Err(ExecError::RolledBack {
+                        unit: unit.clone(),
+                        reason,
+                        after,
+                        digest: plan.digest(),
+                    });
+                }
+            }
+        }
+        // The run converged: record the agent's own state (e.g. the kernel it saw).
+        let mut notes = plan.notes.clone();
+        for r in &plan.records {
+            self.host.write_atomic(&r.path, &r.bytes, 0o644)?;
+            notes.extend(r.note.clone());
+        }
+        Ok(ApplyOutcome {
+            changed: plan.changes.iter().map(|c| c.path.clone()).collect(),
+            actions,
+            notes,
+        })
+    }
+
+    /// The netns switch or the initramfs rebuild. Returns (status, detail).
+    fn live_action(&self, a: &Action) -> (ActionStatus, String) {
+        let Some(live) = self.live else {
+            return (ActionStatus::Skipped, self.not_live(&a.reason));
+        };
+        match &a.kind {
+            ActionKind::SetRdmaNetnsMode { mode } => live.host.set_netns_mode(*mode),
+            ActionKind::RebuildInitramfs { command } => {
+                self.rebuild_initramfs(live, command, &a.reason)
+            }
+            ActionKind::RestartUnit { .. } => unreachable!("restarts are handled by apply"),
+        }
+    }
+
+    /// With systemd, as a transient unit of its own: in the agent's sandbox
+    /// (read-only /boot, no chown in the system call filter) it cannot write the image.
+    fn rebuild_initramfs(
+        &self,
+        live: &Live,
+        command: &[String],
+        reason: &str,
+    ) -> (ActionStatus, String) {
+        let Some((program, args)) = command.split_first() else {
+            return (ActionStatus::Failed, "empty initramfs command".into());
+        };
+        let shown = command.join(" ");
+        let Some(path) = live.host.which(program) else {
+            return (ActionStatus::Failed, format!("{program} is not installed"));
+        };
+        let mut argv = vec![path.display().to_string()];
+        argv.extend(args.iter().cloned());
+        let result = match &live.manager {
+            Some(m) => m
+                .run_transient(INITRAMFS_UNIT, &argv, INITRAMFS_TIMEOUT, self.stop)
+                .map_err(|e| format!("`{shown}`: {e}; see `journalctl -u {INITRAMFS_UNIT}`")),
+            None => live.host.run(&argv).map_err(|e| format!("`{shown}` {e}")),
+        };
+        match result {
+            Ok(()) => (ActionStatus::Done, reason.to_owned()),
+            Err(e) => (ActionStatus::Failed, e),
+        }
+    }
+
+    /// Restarts `unit` and waits until it is healthy (active, and what `verify`
+    /// asks besides), within the restart timeout.
+    fn restart_verified(
+        &self,
+        manager: &dyn ServiceManager,
+        unit: &str,
+        verify: Option<&Verify>,
+    ) -> Result<(), RestartError> {
+        match manager.restart(unit, self.restart_timeout, self.stop) {
+            Ok(()) => {}
+            Err(SystemdError::Stopped { cancelled, .. }) => {
+                return Err(RestartError::Stopped { cancelled });
+            }
+            Err(e) => return Err(RestartError::Failed(e.to_string())),
+        }
+        let deadline = Instant::now() + self.restart_timeout;
+        loop {
+            let problem = match manager.status(unit) {
+                Ok(s) if s.active_state == "active" => match (verify, self.live) {
+                    (Some(Verify::Containerd { grpc_address }), Some(live)) => {
+                        live.host.containerd_cri(grpc_address).err()
+                    }
+                    _ => None,
+                },
+                Ok(s) => Some(format!(
+                    "{unit} is {} after the restart (see journalctl -u {unit})",
+                    s.active_state
+                )),
+                Err(e) => Some(e.to_string()),
+            };
+            let Some(problem) = problem else {
+                return Ok(());
+            };
+            if Instant::now() >= deadline {
+                return Err(RestartError::Failed(problem));
+            }
+            if self.stop.sleep(VERIFY_POLL) {
+                return Err(RestartError::Stopped { cancelled: false });
+            }
+        }
+    }
+
+    /// Restores every file the agent changed, then restarts the units that read
+    /// them (on the live host), so the node runs as it did before the agent.
+    /// `verify`: how to verify each unit, from a fresh assessment.
+    pub fn revert(
+        &self,
+        force: bool,
+        verify: &[(String, Verify)],
+    ) -> Result<RevertResult, ExecError> {
+        let _lock = lock::acquire(
+            self.host,
+            Path::new(lock::LOCK_PATH),
+            Duration::from_secs(10),
+        )?;
+        let ledger = Ledger::load(self.host)?;
+        let readers: Vec<(PathBuf, Vec<String>)> = ledger
+            .files
+            .iter()
+            .map(|(p, o)| (p.clone(), o.readers(p)))
+            .collect();
+        let files = ledger.revert(self.host, force)?;
+        let mut units: Vec<String> = readers
+            .into_iter()
+            .filter(|(p, _)| files.restored.contains(p) || files.removed.contains(p))
+            .flat_map(|(_, u)| u)
+            .collect();
+        units.sort();
+        units.dedup();
+        let mut actions = Vec::new();
+        let mut reloaded = false;
+        for unit in units {
+            let action = format!("restart {unit}");
+            let (status, detail) = match (self.live, self.manager()) {
+                (None, _) => (ActionStatus::Skipped, "not the live host".to_owned()),
+                (Some(_), None) => (
+                    ActionStatus::Pending,
+                    format!(
+                        "systemd is not reachable: run `systemctl daemon-reload && systemctl restart {unit}`"
+                    ),
+                ),
+                (Some(_), Some(m)) => {
+                    let reload = if reloaded {
+                        Ok(())
+                    } else {
+                        reloaded = true;
+                        m.reload().map_err(|e| e.to_string())
+                    };
+                    let how = verify.iter().find(|(u, _)| *u == unit).map(|(_, v)| v);
+                    match reload.and_then(|()| {
+                        self.restart_verified(m, &unit, how).map_err(|e| match e {
+                            RestartError::Failed(e) => e,
+                            RestartError::Stopped { .. } => "the agent is stopping".into(),
+                        })
+                    }) {
+                        Ok(()) => (
+                            ActionStatus::Done,
+                            "runs with its original configuration".to_owned(),
+                        ),
+                        Err(e) => (ActionStatus::Failed, e),
+                    }
+                }
+            };
+            actions.push(ActionOutcome::new(action, status, detail));
+        }
+        Ok(RevertResult { files, actions })
+    }
+}
+
+#[cfg(test)]
+#[path = "executor_tests.rs"]
+mod tests;

@@ -1,0 +1,470 @@
+//! The executor's paths with a fake service manager that fails jobs, times
+//! out, reports units inactive and interleaves a stop, on a temporary root.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use super::*;
+use crate::host::service::UnitStatus;
+use crate::plan::FileChange;
+
+/// What the fake does with the next restart job.
+#[derive(Debug, Clone, Copy)]
+enum Job {
+    Done,
+    Failed,
+    Timeout,
+    /// A stop is requested while the job is queued behind the agent's own stop.
+    StopWhileQueued,
+    /// A stop is requested while the job runs.
+    StopWhileRunning,
+}
+
+struct FakeManager {
+    jobs: Mutex<VecDeque<Job>>,
+    /// Active states reported after each restart, in order (then "active").
+    states: Mutex<VecDeque<&'static str>>,
+    calls: Mutex<Vec<String>>,
+    stop: Stop,
+    /// Request a stop at the first status query (during verification).
+    stop_on_status: bool,
+}
+
+impl FakeManager {
+    fn new(jobs: &[Job], stop: &Stop) -> Self {
+        FakeManager {
+            jobs: Mutex::new(jobs.iter().copied().collect()),
+            states: Mutex::default(),
+            calls: Mutex::default(),
+            stop: stop.clone(),
+            stop_on_status: false,
+        }
+    }
+
+    fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap().clone()
+    }
+}
+
+impl ServiceManager for FakeManager {
+    fn reload(&self) -> Result<(), SystemdError> {
+        self.calls.lock().unwrap().push("reload".into());
+        Ok(())
+    }
+
+    fn restart(&self, unit: &str, timeout: Duration, stop: &Stop) -> Result<(), SystemdError> {
+        self.calls.lock().unwrap().push(format!("restart {unit}"));
+        let job = self.jobs.lock().unwrap().pop_front().unwrap_or(Job::Done);
+        let unit = unit.to_owned();
+        match job {
+            Job::Done => Ok(()),
+            Job::Failed => Err(SystemdError::JobFailed {
+                unit,
+                job: "restart",
+                result: "failed".into(),
+            }),
+            Job::Timeout => Err(SystemdError::JobTimeout {
+                unit,
+                job: "restart",
+                timeout,
+            }),
+            Job::StopWhileQueued | Job::StopWhileRunning => {
+                self.stop.request();
+                assert!(stop.requested(), "the executor passes its stop token");
+                Err(SystemdError::Stopped {
+                    unit,
+                    job: "restart",
+                    cancelled: matches!(job, Job::StopWhileQueued),
+                })
+            }
+        }
+    }
+
+    fn status(&self, _unit: &str) -> Result<UnitStatus, SystemdError> {
+        if self.stop_on_status {
+            self.stop.request();
+        }
+        let state = self.states.lock().unwrap().pop_front().unwrap_or("active");
+        Ok(UnitStatus {
+            active_state: state.into(),
+            main_pid: 42,
+            limit_memlock: None,
+            started: None,
+        })
+    }
+
+    fn run_transient(
+        &self,
+        unit: &str,
+        argv: &[String],
+        _timeout: Duration,
+        _stop: &Stop,
+    ) -> Result<(), SystemdError> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(format!("run {unit}: {}", argv.join(" ")));
+        Ok(())
+    }
+}
+
+/// containerd's CRI answers as told, in order (then ok).
+#[derive(Default)]
+struct FakeHost {
+    cri: Mutex<VecDeque<Result<(), String>>>,
+}
+
+impl LiveHost for FakeHost {
+    fn containerd_cri(&self, _grpc_address: &Path) -> Result<(), String> {
+        self.cri.lock().unwrap().pop_front().unwrap_or(Ok(()))
+    }
+    fn set_netns_mode(&self, mode: NetnsMode) -> (ActionStatus, String) {
+        (ActionStatus::Failed, format!("EBUSY switching to {mode}"))
+    }
+    fn which(&self, program: &str) -> Option<PathBuf> {
+        Some(PathBuf::from("/usr/sbin").join(program))
+    }
+    fn run(&self, _argv: &[String]) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+const CONFIG: &str = "/etc/containerd/config.toml";
+const UNIT: &str = "containerd.service";
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    host: Host,
+    plan: Plan,
+}
+
+/// A root with containerd's config at "old", and a plan that makes it "new".
+fn setup() -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let host = Host::new(dir.path());
+    host.write_atomic(Path::new(CONFIG), b"old\n", 0o644)
+        .unwrap();
+    let mut plan = Plan::default();
+    plan.push_change(FileChange {
+        path: CONFIG.into(),
+        old: Some(b"old\n".to_vec()),
+        new: Some(b"new\n".to_vec()),
+        mode: 0o644,
+        owner: "containerd",
+        reason: "base spec".into(),
+        restart: vec![UNIT.into()],
+    });
+    plan.verify.push((
+        UNIT.into(),
+        Verify::Containerd {
+            grpc_address: "/run/containerd/containerd.sock".into(),
+        },
+    ));
+    Setup {
+        _dir: dir,
+        host,
+        plan,
+    }
+}
+
+fn content(host: &Host) -> String {
+    String::from_utf8(host.read(Path::new(CONFIG)).unwrap().unwrap().bytes).unwrap()
+}
+
+fn live(manager: &Arc<FakeManager>, host: FakeHost) -> Live {
+    Live {
+        manager: Some(manager.clone()),
+        host: Box::new(host),
+    }
+}
+
+fn executor<'a>(s: &'a Setup, live: Option<&'a Live>, stop: &'a Stop) -> Executor<'a> {
+    Executor {
+        host: &s.host,
+        live,
+        restart_timeout: Duration::from_millis(400),
+        stop,
+    }
+}
+
+#[test]
+fn restart_ok_restarts_the_reader_once_after_one_reload() {
+    let s = setup();
+    let stop = Stop::new();
+    let m = Arc::new(FakeManager::new(&[Job::Done], &stop));
+    let l = live(&m, FakeHost::default());
+    let out = executor(&s, Some(&l), &stop)
+        .apply(&s.plan, true, &Holds::default())
+        .unwrap();
+    assert_eq!(content(&s.host), "new\n");
+    assert_eq!(out.changed, vec![PathBuf::from(CONFIG)]);
+    assert_eq!(out.actions.len(), 1);
+    assert_eq!(out.actions[0].status, ActionStatus::Done);
+    assert_eq!(out.actions[0].action, "restart containerd.service");
+    assert_eq!(m.calls(), ["reload", "restart containerd.service"]);
+    // The ledger knows who reads the file, for revert.
+    let ledger = Ledger::load(&s.host).unwrap();
+    assert_eq!(
+        ledger.files[Path::new(CONFIG)].readers(Path::new(CONFIG)),
+        [UNIT]
+    );
+}
+
+fn assert_rolled_back(s: &Setup, m: &FakeManager, err: ExecError, why: &str) {
+    match err {
+        ExecError::RolledBack {
+            unit,
+            reason,
+            after,
+            digest,
+        } => {
+            assert_eq!(unit, UNIT);
+            assert!(reason.contains(why), "{reason}");
+            assert_eq!(after, "it is healthy again");
+            assert_eq!(digest, s.plan.digest());
+        }
+        e => panic!("expected a rollback, got {e}"),
+    }
+    assert_eq!(content(&s.host), "old\n", "the previous bytes are back");
+    let calls = m.calls();
+    assert_eq!(
+        calls.iter().filter(|c| c.starts_with("restart")).count(),
+        2,
+        "restarted again on the old files: {calls:?}"
+    );
+}
+
+#[test]
+fn failed_job_rolls_back_and_restarts_again() {
+    let s = setup();
+    let stop = Stop::new();
+    let m = Arc::new(FakeManager::new(&[Job::Failed, Job::Done], &stop));
+    let l = live(&m, FakeHost::default());
+    let e = executor(&s, Some(&l), &stop)
+        .apply(&s.plan, true, &Holds::default())
+        .unwrap_err();
+    assert_rolled_back(&s, &m, e, "result \"failed\"");
+}
+
+#[test]
+fn job_timeout_rolls_back() {
+    let s = setup();
+    let stop = Stop::new();
+    let m = Arc::new(FakeManager::new(&[Job::Timeout, Job::Done], &stop));
+    let l = live(&m, FakeHost::default());
+    let e = executor(&s, Some(&l), &stop)
+        .apply(&s.plan, true, &Holds::default())
+        .unwrap_err();
+    assert_rolled_back(&s, &m, e, "did not finish");
+}
+
+#[test]
+fn unit_inactive_after_restart_rolls_back() {
+    let s = setup();
+    let stop = Stop::new();
+    let m = FakeManager::new(&[Job::Done, Job::Done], &stop);
+    // Failed for longer than the timeout, then active after the rollback.
+    *m.states.lock().unwrap() = ["failed"; 3].into_iter().collect();
+    let m = Arc::new(m);
+    let l = live(&m, FakeHost::default());
+    let e = executor(&s, Some(&l), &stop)
+        .apply(&s.plan, true, &Holds::default())
+        .unwrap_err();
+    assert_rolled_back(&s, &m, e, "containerd.service is failed after the restart");
+}
+
+#[test]
+fn cri_plugin_not_loaded_rolls_back() {
+    let s = setup();
+    let stop = Stop::new();
+    let h = FakeHost::default();
+    *h.cri.lock().unwrap() =
+        std::iter::repeat_n(Err("CRI plugin is \"error\"".to_owned()), 3).collect();
+    let m = Arc::new(FakeManager::new(&[Job::Done, Job::Done], &stop));
+    let l = live(&m, h);
+    let e = executor(&s, Some(&l), &stop)
+        .apply(&s.plan, true, &Holds::default())
+        .unwrap_err();
+    assert_rolled_back(&s, &m, e, "CRI plugin");
+}
+
+#[test]
+fn a_plan_rolled_back_before_is_held_back() {
+    let s = setup();
+    let stop = Stop::new();
+    let m = Arc::new(FakeManager::new(&[], &stop));
+    let l = live(&m, FakeHost::default());
+    let holds = Holds {
+        plan: Some((s.plan.digest(), "CRI did not load".into())),
+        ..Holds::default()
+    };
+    let e = executor(&s, Some(&l), &stop)
+        .apply(&s.plan, true, &holds)
+        .unwrap_err();
+    assert!(matches!(e, ExecError::HeldBack { .. }), "{e}");
+    assert_eq!(content(&s.host), "old\n");
+    assert!(m.calls().is_empty());
+}
+
+#[test]
+fn failing_live_action_is_deferred_until_due() {
+    let s = setup();
+    let stop = Stop::new();
+    let m = Arc::new(FakeManager::new(&[], &stop));
+    let l = live(&m, FakeHost::default());
+    let mut plan = Plan::default();
+    plan.push_action(Action {
+        kind: ActionKind::SetRdmaNetnsMode {
+            mode: NetnsMode::Exclusive,
+        },
+        reason: "rdma.netns_mode".into(),
+    });
+    let ex = executor(&s, Some(&l), &stop);
+    let first = ex.apply(&plan, true, &Holds::default()).unwrap();
+    assert_eq!(first.actions[0].status, ActionStatus::Failed);
+    let mut holds = Holds::default();
+    holds.record(&first.actions, SystemTime::now(), Duration::from_secs(60));
+    let second = ex.apply(&plan, true, &holds).unwrap();
+    assert_eq!(second.actions[0].status, ActionStatus::Deferred);
+    assert!(second.actions[0].detail.contains("next try in"));
+}
+
+#[test]
+fn stop_while_the_restart_is_queued_cancels_it_and_rolls_back() {
+    let s = setup();
+    let stop = Stop::new();
+    let m = Arc::new(FakeManager::new(&[Job::StopWhileQueued], &stop));
+    let l = live(&m, FakeHost::default());
+    let e = executor(&s, Some(&l), &stop)
+        .apply(&s.plan, true, &Holds::default())
+        .unwrap_err();
+    assert!(
+        matches!(&e, ExecError::Interrupted(m) if m.contains("rolled back")),
+        "{e}"
+    );
+    // Files agree with the containerd that never restarted; no second restart.
+    assert_eq!(content(&s.host), "old\n");
+    assert_eq!(m.calls(), ["reload", "restart containerd.service"]);
+}
+
+#[test]
+fn stop_while_the_restart_runs_keeps_the_complete_change() {
+    let s = setup();
+    let stop = Stop::new();
+    let m = Arc::new(FakeManager::new(&[Job::StopWhileRunning], &stop));
+    let l = live(&m, FakeHost::default());
+    let e = executor(&s, Some(&l), &stop)
+        .apply(&s.plan, true, &Holds::default())
+        .unwrap_err();
+    assert!(
+        matches!(&e, ExecError::Interrupted(m) if m.contains("left to systemd")),
+        "{e}"
+    );
+    assert_eq!(content(&s.host), "new\n");
+}
+
+#[test]
+fn stop_during_verification_returns_at_once() {
+    let s = setup();
+    let stop = Stop::new();
+    let mut m = FakeManager::new(&[Job::Done], &stop);
+    m.stop_on_status = true;
+    *m.states.lock().unwrap() = ["activating"; 100].into_iter().collect();
+    let m = Arc::new(m);
+    let l = live(&m, FakeHost::default());
+    let mut ex = executor(&s, Some(&l), &stop);
+    ex.restart_timeout = Duration::from_secs(60);
+    let start = Instant::now();
+    let e = ex.apply(&s.plan, true, &Holds::default()).unwrap_err();
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(matches!(e, ExecError::Interrupted(_)), "{e}");
+    assert_eq!(content(&s.host), "new\n");
+}
+
+#[test]
+fn stop_before_the_first_write_writes_nothing() {
+    let s = setup();
+    let stop = Stop::new();
+    stop.request();
+    let e = executor(&s, None, &stop)
+        .apply(&s.plan, true, &Holds::default())
+        .unwrap_err();
+    assert!(matches!(e, ExecError::Interrupted(_)), "{e}");
+    assert_eq!(content(&s.host), "old\n");
+}
+
+#[test]
+fn without_the_live_host_or_systemd_restarts_are_reported_not_run() {
+    let s = setup();
+    let stop = Stop::new();
+    let out = executor(&s, None, &stop)
+        .apply(&s.plan, true, &Holds::default())
+        .unwrap();
+    assert_eq!(out.actions[0].status, ActionStatus::Skipped);
+    assert!(out.actions[0].detail.contains("is not the live host"));
+
+    let s = setup();
+    let no_systemd = Live {
+        manager: None,
+        host: Box::new(FakeHost::default()),
+    };
+    let out = executor(&s, Some(&no_systemd), &stop)
+        .apply(&s.plan, true, &Holds::default())
+        .unwrap();
+    assert_eq!(out.actions[0].status, ActionStatus::Pending);
+    assert!(out.actions[0].detail.contains("systemctl daemon-reload"));
+
+    let s = setup();
+    let m = Arc::new(FakeManager::new(&[], &stop));
+    let l = live(&m, FakeHost::default());
+    let out = executor(&s, Some(&l), &stop)
+        .apply(&s.plan, false, &Holds::default())
+        .unwrap();
+    assert_eq!(out.actions[0].status, ActionStatus::Skipped);
+    assert!(m.calls().is_empty());
+}
+
+#[test]
+fn initramfs_rebuild_runs_as_a_transient_unit() {
+    let s = setup();
+    let stop = Stop::new();
+    let m = Arc::new(FakeManager::new(&[], &stop));
+    let l = live(&m, FakeHost::default());
+    let mut plan = Plan::default();
+    plan.push_action(Action {
+        kind: ActionKind::RebuildInitramfs {
+            command: vec!["update-initramfs".into(), "-u".into()],
+        },
+        reason: "ib_core is in the initramfs".into(),
+    });
+    let out = executor(&s, Some(&l), &stop)
+        .apply(&plan, true, &Holds::default())
+        .unwrap();
+    assert_eq!(out.actions[0].status, ActionStatus::Done);
+    assert_eq!(
+        m.calls(),
+        [format!(
+            "run {INITRAMFS_UNIT}: /usr/sbin/update-initramfs -u"
+        )]
+    );
+}
+
+#[test]
+fn revert_restarts_exactly_the_recorded_readers() {
+    let s = setup();
+    let stop = Stop::new();
+    let m = Arc::new(FakeManager::new(&[Job::Done, Job::Done], &stop));
+    let l = live(&m, FakeHost::default());
+    let ex = executor(&s, Some(&l), &stop);
+    ex.apply(&s.plan, true, &Holds::default()).unwrap();
+    let r = ex.revert(false, &s.plan.verify).unwrap();
+    assert_eq!(r.files.restored, vec![PathBuf::from(CONFIG)]);
+    assert_eq!(content(&s.host), "old\n");
+    assert_eq!(r.actions.len(), 1);
+    assert_eq!(r.actions[0].action, "restart containerd.service");
+    assert_eq!(r.actions[0].status, ActionStatus::Done);
+}

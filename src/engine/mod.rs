@@ -1,0 +1,258 @@
+//! The engine: runs the registered concerns over one host snapshot and merges
+//! their decisions into checks, observations and one plan; the executor then
+//! carries the plan out.
+//!
+//! ```text
+//! host snapshot ─▶ concerns (gather → decide) ─▶ checks + observations + plan
+//!                                                   │            │
+//!                                   outputs ◀───────┘            ▼
+//!                     (CLI, /status, metrics, NPD, NFD)      executor ─▶ ledger, systemd, netlink
+//! ```
+
+pub mod concern;
+pub mod executor;
+pub mod holds;
+pub mod observe;
+pub mod outcome;
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use crate::check::{Check, Status};
+use crate::config::Config;
+use crate::host::snapshot::Snapshot;
+use crate::plan::{Plan, Preflight};
+use concern::{Ctx, Run};
+use observe::Observation;
+
+/// Why no plan could be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// A concern that owns files could not establish its facts, or refused.
+    #[error("{0}")]
+    Blocked(String),
+    /// An edited file did not pass its preflight check; nothing was written.
+    #[error("{0}")]
+    Preflight(String),
+}
+
+/// One pass over the host.
+pub struct Assessment {
+    pub checks: Vec<Check>,
+    pub observations: Vec<Observation>,
+    pub plan: Result<Plan, PlanError>,
+    /// Files whose change should trigger a new reconcile.
+    pub watch: Vec<PathBuf>,
+}
+
+/// Runs each preflight check of a plan (a capability: it spawns programs).
+pub trait Preflights {
+    /// A note when the candidate passes (or could not be checked), the reason when not.
+    fn run(&self, p: &Preflight) -> Result<String, String>;
+}
+
+/// What to assess.
+#[derive(Debug, Clone, Copy, Default)]
+pub enum Scope<'a> {
+    /// Every concern, and the plan.
+    #[default]
+    All,
+    /// Only the concerns these checks need (`check --only`); no plan.
+    Only(&'a [String]),
+}
+
+/// The concerns `only` asks for, with the ones they read observations of.
+fn selected(concerns: &[&dyn Run], only: &[String]) -> Vec<bool> {
+    let mut wanted: BTreeSet<&str> = only.iter().map(String::as_str).collect();
+    // Dependencies are registered earlier: walk back once, adding what each needs.
+    let mut keep = vec![false; concerns.len()];
+    for (i, c) in concerns.iter().enumerate().rev() {
+        if c.ids().iter().any(|id| wanted.contains(id)) {
+            keep[i] = true;
+            wanted.extend(c.needs());
+        }
+    }
+    keep
+}
+
+pub fn assess(
+    snap: &Snapshot,
+    config: &Config,
+    concerns: &[&dyn Run],
+    scope: Scope,
+    preflights: Option<&dyn Preflights>,
+) -> Assessment {
+    let keep = match scope {
+        Scope::All => vec![true; concerns.len()],
+        Scope::Only(ids) => selected(concerns, ids),
+    };
+    let mut checks = Vec::new();
+    let mut observations = Vec::new();
+    let mut plan = Plan::default();
+    let mut watch = Vec::new();
+    let mut blocked: Option<String> = None;
+    for (c, _) in concerns.iter().zip(&keep).filter(|(_, k)| **k) {
+        if !c.enabled(config) {
+            checks.extend(
+                c.ids()
+                    .iter()
+                    .map(|id| Check::new(id, Status::Skipped, "disabled in the agent config")),
+            );
+            continue;
+        }
+        let ctx = Ctx {
+            config,
+            checks: &checks,
+            observations: &observations,
+        };
+        match c.run(snap, &ctx) {
+            Ok(d) => {
+                checks.extend(d.checks);
+                observations.extend(d.observations);
+                watch.extend(d.watch);
+                if let Some(why) = d.blocked {
+                    blocked.get_or_insert(why);
+                }
+                plan.extend(Plan {
+                    changes: d.changes,
+                    actions: d.actions,
+                    notes: d.notes,
+                    verify: d.verify,
+                    preflight: d.preflight,
+                    records: d.records,
+                });
+            }
+            Err(e) => {
+                checks.extend(
+                    c.ids()
+                        .iter()
+                        .map(|id| Check::new(id, e.status, e.message.clone())),
+                );
+                if c.writes() {
+                    blocked.get_or_insert(e.message);
+                }
+            }
+        }
+    }
+    let plan = match (blocked, preflights) {
+        (Some(why), _) => Err(PlanError::Blocked(why)),
+        (None, Some(p)) => run_preflights(plan, p),
+        (None, None) => Ok(plan),
+    };
+    Assessment {
+        checks,
+        observations,
+        plan,
+        watch,
+    }
+}
+
+fn run_preflights(mut plan: Plan, p: &dyn Preflights) -> Result<Plan, PlanError> {
+    for check in &plan.preflight {
+        plan.notes.push(p.run(check).map_err(PlanError::Preflight)?);
+    }
+    Ok(plan)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::concern::{Concern, Decision, GatherError};
+    use super::*;
+    use crate::host::Host;
+
+    /// A concern whose facts are given; `needs` names another's check.
+    struct Fixed {
+        ids: &'static [&'static str],
+        needs: &'static [&'static str],
+        facts: Result<u32, GatherError>,
+        writes: bool,
+    }
+
+    impl Concern for Fixed {
+        type Facts = u32;
+        fn ids(&self) -> &'static [&'static str] {
+            self.ids
+        }
+        fn needs(&self) -> &'static [&'static str] {
+            self.needs
+        }
+        fn enabled(&self, _cfg: &Config) -> bool {
+            self.ids != ["off"]
+        }
+        fn writes(&self) -> bool {
+            self.writes
+        }
+        fn gather(&self, _s: &Snapshot, _c: &Config) -> Result<u32, GatherError> {
+            self.facts.clone()
+        }
+        fn decide(&self, n: &u32, ctx: &Ctx) -> Decision {
+            // Sees every check registered before it.
+            let msg = format!("{n} after {}", ctx.checks.len());
+            Decision {
+                checks: self
+                    .ids
+                    .iter()
+                    .map(|id| Check::new(id, Status::Ok, msg.clone()))
+                    .collect(),
+                ..Decision::default()
+            }
+        }
+    }
+
+    fn fixed(ids: &'static [&'static str], facts: Result<u32, GatherError>) -> Fixed {
+        Fixed {
+            ids,
+            needs: &[],
+            facts,
+            writes: false,
+        }
+    }
+
+    #[test]
+    fn disabled_and_failed_concerns_are_handled_once_here() {
+        let t = tempfile::tempdir().unwrap();
+        let snap = Snapshot::new(Host::new(t.path()));
+        let a = fixed(&["a"], Ok(1));
+        let off = fixed(&["off"], Ok(2));
+        let reader = fixed(&["r1", "r2"], Err(GatherError::unknown("no /proc")));
+        let mut writer = fixed(&["w"], Err(GatherError::fail("bad TOML")));
+        writer.writes = true;
+        let list: [&dyn Run; 4] = [&a, &off, &reader, &writer];
+        let out = assess(&snap, &Config::default(), &list, Scope::All, None);
+        let got: Vec<(&str, Status, &str)> = out
+            .checks
+            .iter()
+            .map(|c| (c.id.as_str(), c.status, c.message.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("a", Status::Ok, "1 after 0"),
+                ("off", Status::Skipped, "disabled in the agent config"),
+                ("r1", Status::Unknown, "no /proc"),
+                ("r2", Status::Unknown, "no /proc"),
+                ("w", Status::Fail, "bad TOML"),
+            ]
+        );
+        // Only a concern that owns files blocks the plan.
+        assert_eq!(out.plan, Err(PlanError::Blocked("bad TOML".into())));
+        let list: [&dyn Run; 2] = [&a, &reader];
+        let out = assess(&snap, &Config::default(), &list, Scope::All, None);
+        assert!(out.plan.is_ok());
+    }
+
+    #[test]
+    fn only_runs_the_asked_concerns_and_what_they_need() {
+        let t = tempfile::tempdir().unwrap();
+        let snap = Snapshot::new(Host::new(t.path()));
+        let base = fixed(&["base"], Ok(1));
+        let other = fixed(&["other"], Err(GatherError::unknown("must not run")));
+        let mut top = fixed(&["top"], Ok(3));
+        top.needs = &["base"];
+        let list: [&dyn Run; 3] = [&base, &other, &top];
+        let only = ["top".to_owned()];
+        let out = assess(&snap, &Config::default(), &list, Scope::Only(&only), None);
+        let ids: Vec<&str> = out.checks.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["base", "top"]);
+    }
+}

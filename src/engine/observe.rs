@@ -1,0 +1,77 @@
+//! Typed observations: what the concerns found that other parts of the agent
+//! act on or export (later concerns, metrics, NFD labels, the reboot sentinel).
+//! Outputs read these values; nothing re-parses a check's JSON details.
+
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+use crate::netlink::NetnsMode;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Observation {
+    /// The running containerd and whether it has read the current config.
+    Containerd {
+        /// When the containerd that has read the current files started; `None`
+        /// when it is not running, its start is unknown, or a restart is owed.
+        current_since: Option<SystemTime>,
+        grpc_address: PathBuf,
+    },
+    /// One RDMA port as sysfs shows it. `None` fields could not be read.
+    Port {
+        device: String,
+        port: u32,
+        active: Option<bool>,
+        rate_gbps: Option<f64>,
+        link_layer: Option<String>,
+    },
+    /// The RDMA subsystem's live netns mode (`None`: ib_core not loaded or unreadable).
+    NetnsMode(Option<NetnsMode>),
+    /// Only a reboot can apply what the agent set.
+    RebootRequired(String),
+    /// A reboot now would break RDMA (e.g. a newer kernel without its DKMS builds).
+    RebootHeldBack(String),
+    /// The kernel changed since the last recorded run.
+    KernelChanged { from: String, to: String },
+}
+
+/// Queries over one cycle's observations.
+pub trait Observations {
+    fn containerd_current_since(&self) -> Option<SystemTime>;
+    fn reboot_reasons(&self) -> Vec<String>;
+    fn reboot_hold_backs(&self) -> Vec<String>;
+    fn netns_mode(&self) -> Option<NetnsMode>;
+}
+
+impl Observations for [Observation] {
+    fn containerd_current_since(&self) -> Option<SystemTime> {
+        self.iter().find_map(|o| match o {
+            Observation::Containerd { current_since, .. } => *current_since,
+            _ => None,
+        })
+    }
+
+    fn reboot_reasons(&self) -> Vec<String> {
+        self.iter()
+            .filter_map(|o| match o {
+                Observation::RebootRequired(r) => Some(r.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn reboot_hold_backs(&self) -> Vec<String> {
+        self.iter()
+            .filter_map(|o| match o {
+                Observation::RebootHeldBack(r) => Some(r.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn netns_mode(&self) -> Option<NetnsMode> {
+        self.iter().find_map(|o| match o {
+            Observation::NetnsMode(m) => *m,
+            _ => None,
+        })
+    }
+}

@@ -1,0 +1,67 @@
+//! The live service manager the agent restarts units through: systemd over
+//! D-Bus in production (`dbus`), a fake in unit tests. Kept narrow so that the
+//! executor's orchestration is testable.
+
+use std::time::{Duration, SystemTime};
+
+use super::stop::Stop;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SystemdError {
+    #[error("cannot reach systemd over D-Bus: {0}")]
+    Connect(String),
+    #[error("D-Bus call {call} failed: {message}")]
+    Call { call: String, message: String },
+    #[error("{unit}: {job} job finished with result {result:?}")]
+    JobFailed {
+        unit: String,
+        job: &'static str,
+        result: String,
+    },
+    #[error("{unit}: {job} job did not finish within {timeout:?}")]
+    JobTimeout {
+        unit: String,
+        job: &'static str,
+        timeout: Duration,
+    },
+    /// The agent is stopping: it stopped waiting for the job. A job still
+    /// waiting to run (typically on the agent's own stop job, since the agent is
+    /// ordered after containerd) was cancelled; one already running was left to
+    /// systemd.
+    #[error("{unit}: stopped waiting for its {job} job: the agent is stopping{}", if *.cancelled { " (the queued job was cancelled)" } else { " (the job runs on under systemd)" })]
+    Stopped {
+        unit: String,
+        job: &'static str,
+        cancelled: bool,
+    },
+}
+
+/// What the agent needs to know of a unit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnitStatus {
+    pub active_state: String,
+    pub main_pid: u32,
+    /// systemd's `LimitMEMLOCK` for the unit (u64::MAX is infinity).
+    pub limit_memlock: Option<u64>,
+    /// When the unit's main process was started (`ExecMainStartTimestamp`).
+    pub started: Option<SystemTime>,
+}
+
+/// The live actions on systemd, kept narrow so the orchestration is testable.
+pub trait ServiceManager: Send + Sync {
+    fn reload(&self) -> Result<(), SystemdError>;
+    /// Restarts a unit and waits for its job to finish with result `done`; gives
+    /// up (cancelling the job while it is still queued) when `stop` is requested.
+    fn restart(&self, unit: &str, timeout: Duration, stop: &Stop) -> Result<(), SystemdError>;
+    fn status(&self, unit: &str) -> Result<UnitStatus, SystemdError>;
+    /// Runs `argv` to completion as a transient oneshot service named `unit`: a
+    /// host command that must not inherit the agent's sandbox (an initramfs
+    /// rebuild writes /boot and reads every module). Its output is in the journal.
+    fn run_transient(
+        &self,
+        unit: &str,
+        argv: &[String],
+        timeout: Duration,
+        stop: &Stop,
+    ) -> Result<(), SystemdError>;
+}

@@ -1,0 +1,222 @@
+//! One cycle's view of the host: every concern reads the shared facts (/proc,
+//! the kernel release, boot id, the loaded modules, the command line, the
+//! OFED version) through it, so each is read at most once per cycle, and only
+//! when some concern asks for it (`check --only` reads only what its check needs).
+
+use std::collections::HashMap;
+use std::ops::Deref;
+use std::path::Path;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use super::service::{ServiceManager, SystemdError, UnitStatus};
+use super::stop::Stop;
+use super::{Host, HostError};
+
+/// Files under /proc of one process that the agent reads.
+pub type ProcFile = &'static str;
+
+/// A file's content as read once this cycle; `None`: absent or unreadable.
+type Cache<K> = Mutex<HashMap<K, Option<Arc<str>>>>;
+
+pub struct Snapshot {
+    host: Host,
+    /// systemd, on the live host: unit states are read once per cycle too.
+    manager: Option<Cached>,
+    pids: OnceLock<Result<Vec<u32>, String>>,
+    /// (pid, file) → content; `None`: gone or unreadable (processes come and go).
+    proc_files: Cache<(u32, ProcFile)>,
+    /// Shared host files (osrelease, boot id, /proc/modules, …) → trimmed-free content.
+    files: Cache<&'static str>,
+}
+
+impl Deref for Snapshot {
+    type Target = Host;
+    fn deref(&self) -> &Host {
+        &self.host
+    }
+}
+
+pub const OSRELEASE: &str = "/proc/sys/kernel/osrelease";
+pub const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
+pub const PROC_MODULES: &str = "/proc/modules";
+pub const CMDLINE: &str = "/proc/cmdline";
+pub const PROC_STAT: &str = "/proc/stat";
+/// MLNX_OFED's `ofed_info`, a shell script carrying its version as text.
+pub const OFED_INFO: &str = "/usr/bin/ofed_info";
+
+impl Snapshot {
+    pub fn new(host: Host) -> Self {
+        Snapshot {
+            host,
+            manager: None,
+            pids: OnceLock::new(),
+            proc_files: Mutex::default(),
+            files: Mutex::default(),
+        }
+    }
+
+    /// With systemd to ask about units (the live host).
+    pub fn with_manager(mut self, manager: Arc<dyn ServiceManager>) -> Self {
+        self.manager = Some(Cached {
+            inner: manager,
+            status: Mutex::default(),
+        });
+        self
+    }
+
+    pub fn host(&self) -> &Host {
+        &self.host
+    }
+
+    /// systemd, when the agent acts on the live host and its bus answered.
+    pub fn manager(&self) -> Option<&dyn ServiceManager> {
+        self.manager.as_ref().map(|m| m as &dyn ServiceManager)
+    }
+
+    /// Live actions can follow from this cycle's decisions (systemd is there).
+    pub fn is_live(&self) -> bool {
+        self.manager.is_some()
+    }
+
+    /// The numeric entries of /proc, read once.
+    pub fn pids(&self) -> Result<&[u32], HostError> {
+        let r = self.pids.get_or_init(|| {
+            let mut v: Vec<u32> = self
+                .host
+                .list_dir(Path::new("/proc"))
+                .map_err(|e| e.to_string())?
+                .iter()
+                .filter_map(|n| n.parse().ok())
+                .collect();
+            v.sort_unstable();
+            Ok(v)
+        });
+        match r {
+            Ok(v) => Ok(v),
+            Err(message) => Err(HostError::Snapshot {
+                what: "/proc",
+                message: message.clone(),
+            }),
+        }
+    }
+
+    /// `/proc/<pid>/<name>`, read once per cycle.
+    pub fn proc(&self, pid: u32, name: ProcFile) -> Option<Arc<str>> {
+        let mut m = self.proc_files.lock().expect("snapshot lock");
+        m.entry((pid, name))
+            .or_insert_with(|| {
+                self.host
+                    .read_string(Path::new(&format!("/proc/{pid}/{name}")))
+                    .ok()
+                    .flatten()
+                    .map(Arc::from)
+            })
+            .clone()
+    }
+
+    /// A shared host file (one of the constants above), read once per cycle.
+    pub fn file(&self, path: &'static str) -> Option<Arc<str>> {
+        let mut m = self.files.lock().expect("snapshot lock");
+        m.entry(path)
+            .or_insert_with(|| {
+                self.host
+                    .read_string(Path::new(path))
+                    .ok()
+                    .flatten()
+                    .map(Arc::from)
+            })
+            .clone()
+    }
+
+    /// A shared file's content trimmed, `None` when absent or empty.
+    pub fn value(&self, path: &'static str) -> Option<String> {
+        self.file(path)
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+    }
+
+    /// The running kernel's release.
+    pub fn kernel_release(&self) -> Option<String> {
+        self.value(OSRELEASE)
+    }
+
+    pub fn boot_id(&self) -> Option<String> {
+        self.value(BOOT_ID)
+    }
+}
+
+/// systemd as concerns see it during a cycle: each unit's status is asked once.
+struct Cached {
+    inner: Arc<dyn ServiceManager>,
+    status: Mutex<HashMap<String, Result<UnitStatus, String>>>,
+}
+
+impl ServiceManager for Cached {
+    fn reload(&self) -> Result<(), SystemdError> {
+        self.inner.reload()
+    }
+
+    fn restart(
+        &self,
+        unit: &str,
+        timeout: std::time::Duration,
+        stop: &Stop,
+    ) -> Result<(), SystemdError> {
+        self.inner.restart(unit, timeout, stop)
+    }
+
+    fn status(&self, unit: &str) -> Result<UnitStatus, SystemdError> {
+        let mut m = self.status.lock().expect("snapshot lock");
+        m.entry(unit.to_owned())
+            .or_insert_with(|| self.inner.status(unit).map_err(|e| e.to_string()))
+            .clone()
+            .map_err(|message| SystemdError::Call {
+                call: format!("status of {unit}"),
+                message,
+            })
+    }
+
+    fn run_transient(
+        &self,
+        unit: &str,
+        argv: &[String],
+        timeout: std::time::Duration,
+        stop: &Stop,
+    ) -> Result<(), SystemdError> {
+        self.inner.run_transient(unit, argv, timeout, stop)
+    }
+}
+
+impl From<Host> for Snapshot {
+    fn from(host: Host) -> Self {
+        Snapshot::new(host)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_each_proc_file_once() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.path().join("proc/7")).unwrap();
+        std::fs::write(t.path().join("proc/7/comm"), "containerd\n").unwrap();
+        std::fs::create_dir_all(t.path().join("proc/sys/kernel")).unwrap();
+        std::fs::write(
+            t.path().join("proc/sys/kernel/osrelease"),
+            "6.1.0-27-amd64\n",
+        )
+        .unwrap();
+        let s = Snapshot::new(Host::new(t.path()));
+        assert_eq!(s.pids().unwrap(), &[7]);
+        assert_eq!(s.proc(7, "comm").as_deref(), Some("containerd\n"));
+        assert_eq!(s.kernel_release().as_deref(), Some("6.1.0-27-amd64"));
+        // A second read is the first one's value, even once the file changed.
+        std::fs::write(t.path().join("proc/7/comm"), "other\n").unwrap();
+        std::fs::remove_file(t.path().join("proc/sys/kernel/osrelease")).unwrap();
+        assert_eq!(s.proc(7, "comm").as_deref(), Some("containerd\n"));
+        assert_eq!(s.kernel_release().as_deref(), Some("6.1.0-27-amd64"));
+        assert_eq!(s.proc(8, "comm"), None);
+    }
+}

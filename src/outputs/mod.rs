@@ -1,0 +1,29 @@
+//! What the daemon publishes after each reconcile, for the health outputs
+//! (HTTP, metrics) to render: they read this record, never the host.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::check::Report;
+use crate::engine::observe::Observation;
+use crate::engine::outcome::ActionOutcome;
+
+/// The outcome of one reconcile, as the health outputs show it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Cycle {
+    #[serde(flatten)]
+    pub report: Option<Report>,
+    pub mode: &'static str,
+    pub finished_unix: u64,
+    pub duration_ms: u64,
+    pub trigger: String,
+    pub changed: Vec<PathBuf>,
+    /// What it did besides writing files (restarts, netns switch, initramfs rebuild).
+    pub actions: Vec<ActionOutcome>,
+    /// Why the cycle could not converge (a bad config, a refused edit, a rollback).
+    pub error: Option<String>,
+    /// What the concerns observed, for metrics.
+    #[serde(skip)]
+    pub observations: Vec<Observation>,
+}

@@ -1,0 +1,100 @@
+//! `rdma.devices` and `rdma.netns` as concerns.
+
+use super::{devices, gpudirect, netns};
+use crate::config::Config;
+use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
+use crate::engine::observe::Observation;
+use crate::host::snapshot::Snapshot;
+use crate::netlink::NetnsMode;
+
+pub struct Devices;
+
+pub struct DeviceFacts {
+    devices: Vec<devices::Device>,
+    gpu: gpudirect::Facts,
+}
+
+impl Concern for Devices {
+    type Facts = DeviceFacts;
+
+    fn ids(&self) -> &'static [&'static str] {
+        &[devices::CHECK_ID]
+    }
+
+    fn enabled(&self, cfg: &Config) -> bool {
+        cfg.rdma.enabled
+    }
+
+    fn gather(&self, snap: &Snapshot, _cfg: &Config) -> Result<DeviceFacts, GatherError> {
+        let devices = devices::gather(snap)
+            .map_err(GatherError::unknown)?
+            .into_iter()
+            .map(devices::parse)
+            .collect();
+        let gpu = gpudirect::gather(snap).map_err(GatherError::unknown)?;
+        Ok(DeviceFacts { devices, gpu })
+    }
+
+    fn decide(&self, f: &DeviceFacts, ctx: &Ctx) -> Decision {
+        let cfg = &ctx.config.rdma;
+        let gpu = gpudirect::decide(&f.gpu, &cfg.gpudirect_required);
+        let observations = f
+            .devices
+            .iter()
+            .flat_map(|d| {
+                d.ports.iter().map(|p| Observation::Port {
+                    device: d.name.clone(),
+                    port: p.port,
+                    active: p.state.as_ref().map(|_| p.is_active()),
+                    rate_gbps: p.rate_gbps,
+                    link_layer: p.link_layer.clone(),
+                })
+            })
+            .collect();
+        Decision {
+            checks: vec![devices::check(&f.devices, cfg, &gpu)],
+            observations,
+            ..Decision::default()
+        }
+    }
+}
+
+pub struct Netns;
+
+impl Concern for Netns {
+    type Facts = netns::Facts;
+
+    fn ids(&self) -> &'static [&'static str] {
+        &[netns::CHECK_ID]
+    }
+
+    fn enabled(&self, cfg: &Config) -> bool {
+        cfg.rdma.enabled
+    }
+
+    fn writes(&self) -> bool {
+        true
+    }
+
+    fn gather(&self, snap: &Snapshot, cfg: &Config) -> Result<netns::Facts, GatherError> {
+        netns::gather(snap, &cfg.rdma).map_err(GatherError::unknown)
+    }
+
+    fn decide(&self, f: &netns::Facts, ctx: &Ctx) -> Decision {
+        let d = netns::decide(f, &ctx.config.rdma);
+        let live: Option<NetnsMode> = match f.live {
+            netns::Live::Mode(m) => Some(m),
+            _ => None,
+        };
+        let mut observations = vec![Observation::NetnsMode(live)];
+        observations.extend(d.reboot_reason.map(Observation::RebootRequired));
+        Decision {
+            checks: vec![d.check],
+            observations,
+            changes: d.plan.changes,
+            actions: d.plan.actions,
+            notes: d.plan.notes,
+            ..Decision::default()
+        }
+    }
+}
