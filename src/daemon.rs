@@ -344,8 +344,14 @@ fn reconcile_once(
     let mut actions = Vec::new();
     let mut error = None;
     let mut holds = holds;
+    // One snapshot serves the plan and the report, unless the apply changed the host.
+    let first = agent.assess(Scope::All, mode == Mode::Enforce);
     if mode == Mode::Enforce {
-        match agent.apply_unless(true, &holds) {
+        let applied = match first.plan.clone() {
+            Ok(plan) => agent.execute(&plan, true, &holds),
+            Err(e) => Err(e.into()),
+        };
+        match applied {
             Ok(out) => {
                 for p in &out.changed {
                     tracing::info!(path = %p.display(), trigger = %trigger, "changed");
@@ -380,11 +386,15 @@ fn reconcile_once(
             }
         }
     }
+    let mode_name = match mode {
+        Mode::Enforce => "enforce",
+        Mode::Report => "report",
+    };
     if agent.stop.requested() {
         // Stopping: report what happened, without another pass over the host.
         let cycle = Cycle {
             report: None,
-            mode: "unknown",
+            mode: mode_name,
             finished_unix: 0,
             duration_ms: 0,
             trigger,
@@ -395,17 +405,22 @@ fn reconcile_once(
         };
         return (cycle, watch, interval, debounce, holds);
     }
-    let assessment = agent.assess(Scope::All, false);
+    let changed_host = !changed.is_empty()
+        || actions
+            .iter()
+            .any(|a| a.status == ActionStatus::Done || a.status == ActionStatus::Failed);
+    let assessment = if changed_host {
+        agent.assess(Scope::All, false)
+    } else {
+        first
+    };
     watch.extend(assessment.watch.iter().cloned());
     let observations = assessment.observations;
     let report = Report::new(assessment.checks);
     tracing::info!(trigger = %trigger, ok = report.ok, "{}", report.summary);
     let cycle = Cycle {
         report: Some(report),
-        mode: match mode {
-            Mode::Enforce => "enforce",
-            Mode::Report => "report",
-        },
+        mode: mode_name,
         finished_unix: 0,
         duration_ms: 0,
         trigger,

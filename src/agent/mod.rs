@@ -140,8 +140,18 @@ impl Agent {
     /// failed until their next try is due.
     pub fn apply_unless(&self, restart: bool, holds: &Holds) -> Result<ApplyOutcome, AgentError> {
         let plan = self.assess(Scope::All, true).plan?;
+        self.execute(&plan, restart, holds)
+    }
+
+    /// Carries out a plan made by `assess` (with validation).
+    pub fn execute(
+        &self,
+        plan: &Plan,
+        restart: bool,
+        holds: &Holds,
+    ) -> Result<ApplyOutcome, AgentError> {
         let ex = self.executor();
-        let mut out = ex.apply(&plan, restart, holds)?;
+        let mut out = ex.apply(plan, restart, holds)?;
         // The labels summarise checks made before this apply changed the node:
         // once it did, label it as it is now.
         if !plan.changes.is_empty() && self.config.nfd.enabled {
