@@ -12,6 +12,10 @@ use std::process::{Command, Output};
 use std::time::SystemTime;
 
 pub mod dbus;
+pub mod limit;
+pub mod lock;
+pub mod netlink;
+pub mod procfs;
 pub mod service;
 pub mod snapshot;
 pub mod stop;

@@ -1,26 +1,22 @@
 //! rdma-node-agent: host preparation and RDMA health for Kubernetes GPU/RDMA nodes.
 //!
-//! Each concern gathers facts through the root-aware [`host`] layer, decides with
-//! pure functions, and hands file changes to the [`ledger`], which can undo them.
+//! The flow of one cycle: the [`host`] layer (the only I/O, root-aware) gives a
+//! snapshot; each of the [`concerns`] gathers its facts from it and decides,
+//! purely, its checks, typed observations and file changes; the [`engine`]
+//! merges them into one plan, which its executor carries out through the
+//! ledger, systemd and netlink; the [`outputs`] (CLI, HTTP, metrics, NFD)
+//! render the result. [`agent`] wires them together; [`daemon`] loops.
 
 pub mod agent;
-pub mod check;
+pub mod concerns;
 pub mod config;
-pub mod containerd;
 pub mod daemon;
 pub mod engine;
 pub mod host;
-pub mod http;
-pub mod kernel;
-pub mod ledger;
-pub mod lock;
-pub mod metrics;
-pub mod netlink;
-pub mod nfd;
 pub mod outputs;
-pub mod plan;
-pub mod pods;
-pub mod procfs;
-pub mod rdma;
-pub mod reboot;
-pub mod systemd;
+
+// Short paths to the modules every layer names.
+pub use concerns::{containerd, kernel, pods, rdma, reboot, systemd};
+pub use engine::{check, ledger, plan};
+pub use host::{lock, netlink, procfs};
+pub use outputs::{http, metrics, nfd};

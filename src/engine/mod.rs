@@ -9,11 +9,14 @@
 //!                     (CLI, /status, metrics, NPD, NFD)      executor ─▶ ledger, systemd, netlink
 //! ```
 
+pub mod check;
 pub mod concern;
 pub mod executor;
 pub mod holds;
+pub mod ledger;
 pub mod observe;
 pub mod outcome;
+pub mod plan;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;

@@ -1,6 +1,10 @@
 //! What the daemon publishes after each reconcile, for the health outputs
 //! (HTTP, metrics) to render: they read this record, never the host.
 
+pub mod http;
+pub mod metrics;
+pub mod nfd;
+
 use std::path::PathBuf;
 
 use serde::Serialize;

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::config::Limit;
+use super::limit::Limit;
 use crate::host::Result;
 use crate::host::snapshot::{self, ProcFile, Snapshot};
 
