@@ -183,3 +183,7 @@ impl Agent {
         Ok(self.executor().revert(force, &verify)?)
     }
 }
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;

@@ -12,6 +12,8 @@
 pub mod check;
 pub mod concern;
 pub mod executor;
+#[cfg(test)]
+pub mod fakes;
 pub mod holds;
 pub mod ledger;
 pub mod observe;

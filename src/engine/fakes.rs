@@ -1,0 +1,135 @@
+//! Fakes of the live host for unit tests: a service manager that fails jobs,
+//! times out, reports units inactive and interleaves a stop, and a live host
+//! whose containerd CRI probe answers as told.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::executor::LiveHost;
+use super::outcome::ActionStatus;
+use crate::host::service::{ServiceManager, SystemdError, UnitStatus};
+use crate::host::stop::Stop;
+use crate::netlink::NetnsMode;
+
+/// What the fake does with the next restart job.
+#[derive(Debug, Clone, Copy)]
+pub enum Job {
+    Done,
+    Failed,
+    Timeout,
+    /// A stop is requested while the job is queued behind the agent's own stop.
+    StopWhileQueued,
+    /// A stop is requested while the job runs.
+    StopWhileRunning,
+}
+
+pub struct FakeManager {
+    pub jobs: Mutex<VecDeque<Job>>,
+    /// Active states reported after each restart, in order (then "active").
+    pub states: Mutex<VecDeque<&'static str>>,
+    pub calls: Mutex<Vec<String>>,
+    pub stop: Stop,
+    /// Request a stop at the first status query (during verification).
+    pub stop_on_status: bool,
+}
+
+impl FakeManager {
+    pub fn new(jobs: &[Job], stop: &Stop) -> Self {
+        FakeManager {
+            jobs: Mutex::new(jobs.iter().copied().collect()),
+            states: Mutex::default(),
+            calls: Mutex::default(),
+            stop: stop.clone(),
+            stop_on_status: false,
+        }
+    }
+
+    pub fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap().clone()
+    }
+}
+
+impl ServiceManager for FakeManager {
+    fn reload(&self) -> Result<(), SystemdError> {
+        self.calls.lock().unwrap().push("reload".into());
+        Ok(())
+    }
+
+    fn restart(&self, unit: &str, timeout: Duration, stop: &Stop) -> Result<(), SystemdError> {
+        self.calls.lock().unwrap().push(format!("restart {unit}"));
+        let job = self.jobs.lock().unwrap().pop_front().unwrap_or(Job::Done);
+        let unit = unit.to_owned();
+        match job {
+            Job::Done => Ok(()),
+            Job::Failed => Err(SystemdError::JobFailed {
+                unit,
+                job: "restart",
+                result: "failed".into(),
+            }),
+            Job::Timeout => Err(SystemdError::JobTimeout {
+                unit,
+                job: "restart",
+                timeout,
+            }),
+            Job::StopWhileQueued | Job::StopWhileRunning => {
+                self.stop.request();
+                assert!(stop.requested(), "the executor passes its stop token");
+                Err(SystemdError::Stopped {
+                    unit,
+                    job: "restart",
+                    cancelled: matches!(job, Job::StopWhileQueued),
+                })
+            }
+        }
+    }
+
+    fn status(&self, _unit: &str) -> Result<UnitStatus, SystemdError> {
+        if self.stop_on_status {
+            self.stop.request();
+        }
+        let state = self.states.lock().unwrap().pop_front().unwrap_or("active");
+        Ok(UnitStatus {
+            active_state: state.into(),
+            main_pid: 42,
+            limit_memlock: None,
+            started: None,
+        })
+    }
+
+    fn run_transient(
+        &self,
+        unit: &str,
+        argv: &[String],
+        _timeout: Duration,
+        _stop: &Stop,
+    ) -> Result<(), SystemdError> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(format!("run {unit}: {}", argv.join(" ")));
+        Ok(())
+    }
+}
+
+/// containerd's CRI answers as told, in order (then ok).
+#[derive(Default)]
+pub struct FakeHost {
+    pub cri: Mutex<VecDeque<Result<(), String>>>,
+}
+
+impl LiveHost for FakeHost {
+    fn containerd_cri(&self, _grpc_address: &Path) -> Result<(), String> {
+        self.cri.lock().unwrap().pop_front().unwrap_or(Ok(()))
+    }
+    fn set_netns_mode(&self, mode: NetnsMode) -> (ActionStatus, String) {
+        (ActionStatus::Failed, format!("EBUSY switching to {mode}"))
+    }
+    fn which(&self, program: &str) -> Option<PathBuf> {
+        Some(PathBuf::from("/usr/sbin").join(program))
+    }
+    fn run(&self, _argv: &[String]) -> Result<(), String> {
+        Ok(())
+    }
+}
