@@ -390,36 +390,26 @@ fn reconcile_once(
         Mode::Enforce => "enforce",
         Mode::Report => "report",
     };
-    if agent.stop.requested() {
-        // Stopping: report what happened, without another pass over the host.
-        let cycle = Cycle {
-            report: None,
-            mode: mode_name,
-            finished_unix: 0,
-            duration_ms: 0,
-            trigger,
-            changed,
-            actions,
-            error,
-            observations: Vec::new(),
-        };
-        return (cycle, watch, interval, debounce, holds);
-    }
     let changed_host = !changed.is_empty()
         || actions
             .iter()
             .any(|a| a.status == ActionStatus::Done || a.status == ActionStatus::Failed);
-    let assessment = if changed_host {
-        agent.assess(Scope::All, false)
+    // Stopping: report what happened, without another pass over the host.
+    let (report, observations) = if agent.stop.requested() {
+        (None, Vec::new())
     } else {
-        first
+        let assessment = if changed_host {
+            agent.assess(Scope::All, false)
+        } else {
+            first
+        };
+        watch.extend(assessment.watch.iter().cloned());
+        let report = Report::new(assessment.checks);
+        tracing::info!(trigger = %trigger, ok = report.ok, "{}", report.summary);
+        (Some(report), assessment.observations)
     };
-    watch.extend(assessment.watch.iter().cloned());
-    let observations = assessment.observations;
-    let report = Report::new(assessment.checks);
-    tracing::info!(trigger = %trigger, ok = report.ok, "{}", report.summary);
     let cycle = Cycle {
-        report: Some(report),
+        report,
         mode: mode_name,
         finished_unix: 0,
         duration_ms: 0,

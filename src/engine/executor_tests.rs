@@ -112,58 +112,47 @@ fn assert_rolled_back(s: &Setup, m: &FakeManager, err: ExecError, why: &str) {
     );
 }
 
-#[test]
-fn failed_job_rolls_back_and_restarts_again() {
+/// An apply whose restart goes wrong as the fake is told, then rolls back.
+fn rolled_back(jobs: &[Job], states: &[&'static str], cri: usize, why: &str) {
     let s = setup();
     let stop = Stop::new();
-    let m = Arc::new(FakeManager::new(&[Job::Failed, Job::Done], &stop));
-    let l = live(&m, FakeHost::default());
-    let e = executor(&s, Some(&l), &stop)
-        .apply(&s.plan, true, &Holds::default())
-        .unwrap_err();
-    assert_rolled_back(&s, &m, e, "result \"failed\"");
-}
-
-#[test]
-fn job_timeout_rolls_back() {
-    let s = setup();
-    let stop = Stop::new();
-    let m = Arc::new(FakeManager::new(&[Job::Timeout, Job::Done], &stop));
-    let l = live(&m, FakeHost::default());
-    let e = executor(&s, Some(&l), &stop)
-        .apply(&s.plan, true, &Holds::default())
-        .unwrap_err();
-    assert_rolled_back(&s, &m, e, "did not finish");
-}
-
-#[test]
-fn unit_inactive_after_restart_rolls_back() {
-    let s = setup();
-    let stop = Stop::new();
-    let m = FakeManager::new(&[Job::Done, Job::Done], &stop);
-    // Failed for longer than the timeout, then active after the rollback.
-    *m.states.lock().unwrap() = ["failed"; 3].into_iter().collect();
+    let m = FakeManager::new(jobs, &stop);
+    *m.states.lock().unwrap() = states.iter().copied().collect();
     let m = Arc::new(m);
-    let l = live(&m, FakeHost::default());
-    let e = executor(&s, Some(&l), &stop)
-        .apply(&s.plan, true, &Holds::default())
-        .unwrap_err();
-    assert_rolled_back(&s, &m, e, "containerd.service is failed after the restart");
-}
-
-#[test]
-fn cri_plugin_not_loaded_rolls_back() {
-    let s = setup();
-    let stop = Stop::new();
     let h = FakeHost::default();
     *h.cri.lock().unwrap() =
-        std::iter::repeat_n(Err("CRI plugin is \"error\"".to_owned()), 3).collect();
-    let m = Arc::new(FakeManager::new(&[Job::Done, Job::Done], &stop));
+        std::iter::repeat_n(Err("CRI plugin is \"error\"".to_owned()), cri).collect();
     let l = live(&m, h);
     let e = executor(&s, Some(&l), &stop)
         .apply(&s.plan, true, &Holds::default())
         .unwrap_err();
-    assert_rolled_back(&s, &m, e, "CRI plugin");
+    assert_rolled_back(&s, &m, e, why);
+}
+
+#[test]
+fn failed_job_rolls_back_and_restarts_again() {
+    rolled_back(&[Job::Failed, Job::Done], &[], 0, "result \"failed\"");
+}
+
+#[test]
+fn job_timeout_rolls_back() {
+    rolled_back(&[Job::Timeout, Job::Done], &[], 0, "did not finish");
+}
+
+#[test]
+fn unit_inactive_after_restart_rolls_back() {
+    // Failed for longer than the timeout, then active after the rollback.
+    rolled_back(
+        &[Job::Done, Job::Done],
+        &["failed"; 3],
+        0,
+        "containerd.service is failed after the restart",
+    );
+}
+
+#[test]
+fn cri_plugin_not_loaded_rolls_back() {
+    rolled_back(&[Job::Done, Job::Done], &[], 3, "CRI plugin");
 }
 
 #[test]
