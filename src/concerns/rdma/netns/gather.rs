@@ -1,0 +1,149 @@
+//! rdma.netns: the facts, from sysfs, /proc, /run/netns, modprobe.d and the initramfs.
+
+use super::*;
+
+pub fn gather(host: &Snapshot, cfg: &RdmaConfig) -> Result<Facts, HostError> {
+    let live = match host.read_string(Path::new(PARAM)) {
+        Ok(Some(t)) => parse_param(&t).map_or_else(Live::Unreadable, Live::Mode),
+        Ok(None) => Live::NotLoaded,
+        Err(e) => Live::Unreadable(e.to_string()),
+    };
+    let managed = cfg.netns_mode.wanted().is_some();
+    let osrelease = host
+        .read_string(Path::new("/proc/sys/kernel/osrelease"))?
+        .map(|s| s.trim().to_owned());
+    let (initramfs, initramfs_error) = match (&osrelease, managed) {
+        (Some(r), true) => match initramfs(host, r, &cfg.modprobe_file) {
+            Ok(i) => (i, None),
+            Err(e) => (None, Some(e)),
+        },
+        _ => (None, None),
+    };
+    Ok(Facts {
+        namespaces: if managed {
+            namespaces(host)?
+        } else {
+            Vec::new()
+        },
+        plugin_sockets: if managed {
+            plugin_sockets(host, &cfg.shared_plugin_sockets)?
+        } else {
+            Vec::new()
+        },
+        ofed_info: host.read_string(Path::new(OFED_INFO)).ok().flatten(),
+        modprobe: host.read(&cfg.modprobe_file)?.map(|d| d.bytes),
+        cmdline: host.read_string(Path::new("/proc/cmdline"))?,
+        initramfs,
+        initramfs_error,
+        osrelease,
+        live,
+    })
+}
+
+/// Distinct `/proc/*/ns/net` other than PID 1's, with their holders, then `/run/netns/*`.
+pub fn namespaces(host: &Snapshot) -> Result<Vec<Namespace>, HostError> {
+    let link = |pid: u32| {
+        host.read_link(&procfs::proc_file(pid, "ns/net"))
+            .ok()
+            .flatten()
+            .map(|t| t.to_string_lossy().into_owned())
+    };
+    let initial = link(1);
+    let mut by_ns: BTreeMap<String, Vec<Holder>> = BTreeMap::new();
+    for pid in procfs::pids(host)? {
+        let Some(ns) = link(pid) else { continue };
+        if Some(&ns) == initial.as_ref() {
+            continue;
+        }
+        let holders = by_ns.entry(ns).or_default();
+        if holders.len() < HOLDERS_SHOWN {
+            holders.push(Holder {
+                pid,
+                comm: procfs::comm(host, pid).unwrap_or_else(|| "?".into()),
+                unit: procfs::read(host, pid, "cgroup").and_then(|c| cgroup_leaf(&c)),
+            });
+        }
+    }
+    let mut out: Vec<Namespace> = by_ns
+        .into_iter()
+        .map(|(id, holders)| Namespace { id, holders })
+        .collect();
+    out.extend(
+        host.list_dir(Path::new(NAMED_NETNS))?
+            .into_iter()
+            .map(|n| Namespace {
+                id: format!("{NAMED_NETNS}/{n}"),
+                holders: Vec::new(),
+            }),
+    );
+    Ok(out)
+}
+
+fn plugin_sockets(host: &Host, patterns: &[String]) -> Result<Vec<PathBuf>, HostError> {
+    let patterns: Vec<glob::Pattern> = patterns
+        .iter()
+        .filter_map(|p| glob::Pattern::new(p).ok())
+        .collect();
+    let mut out = Vec::new();
+    for dir in PLUGIN_DIRS {
+        for name in host.list_dir(Path::new(dir))? {
+            if patterns.iter().any(|p| p.matches(&name)) {
+                out.push(Path::new(dir).join(name));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Lists the initramfs of the running kernel with the tool of the distribution
+/// whose image is there (initramfs-tools or dracut). `Err`: the tool failed, so
+/// whether ib_core loads from it is unknown. `Ok(None)`: no image or no tool.
+fn initramfs(host: &Host, release: &str, agent_file: &Path) -> Result<Option<Initramfs>, String> {
+    let kinds: [(&str, String, Vec<String>); 2] = [
+        (
+            "lsinitramfs",
+            format!("/boot/initrd.img-{release}"),
+            vec![
+                "update-initramfs".into(),
+                "-u".into(),
+                "-k".into(),
+                release.into(),
+            ],
+        ),
+        (
+            "lsinitrd",
+            format!("/boot/initramfs-{release}.img"),
+            vec![
+                "dracut".into(),
+                "-f".into(),
+                "--kver".into(),
+                release.into(),
+            ],
+        ),
+    ];
+    for (tool, image, rebuild) in kinds {
+        if !host.exists(Path::new(&image)) {
+            continue;
+        }
+        let out = match host.run(tool, &[image.as_str()]) {
+            None => continue,
+            Some(Ok(out)) => out,
+            Some(Err(e)) => return Err(format!("`{tool} {image}`: {e}")),
+        };
+        if !out.status.success() {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            return Err(format!(
+                "`{tool} {image}` failed: {}",
+                stderr.lines().next().unwrap_or("no output").trim()
+            ));
+        }
+        let (has_ib_core, has_agent_file) =
+            initramfs_contents(&String::from_utf8_lossy(&out.stdout), agent_file);
+        return Ok(Some(Initramfs {
+            has_ib_core,
+            has_agent_file,
+            rebuild,
+        }));
+    }
+    Ok(None)
+}
