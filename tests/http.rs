@@ -51,13 +51,19 @@ impl Drop for Serve {
 
 /// A plain HTTP/1.1 request; returns the status code and the body.
 fn request(addr: &str, method: &str, path: &str) -> (u16, String) {
+    let (code, _, body) = request_with(addr, method, path, "");
+    (code, body)
+}
+
+/// A request with extra header lines; returns the code, the headers and the body.
+fn request_with(addr: &str, method: &str, path: &str, headers: &str) -> (u16, String, String) {
     let Ok(mut s) = TcpStream::connect(addr) else {
-        return (0, String::new());
+        return (0, String::new(), String::new());
     };
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{headers}\r\n"
     )
     .unwrap();
     let mut out = String::new();
@@ -67,11 +73,8 @@ fn request(addr: &str, method: &str, path: &str) -> (u16, String) {
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
-    let body = out
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (code, body)
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    (code, head.to_owned(), body.to_owned())
 }
 
 fn get(addr: &str, path: &str) -> (u16, String) {
@@ -120,19 +123,14 @@ fn endpoints_answer_from_the_last_reconcile() {
     assert_eq!(get(&d.addr, "/nope").0, 404);
 }
 
-#[test]
-fn metrics_pass_a_real_prometheus_parser() {
-    let t = node("v100");
-    let d = Serve::start(t.path());
-    let (code, text) = get(&d.addr, "/metrics");
-    assert_eq!(code, 200);
-    // Debian's python3-prometheus-client (installed by scripts/test.sh).
-    let parse = "import sys\n\
-from prometheus_client.openmetrics.parser import text_string_to_metric_families as p\n\
-fams = list(p(sys.stdin.read()))\n\
-print(len(fams), sum(len(f.samples) for f in fams))\n";
+/// Parses with Debian's python3-prometheus-client; returns "families samples".
+fn python_parse(parser: &str, text: &str) -> String {
+    let parse = format!(
+        "import sys\nfrom {parser} import text_string_to_metric_families as p\n\
+         fams = list(p(sys.stdin.read()))\nprint(len(fams), sum(len(f.samples) for f in fams))\n"
+    );
     let mut py = Command::new("/usr/bin/python3")
-        .args(["-c", parse])
+        .args(["-c", &parse])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -142,13 +140,43 @@ print(len(fams), sum(len(f.samples) for f in fams))\n";
     let out = py.wait_with_output().unwrap();
     assert!(
         out.status.success(),
-        "parser rejected the metrics: {}\n{text}",
+        "{parser} rejected the metrics: {}\n{text}",
         String::from_utf8_lossy(&out.stderr)
     );
-    println!(
-        "parsed families and samples: {}",
-        String::from_utf8_lossy(&out.stdout).trim()
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[test]
+fn metrics_pass_a_real_prometheus_parser_in_both_formats() {
+    let t = node("v100");
+    let d = Serve::start(t.path());
+    // Text 0.0.4 by default and for text/plain; OpenMetrics only when asked.
+    let (code, head, text) = request_with(&d.addr, "GET", "/metrics", "");
+    assert_eq!(code, 200);
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: text/plain; version=0.0.4; charset=utf-8"),
+        "{head}"
     );
+    let (_, head_plain, plain) = request_with(&d.addr, "GET", "/metrics", "Accept: text/plain\r\n");
+    assert!(head_plain.contains("version=0.0.4"), "{head_plain}");
+    assert!(!plain.contains("# EOF"));
+    let (_, head_om, om) = request_with(
+        &d.addr,
+        "GET",
+        "/metrics",
+        "Accept: application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5\r\n",
+    );
+    assert!(
+        head_om.contains("application/openmetrics-text; version=1.0.0"),
+        "{head_om}"
+    );
+    assert!(om.ends_with("# EOF\n"));
+
+    let a = python_parse("prometheus_client.parser", &text);
+    let b = python_parse("prometheus_client.openmetrics.parser", &om);
+    println!("parsed families and samples: text {a}, OpenMetrics {b}");
+    assert_eq!(a, b, "both formats carry the same families and samples");
     assert!(
         text.contains(
             "rdma_node_agent_check_status{check=\"containerd.memlock\",status=\"fail\"} 1"
@@ -156,6 +184,7 @@ print(len(fams), sum(len(f.samples) for f in fams))\n";
         "{text}"
     );
     assert!(text.contains("rdma_node_agent_ready 0"));
+    assert!(text.contains("# HELP rdma_node_agent_reconciles_total "));
     assert!(text.contains("rdma_node_agent_reconciles_total "));
 }
 
@@ -252,7 +281,7 @@ fn a100_with_its_down_port_expected_is_not_ready_and_metrics_show_ports() {
     assert!(text.contains(
         "rdma_node_agent_port_active{device=\"mlx5_1\",port=\"1\",link_layer=\"InfiniBand\"} 1"
     ));
-    assert!(text.contains("rdma_node_agent_port_rate_gbps{device=\"mlx5_1\",port=\"1\",link_layer=\"InfiniBand\"} 200.0"));
+    assert!(text.contains("rdma_node_agent_port_rate_bytes_per_second{device=\"mlx5_1\",port=\"1\",link_layer=\"InfiniBand\"} 25000000000\n"));
     assert!(text.contains("rdma_node_agent_netns_mode{mode=\"shared\"} 1"));
     assert!(text.contains("rdma_node_agent_reboot_required 0"));
 }

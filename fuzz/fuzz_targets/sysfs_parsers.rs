@@ -10,9 +10,14 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(rate) = devices::parse_rate(text) {
         assert!(rate.is_finite() && rate >= 0.0);
     }
+    // What the parsers accept is exactly what the kernel prints back.
     if let Ok(state) = devices::parse_state(text) {
-        assert!(!state.is_empty());
+        assert_eq!(text.trim_end_matches('\n'), format!("{}: {}", state.0, state.name()));
     }
+    if let Ok(state) = devices::parse_phys_state(text) {
+        assert_eq!(text.trim_end_matches('\n'), format!("{}: {}", state.0, state.name()));
+    }
+    let _ = devices::parse_link_layer(text);
     let _ = devices::parse_guid(text);
     let _ = devices::parse_text(text);
     let _ = netns::parse_param(text);

@@ -13,6 +13,12 @@ pub enum Status {
 }
 
 impl Status {
+    /// A check that fails or cannot tell makes the node not ready (`/readyz`
+    /// 503, `ready` 0, exit code non-zero); ok, warn and skipped do not.
+    pub fn blocks_ready(self) -> bool {
+        matches!(self, Status::Fail | Status::Unknown)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Status::Ok => "ok",
@@ -66,32 +72,40 @@ pub const EXIT_UNKNOWN: i32 = 2;
 pub const SUMMARY_MAX: usize = 80;
 
 impl Report {
+    /// The summary counts every status apart ("5 ok, 3 skipped" is not "8 ok")
+    /// and names the checks that keep the node from being ready.
     pub fn new(checks: Vec<Check>) -> Self {
-        let failing: Vec<&str> = checks
-            .iter()
-            .filter(|c| c.status == Status::Fail)
-            .map(|c| c.id.as_str())
-            .collect();
-        let unknown: Vec<&str> = checks
-            .iter()
-            .filter(|c| c.status == Status::Unknown)
-            .map(|c| c.id.as_str())
-            .collect();
-        let warned = checks.iter().filter(|c| c.status == Status::Warn).count();
+        let ids = |s: Status| -> Vec<&str> {
+            checks
+                .iter()
+                .filter(|c| c.status == s)
+                .map(|c| c.id.as_str())
+                .collect()
+        };
+        let (failing, unknown) = (ids(Status::Fail), ids(Status::Unknown));
+        let count = |s: Status| checks.iter().filter(|c| c.status == s).count();
+        let counts: Vec<String> = [
+            (count(Status::Fail), "failing"),
+            (count(Status::Unknown), "unknown"),
+            (count(Status::Warn), "warn"),
+        ]
+        .into_iter()
+        .chain([(count(Status::Ok), "ok")])
+        .chain([(count(Status::Skipped), "skipped")])
+        .filter(|(n, what)| *n > 0 || *what == "ok")
+        .map(|(n, what)| format!("{n} {what}"))
+        .collect();
+        let counts = counts.join(", ");
         let summary = if !failing.is_empty() {
-            format!("RDMA host not ready: {} failing", failing.join(", "))
+            let named = [failing.as_slice(), unknown.as_slice()].concat().join(", ");
+            format!("RDMA host not ready: {counts}: {named}")
         } else if !unknown.is_empty() {
-            format!("RDMA host state unknown: {}", unknown.join(", "))
-        } else if warned > 0 {
-            format!(
-                "RDMA host ready ({} checks, {warned} warnings)",
-                checks.len()
-            )
+            format!("RDMA host state unknown: {counts}: {}", unknown.join(", "))
         } else {
-            format!("RDMA host ready ({} checks ok)", checks.len())
+            format!("RDMA host ready: {counts}")
         };
         Report {
-            ok: failing.is_empty() && unknown.is_empty(),
+            ok: !checks.iter().any(|c| c.status.blocks_ready()),
             summary: truncate(&summary, SUMMARY_MAX),
             checks,
         }
@@ -151,6 +165,38 @@ mod tests {
         ]);
         assert_eq!(fail.exit_code(), 1);
         assert!(!fail.ok);
+    }
+
+    #[test]
+    fn summary_counts_each_status_apart() {
+        let r = |s: &[Status]| {
+            Report::new(
+                s.iter()
+                    .enumerate()
+                    .map(|(i, s)| Check {
+                        id: format!("c{i}"),
+                        ..Check::new("", *s, "")
+                    })
+                    .collect(),
+            )
+        };
+        use Status::*;
+        assert_eq!(
+            r(&[Ok, Ok, Skipped]).summary,
+            "RDMA host ready: 2 ok, 1 skipped"
+        );
+        assert_eq!(r(&[Ok, Warn]).summary, "RDMA host ready: 1 warn, 1 ok");
+        assert_eq!(r(&[Skipped]).summary, "RDMA host ready: 0 ok, 1 skipped");
+        assert_eq!(
+            r(&[Ok, Unknown, Skipped]).summary,
+            "RDMA host state unknown: 1 unknown, 1 ok, 1 skipped: c1"
+        );
+        assert_eq!(
+            r(&[Fail, Unknown, Warn, Ok]).summary,
+            "RDMA host not ready: 1 failing, 1 unknown, 1 warn, 1 ok: c0, c1"
+        );
+        assert!(r(&[Ok, Warn, Skipped]).ok);
+        assert!(!r(&[Ok, Unknown]).ok);
     }
 
     #[test]

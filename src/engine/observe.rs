@@ -16,13 +16,15 @@ pub enum Observation {
         current_since: Option<SystemTime>,
         grpc_address: PathBuf,
     },
-    /// One RDMA port as sysfs shows it. `None` fields could not be read.
+    /// One RDMA port as sysfs shows it. `None` fields are unknown (unreadable,
+    /// or a value the kernel does not name): never to be shown as down.
     Port {
         device: String,
         port: u32,
         active: Option<bool>,
-        rate_gbps: Option<f64>,
-        link_layer: Option<String>,
+        rate_bytes_per_second: Option<u64>,
+        /// `InfiniBand`, `Ethernet` or `unknown`.
+        link_layer: Option<&'static str>,
     },
     /// The RDMA subsystem's live netns mode (`None`: ib_core not loaded or unreadable).
     NetnsMode(Option<NetnsMode>),

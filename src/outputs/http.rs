@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -21,30 +21,29 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::Semaphore;
 
 use crate::outputs::Cycle;
+use crate::outputs::exposition::Format;
+use crate::outputs::metrics::Rendered;
 
 /// What a reconcile publishes for the endpoint.
 pub struct Published {
     pub ready: bool,
     pub status: Bytes,
     pub readyz: Bytes,
-    pub metrics: Bytes,
+    /// Text 0.0.4 and OpenMetrics, chosen per request by its `Accept`.
+    pub metrics_text: Bytes,
+    pub metrics_openmetrics: Bytes,
     pub at: Instant,
 }
 
 impl Published {
-    pub fn new(cycle: &Cycle, metrics: String) -> Published {
+    pub fn new(cycle: &Cycle, metrics: Rendered) -> Published {
+        // The README's rule, in one place (`Status::blocks_ready`): a check that
+        // fails or cannot tell makes the node not ready; warn and skipped do not.
         let failing: Vec<_> = cycle
             .report
             .iter()
             .flat_map(|r| &r.checks)
-            .filter(|c| {
-                !matches!(
-                    c.status,
-                    crate::check::Status::Ok
-                        | crate::check::Status::Warn
-                        | crate::check::Status::Skipped
-                )
-            })
+            .filter(|c| c.status.blocks_ready())
             .collect();
         let ready = cycle.report.as_ref().is_some_and(|r| r.ok);
         let readyz = json!({
@@ -59,7 +58,8 @@ impl Published {
                 .expect("cycle serializes")
                 .into(),
             readyz: serde_json::to_vec(&readyz).expect("json serializes").into(),
-            metrics: metrics.into(),
+            metrics_text: metrics.text.into(),
+            metrics_openmetrics: metrics.openmetrics.into(),
             at: Instant::now(),
         }
     }
@@ -133,15 +133,16 @@ async fn status(State(s): State<AppState>) -> Response {
     }
 }
 
-async fn metrics(State(s): State<AppState>) -> Response {
+async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> Response {
+    let format = Format::negotiate(headers.get(header::ACCEPT).and_then(|a| a.to_str().ok()));
     match current(&s) {
         None => (StatusCode::SERVICE_UNAVAILABLE, "starting\n").into_response(),
         Some(p) => Response::builder()
-            .header(
-                header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )
-            .body(Body::from(p.metrics.clone()))
+            .header(header::CONTENT_TYPE, format.content_type())
+            .body(Body::from(match format {
+                Format::Text => p.metrics_text.clone(),
+                Format::OpenMetrics => p.metrics_openmetrics.clone(),
+            }))
             .expect("static response"),
     }
 }

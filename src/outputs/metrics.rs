@@ -1,17 +1,15 @@
-//! The Prometheus exposition of one reconcile, rendered once per cycle so that a
-//! scrape is a copy of bytes, never host work.
-
-use prometheus_client::encoding::text::encode;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
-use std::sync::atomic::AtomicU64;
+//! The Prometheus exposition of one reconcile, rendered once per cycle (in both
+//! formats) so that a scrape is a copy of bytes, never host work. Built from the
+//! report's statuses and the concerns' typed observations only.
+//!
+//! Names follow Prometheus conventions: base units (`_seconds`,
+//! `_bytes_per_second`), `_total` counters, and a HELP on every family that says
+//! what its values mean. To add a family: one `families(..)` block below.
 
 use crate::check::Status;
+use crate::engine::observe::Observation;
 use crate::outputs::Cycle;
-
-type Labels = Vec<(String, String)>;
+use crate::outputs::exposition::{Families, Format, Kind};
 
 const STATUSES: [Status; 5] = [
     Status::Ok,
@@ -29,154 +27,166 @@ pub struct Totals {
     pub errors: u64,
 }
 
-pub fn render(cycle: &Cycle, totals: Totals) -> String {
-    let mut r = Registry::with_prefix("rdma_node_agent");
-
-    let build = Family::<Labels, Gauge>::default();
-    build
-        .get_or_create(&vec![("version".into(), env!("CARGO_PKG_VERSION").into())])
-        .set(1);
-    r.register("build_info", "The agent's version", build);
-
-    let ready = Gauge::<i64>::default();
-    ready.set(i64::from(cycle.report.as_ref().is_some_and(|r| r.ok)));
-    r.register(
-        "ready",
-        "1 when every check is ok (what /readyz answers 200 for)",
-        ready,
-    );
-
-    let checks = Family::<Labels, Gauge>::default();
-    for c in cycle.report.iter().flat_map(|r| &r.checks) {
-        // One series per possible status, 1 for the current one: alerts need no regex.
-        for s in STATUSES {
-            checks
-                .get_or_create(&vec![
-                    ("check".into(), c.id.clone()),
-                    ("status".into(), s.as_str().into()),
-                ])
-                .set(i64::from(c.status == s));
-        }
-    }
-    r.register(
-        "check_status",
-        "Status of each check in the last reconcile",
-        checks,
-    );
-
-    render_rdma(&mut r, cycle);
-
-    let counter = |n: u64| {
-        let c = Counter::<u64>::default();
-        c.inc_by(n);
-        c
-    };
-    r.register(
-        "reconciles",
-        "Reconciles since the daemon started",
-        counter(totals.reconciles),
-    );
-    r.register(
-        "changes_applied",
-        "Files the agent changed since it started",
-        counter(totals.changes),
-    );
-    r.register(
-        "reconcile_errors",
-        "Reconciles that could not converge",
-        counter(totals.errors),
-    );
-
-    let duration = Gauge::<f64, AtomicU64>::default();
-    duration.set(cycle.duration_ms as f64 / 1000.0);
-    r.register(
-        "reconcile_duration_seconds",
-        "Duration of the last reconcile",
-        duration,
-    );
-    let last = Gauge::<i64>::default();
-    last.set(cycle.finished_unix as i64);
-    r.register(
-        "last_reconcile_timestamp_seconds",
-        "When the last reconcile finished (Unix time)",
-        last,
-    );
-
-    let mut out = String::new();
-    encode(&mut out, &r).expect("writing to a String cannot fail");
-    out
+/// One cycle's exposition in both formats.
+#[derive(Debug, Clone)]
+pub struct Rendered {
+    pub text: String,
+    pub openmetrics: String,
 }
 
-/// Per-port state and rate, the netns mode and reboot-required, from the details
-/// the RDMA and kernel concerns put in their checks.
-fn render_rdma(r: &mut Registry, cycle: &Cycle) {
-    let checks: Vec<&crate::check::Check> = cycle.report.iter().flat_map(|r| &r.checks).collect();
-    let detail = |id: &str| checks.iter().find(|c| c.id == id).map(|c| &c.details);
-
-    let active = Family::<Labels, Gauge>::default();
-    let rate = Family::<Labels, Gauge<f64, AtomicU64>>::default();
-    let devices = detail("rdma.devices")
-        .and_then(|d| d.get("devices"))
-        .and_then(|d| d.as_array())
-        .cloned()
-        .unwrap_or_default();
-    for dev in &devices {
-        let name = dev["name"].as_str().unwrap_or_default().to_owned();
-        for port in dev["ports"].as_array().into_iter().flatten() {
-            let labels = vec![
-                ("device".to_owned(), name.clone()),
-                ("port".to_owned(), port["port"].to_string()),
-                (
-                    "link_layer".to_owned(),
-                    port["link_layer"].as_str().unwrap_or_default().to_owned(),
-                ),
-            ];
-            active
-                .get_or_create(&labels)
-                .set(i64::from(port["state"] == "ACTIVE"));
-            if let Some(g) = port["rate_gbps"].as_f64() {
-                rate.get_or_create(&labels).set(g);
-            }
+impl Rendered {
+    pub fn get(&self, format: Format) -> &str {
+        match format {
+            Format::Text => &self.text,
+            Format::OpenMetrics => &self.openmetrics,
         }
     }
-    r.register("port_active", "1 when the RDMA port is ACTIVE", active);
-    r.register("port_rate_gbps", "RDMA port rate in Gb/s", rate);
+}
 
-    let mode = Family::<Labels, Gauge>::default();
-    if let Some(m) = detail("rdma.netns")
-        .and_then(|d| d.get("mode"))
-        .and_then(|m| m.as_str())
-    {
-        for s in ["shared", "exclusive"] {
-            mode.get_or_create(&vec![("mode".to_owned(), s.to_owned())])
-                .set(i64::from(m == s));
+pub fn render(cycle: &Cycle, totals: Totals) -> Rendered {
+    let f = families(cycle, totals);
+    Rendered {
+        text: f.render(Format::Text),
+        openmetrics: f.render(Format::OpenMetrics),
+    }
+}
+
+fn bool01(b: bool) -> f64 {
+    f64::from(u8::from(b))
+}
+
+pub fn families(cycle: &Cycle, totals: Totals) -> Families {
+    let mut m = Families::new("rdma_node_agent");
+    let seen = &cycle.observations;
+
+    m.family(
+        "build_info",
+        Kind::Gauge,
+        "The agent's version, in the version label; always 1",
+    )
+    .sample(vec![("version", env!("CARGO_PKG_VERSION").into())], 1.0);
+
+    m.gauge(
+        "ready",
+        "1 when no check fails or is unknown (warn and skipped are ready; what /readyz answers 200 for), 0 otherwise",
+        bool01(cycle.report.as_ref().is_some_and(|r| r.ok)),
+    );
+
+    let checks = m.family(
+        "check_status",
+        Kind::Gauge,
+        "1 for the check's status in the last reconcile, 0 for its other possible statuses",
+    );
+    for c in cycle.report.iter().flat_map(|r| &r.checks) {
+        // One series per possible status: alerts need no regex.
+        for s in STATUSES {
+            checks.sample(
+                vec![("check", c.id.clone()), ("status", s.as_str().into())],
+                bool01(c.status == s),
+            );
         }
     }
-    r.register(
-        "netns_mode",
-        "The RDMA subsystem's live network namespace mode",
-        mode,
-    );
 
-    let changed = Gauge::<i64>::default();
-    let from = detail("kernel.change").and_then(|d| d.get("changed_from"));
-    changed.set(i64::from(from.is_some_and(|v| !v.is_null())));
-    r.register(
-        "kernel_changed",
-        "1 when the kernel changed at this boot (or since the last run)",
-        changed,
-    );
-
-    let reboot = Gauge::<i64>::default();
-    let required = checks
+    let ports: Vec<_> = seen
         .iter()
-        .any(|c| c.details.get("reboot_required") == Some(&serde_json::Value::Bool(true)));
-    reboot.set(i64::from(required));
-    r.register(
-        "reboot_required",
-        "1 when only a reboot can apply what the agent set",
-        reboot,
+        .filter_map(|o| match o {
+            Observation::Port {
+                device,
+                port,
+                active,
+                rate_bytes_per_second,
+                link_layer,
+            } => Some((
+                vec![
+                    ("device", device.clone()),
+                    ("port", port.to_string()),
+                    ("link_layer", link_layer.unwrap_or("unknown").to_owned()),
+                ],
+                *active,
+                *rate_bytes_per_second,
+            )),
+            _ => None,
+        })
+        .collect();
+    let active = m.family(
+        "port_active",
+        Kind::Gauge,
+        "1 when the RDMA port's state is ACTIVE, 0 when the kernel names another state (DOWN, INIT, ARMED...); no series when the state cannot be read",
     );
+    for (labels, a, _) in &ports {
+        if let Some(a) = a {
+            active.sample(labels.clone(), bool01(*a));
+        }
+    }
+    let rate = m.family(
+        "port_rate_bytes_per_second",
+        Kind::Gauge,
+        "RDMA port rate in bytes per second (sysfs rate x 10^9 / 8, as node_exporter's node_infiniband_rate_bytes_per_second); no series when unreadable",
+    );
+    for (labels, _, r) in &ports {
+        if let Some(r) = r {
+            rate.sample(labels.clone(), *r as f64);
+        }
+    }
+
+    let mode = m.family(
+        "netns_mode",
+        Kind::Gauge,
+        "1 for the RDMA subsystem's live network namespace mode (shared or exclusive), 0 for the other; no series when ib_core is not loaded",
+    );
+    let live = seen.iter().find_map(|o| match o {
+        Observation::NetnsMode(m) => *m,
+        _ => None,
+    });
+    if let Some(live) = live {
+        for s in ["shared", "exclusive"] {
+            mode.sample(vec![("mode", s.into())], bool01(live.as_str() == s));
+        }
+    }
+
+    let any = |f: fn(&Observation) -> bool| bool01(seen.iter().any(f));
+    m.gauge(
+        "kernel_changed",
+        "1 when the kernel changed at this boot or since the last run, 0 otherwise",
+        any(|o| matches!(o, Observation::KernelChanged { .. })),
+    );
+    m.gauge(
+        "reboot_required",
+        "1 when only a reboot can apply what the agent set (e.g. the netns mode), 0 otherwise",
+        any(|o| matches!(o, Observation::RebootRequired(_))),
+    );
+    m.gauge(
+        "reboot_held_back",
+        "1 when a reboot now would lose RDMA (a newer installed kernel lacks its DKMS builds), 0 otherwise",
+        any(|o| matches!(o, Observation::RebootHeldBack(_))),
+    );
+
+    m.counter(
+        "reconciles",
+        "Reconciles since the daemon started",
+        totals.reconciles,
+    );
+    m.counter(
+        "changes_applied",
+        "Files the agent changed since the daemon started",
+        totals.changes,
+    );
+    m.counter(
+        "reconcile_errors",
+        "Reconciles that could not converge since the daemon started",
+        totals.errors,
+    );
+    m.gauge(
+        "reconcile_duration_seconds",
+        "Duration of the last reconcile in seconds",
+        cycle.duration_ms as f64 / 1000.0,
+    );
+    m.gauge(
+        "last_reconcile_timestamp_seconds",
+        "When the last reconcile finished, in seconds since the Unix epoch",
+        cycle.finished_unix as f64,
+    );
+    m
 }
 
 #[cfg(test)]
@@ -184,9 +194,8 @@ mod tests {
     use super::*;
     use crate::check::{Check, Report};
 
-    #[test]
-    fn one_hot_check_status_and_counters() {
-        let cycle = Cycle {
+    fn cycle(observations: Vec<Observation>) -> Cycle {
+        Cycle {
             report: Some(Report::new(vec![
                 Check::new("containerd.memlock", Status::Ok, ""),
                 Check::new("pods.memlock", Status::Warn, ""),
@@ -198,16 +207,21 @@ mod tests {
             changed: vec![],
             actions: vec![],
             error: None,
-            observations: Vec::new(),
-        };
-        let text = render(
-            &cycle,
+            observations,
+        }
+    }
+
+    #[test]
+    fn one_hot_check_status_and_counters() {
+        let r = render(
+            &cycle(vec![]),
             Totals {
                 reconciles: 3,
                 changes: 2,
                 errors: 0,
             },
         );
+        let text = &r.text;
         assert!(
             text.contains(
                 "rdma_node_agent_check_status{check=\"pods.memlock\",status=\"warn\"} 1\n"
@@ -218,7 +232,44 @@ mod tests {
             text.contains("rdma_node_agent_check_status{check=\"pods.memlock\",status=\"ok\"} 0\n")
         );
         assert!(text.contains("rdma_node_agent_ready 1\n"));
-        assert!(text.contains("rdma_node_agent_reconciles_total 3\n"));
-        assert!(text.ends_with("# EOF\n"));
+        assert!(text.contains(
+            "# TYPE rdma_node_agent_reconciles_total counter\nrdma_node_agent_reconciles_total 3\n"
+        ));
+        assert!(text.contains("rdma_node_agent_reconcile_duration_seconds 0.012\n"));
+        assert!(!text.contains("# EOF"));
+        assert!(r.openmetrics.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn ports_from_observations_unknown_is_no_series() {
+        let port = |device: &str, active, rate, link_layer| Observation::Port {
+            device: device.into(),
+            port: 1,
+            active,
+            rate_bytes_per_second: rate,
+            link_layer,
+        };
+        let r = render(
+            &cycle(vec![
+                port(
+                    "mlx5_0",
+                    Some(false),
+                    Some(25_000_000_000),
+                    Some("InfiniBand"),
+                ),
+                port("mlx5_1", None, None, None),
+                Observation::RebootHeldBack("rebooting into 6.1 would lose x".into()),
+            ]),
+            Totals::default(),
+        );
+        let t = &r.text;
+        assert!(t.contains("rdma_node_agent_port_active{device=\"mlx5_0\",port=\"1\",link_layer=\"InfiniBand\"} 0\n"), "{t}");
+        assert!(t.contains("rdma_node_agent_port_rate_bytes_per_second{device=\"mlx5_0\",port=\"1\",link_layer=\"InfiniBand\"} 25000000000\n"), "{t}");
+        assert!(
+            !t.contains("device=\"mlx5_1\""),
+            "an unknown port must not read as down:\n{t}"
+        );
+        assert!(t.contains("rdma_node_agent_reboot_held_back 1\n"));
+        assert!(t.contains("rdma_node_agent_reboot_required 0\n"));
     }
 }

@@ -1,6 +1,7 @@
 //! What the daemon publishes after each reconcile, for the health outputs
 //! (HTTP, metrics) to render: they read this record, never the host.
 
+pub mod exposition;
 pub mod http;
 pub mod metrics;
 pub mod nfd;

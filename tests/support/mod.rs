@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod artefacts;
 pub mod cri;
 pub mod nspawn;
 pub mod sysfs;

@@ -45,9 +45,9 @@ impl Concern for Devices {
                 d.ports.iter().map(|p| Observation::Port {
                     device: d.name.clone(),
                     port: p.port,
-                    active: p.state.as_ref().map(|_| p.is_active()),
-                    rate_gbps: p.rate_gbps,
-                    link_layer: p.link_layer.clone(),
+                    active: p.active(),
+                    rate_bytes_per_second: p.rate_bytes_per_second(),
+                    link_layer: p.link_layer.map(|l| l.as_str()),
                 })
             })
             .collect();

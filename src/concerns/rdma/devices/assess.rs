@@ -1,0 +1,241 @@
+//! `rdma.devices`: the inventory against the expectations in `[rdma]`.
+//!
+//! Without expectations the check only reports, but never reads `ok` on what it
+//! could not see: no RDMA device at all is `skipped` (with expectations, `fail`);
+//! a broken class link, a device without ports or an unreadable field is a
+//! warning; an expected port whose state is unknown is `unknown`, not `fail`.
+
+use std::collections::BTreeMap;
+
+use serde_json::json;
+
+use super::{Device, Kind, Port, Problem};
+use crate::check::{Check, Status};
+use crate::concerns::rdma::RdmaConfig;
+use crate::concerns::rdma::gpudirect::Finding;
+
+pub const CHECK_ID: &str = "rdma.devices";
+/// Errors listed in the message; the rest are in `details`.
+const SHOWN_ERRORS: usize = 3;
+
+fn rate(r: f64) -> String {
+    format!("{r} Gb/s")
+}
+
+/// What the expectations found: failures, and ports they could not judge.
+#[derive(Debug, Default, PartialEq)]
+pub struct Unmet {
+    pub failures: Vec<String>,
+    pub unknown: Vec<String>,
+}
+
+/// Failures of the configured expectations, each naming `device/port`.
+pub fn unmet(devices: &[Device], cfg: &RdmaConfig) -> Unmet {
+    let mut out = Unmet::default();
+    for e in &cfg.expect_port {
+        let pattern = glob::Pattern::new(&e.device).ok();
+        let matched: Vec<&Device> = devices
+            .iter()
+            .filter(|d| match &pattern {
+                Some(p) => p.matches(&d.name),
+                None => d.name == e.device,
+            })
+            .collect();
+        if matched.is_empty() {
+            out.failures
+                .push(format!("no RDMA device matches {:?}", e.device));
+        }
+        for d in matched {
+            if let Some(Problem::BrokenLink(why)) = &d.problem {
+                out.failures
+                    .push(format!("{}: broken link ({why})", d.name));
+                continue;
+            }
+            let ports: Vec<&Port> = d
+                .ports
+                .iter()
+                .filter(|p| e.port.is_none_or(|n| p.port == n))
+                .collect();
+            if ports.is_empty() {
+                out.failures.push(match e.port {
+                    Some(n) => format!("{} has no port {n}", d.name),
+                    None => format!("{} has no ports", d.name),
+                });
+            }
+            for p in ports {
+                let at = format!("{}/{}", d.name, p.port);
+                let phys = p.phys_state.map_or("phys_state unknown", |s| s.name());
+                match (p.active(), p.state) {
+                    (Some(true), _) => {}
+                    (Some(false), Some(s)) => {
+                        out.failures
+                            .push(format!("{at} is {} ({phys}), expected ACTIVE", s.name()));
+                        continue;
+                    }
+                    (_, Some(s)) => {
+                        out.unknown.push(format!(
+                            "{at} state is {}: {} (the kernel does not name it), expected ACTIVE",
+                            s.0,
+                            s.name()
+                        ));
+                        continue;
+                    }
+                    (_, None) => {
+                        out.unknown
+                            .push(format!("{at} state is unreadable, expected ACTIVE"));
+                        continue;
+                    }
+                }
+                if let Some(min) = e.min_rate_gbps {
+                    match p.rate_gbps {
+                        Some(r) if r >= f64::from(min) => {}
+                        Some(r) => out.failures.push(format!(
+                            "{at} runs at {}, expected at least {min} Gb/s",
+                            rate(r)
+                        )),
+                        None => out.unknown.push(format!(
+                            "{at} rate is unreadable, expected at least {min} Gb/s"
+                        )),
+                    }
+                }
+            }
+        }
+    }
+    let active = active_by_link_layer(devices);
+    let unknown_ports = devices
+        .iter()
+        .flat_map(|d| &d.ports)
+        .filter(|p| p.active().is_none())
+        .count();
+    for (layer, min) in &cfg.min_active_ports {
+        let have = active.get(layer.as_str()).copied().unwrap_or(0);
+        if have >= *min {
+            continue;
+        }
+        // Ports whose state is unknown might make up the difference.
+        if have + u32::try_from(unknown_ports).unwrap_or(u32::MAX) >= *min {
+            out.unknown.push(format!(
+                "{have} ACTIVE {layer} port(s) and {unknown_ports} of unknown state, expected at least {min}"
+            ));
+        } else {
+            out.failures.push(format!(
+                "{have} ACTIVE {layer} port(s), expected at least {min}"
+            ));
+        }
+    }
+    out
+}
+
+fn active_by_link_layer(devices: &[Device]) -> BTreeMap<&'static str, u32> {
+    let mut m = BTreeMap::new();
+    for p in devices
+        .iter()
+        .flat_map(|d| &d.ports)
+        .filter(|p| p.is_active())
+    {
+        *m.entry(p.link_layer.map_or("unknown", |l| l.as_str()))
+            .or_default() += 1;
+    }
+    m
+}
+
+/// `3 RDMA device(s) (2 VFs; 1 without ports), 2/3 port(s) ACTIVE`.
+fn summary(devices: &[Device], active: u32, gpu: &Finding) -> String {
+    let ports: usize = devices.iter().map(|d| d.ports.len()).sum();
+    let count = |f: &dyn Fn(&Device) -> bool| devices.iter().filter(|d| f(d)).count();
+    let notes: Vec<String> = [
+        (count(&|d| d.kind == Kind::Vf), "VFs"),
+        (
+            count(&|d| d.problem == Some(Problem::NoPorts)),
+            "without ports",
+        ),
+        (
+            count(&|d| matches!(d.problem, Some(Problem::BrokenLink(_)))),
+            "broken link(s)",
+        ),
+    ]
+    .into_iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, what)| format!("{n} {what}"))
+    .collect();
+    let mut s = format!(
+        "{} RDMA device(s){}, {active}/{ports} port(s) ACTIVE",
+        devices.len(),
+        if notes.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", notes.join("; "))
+        },
+    );
+    if let Some(g) = gpu.summary() {
+        s.push_str(&format!("; {g}"));
+    }
+    s
+}
+
+fn listed(items: &[String]) -> String {
+    let shown: Vec<&str> = items
+        .iter()
+        .take(SHOWN_ERRORS)
+        .map(String::as_str)
+        .collect();
+    let more = items.len().saturating_sub(SHOWN_ERRORS);
+    format!(
+        "{}{}",
+        shown.join("; "),
+        if more > 0 {
+            format!(" (and {more} more)")
+        } else {
+            String::new()
+        }
+    )
+}
+
+pub fn check(devices: &[Device], cfg: &RdmaConfig, gpu: &Finding) -> Check {
+    let Unmet {
+        mut failures,
+        unknown,
+    } = unmet(devices, cfg);
+    failures.extend(gpu.missing.iter().map(|m| {
+        format!(
+            "GPUDirect module {m} is not loaded ({} NVIDIA GPU(s) present; required by rdma.gpudirect_required)",
+            gpu.gpus
+        )
+    }));
+    let errors: Vec<String> = devices.iter().flat_map(|d| d.errors.clone()).collect();
+    let problems: Vec<String> = devices
+        .iter()
+        .filter_map(|d| match &d.problem {
+            Some(Problem::NoPorts) => Some(format!("{} has no ports", d.name)),
+            Some(Problem::BrokenLink(why)) => Some(format!("{}: broken link ({why})", d.name)),
+            None => None,
+        })
+        .collect();
+    let active = active_by_link_layer(devices);
+    let details = json!({
+        "devices": devices,
+        "active_ports": active,
+        "gpudirect": gpu,
+        "errors": errors,
+        "unknown": unknown,
+    });
+    let summary = summary(devices, active.values().sum(), gpu);
+    let (status, message) = if !failures.is_empty() {
+        (Status::Fail, [failures, unknown].concat().join("; "))
+    } else if !unknown.is_empty() {
+        (Status::Unknown, unknown.join("; "))
+    } else if devices.is_empty() {
+        (
+            Status::Skipped,
+            "no RDMA device (/sys/class/infiniband is empty or absent): nothing to check; \
+             declare [[rdma.expect_port]] to require one"
+                .to_owned(),
+        )
+    } else if !problems.is_empty() || !errors.is_empty() {
+        let all: Vec<String> = problems.into_iter().chain(errors).collect();
+        (Status::Warn, format!("{summary}; {}", listed(&all)))
+    } else {
+        (Status::Ok, summary)
+    };
+    Check::new(CHECK_ID, status, message).with_details(details)
+}

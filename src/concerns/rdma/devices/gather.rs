@@ -1,0 +1,156 @@
+//! Reading /sys/class/infiniband: raw text only, parsed later.
+//!
+//! `/sys/class/infiniband/<dev>` are relative links into `/sys/devices/…`; they
+//! are resolved inside the root. Only the files the check needs are read (about a
+//! dozen per device), so ~1000 SR-IOV VFs stay fast.
+
+use std::path::{Path, PathBuf};
+
+use crate::host::{Host, HostError};
+
+const CLASS: &str = "/sys/class/infiniband";
+
+/// A sysfs file as read: absent, its text, or why it could not be read.
+pub type Read = Result<Option<String>, String>;
+
+/// What gather read for one device, before parsing.
+#[derive(Debug, Clone)]
+pub struct RawDevice {
+    pub name: String,
+    /// The class link resolves to nothing: where it points.
+    pub broken_link: Option<PathBuf>,
+    /// The PCI function (last component of the resolved `device` link).
+    pub pci: Option<String>,
+    /// `device/physfn` exists.
+    pub is_vf: bool,
+    pub node_guid: Read,
+    pub fw_ver: Read,
+    pub hca_type: Read,
+    pub board_id: Read,
+    /// `device/net/*`.
+    pub netdevs: Vec<String>,
+    pub ports: Vec<RawPort>,
+    /// Directory-level problems (unresolvable link, unreadable ports dir).
+    pub errors: Vec<String>,
+}
+
+impl RawDevice {
+    pub fn new(name: String) -> Self {
+        RawDevice {
+            name,
+            broken_link: None,
+            pci: None,
+            is_vf: false,
+            node_guid: Ok(None),
+            fw_ver: Ok(None),
+            hca_type: Ok(None),
+            board_id: Ok(None),
+            netdevs: Vec::new(),
+            ports: Vec::new(),
+            errors: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct RawPort {
+    /// The directory name under `ports/` (a number on a sane node).
+    pub name: String,
+    pub state: Read,
+    pub phys_state: Read,
+    pub rate: Read,
+    pub link_layer: Read,
+    /// `gid_attrs/ndevs/0`: the netdev of the default GID (RoCE; IB ports have none).
+    pub ndev: Option<String>,
+}
+
+fn read(host: &Host, p: &Path) -> Read {
+    host.read_string(p).map_err(|e| e.to_string())
+}
+
+/// Every device under /sys/class/infiniband (none when the class is absent:
+/// no RDMA driver loaded). Each device's problems stay with it.
+pub fn gather(host: &Host) -> Result<Vec<RawDevice>, HostError> {
+    let names = host.list_dir(Path::new(CLASS))?;
+    // Reading sysfs is system calls, ~40 per device: an SR-IOV node with a
+    // thousand VFs takes tens of milliseconds on one core, so use them all.
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(names.len() / DEVICES_PER_WORKER)
+        .max(1);
+    if workers == 1 {
+        return Ok(names.into_iter().map(|n| gather_device(host, n)).collect());
+    }
+    let chunk = names.len().div_ceil(workers);
+    Ok(std::thread::scope(|s| {
+        let handles: Vec<_> = names
+            .chunks(chunk)
+            .map(|c| {
+                s.spawn(move || {
+                    c.iter()
+                        .map(|n| gather_device(host, n.clone()))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    }))
+}
+
+/// Below this many devices per thread, starting threads costs more than it saves.
+const DEVICES_PER_WORKER: usize = 128;
+
+fn gather_device(host: &Host, name: String) -> RawDevice {
+    let mut raw = RawDevice::new(name);
+    let dir = match host.resolve(&Path::new(CLASS).join(&raw.name)) {
+        Ok(d) => d,
+        Err(e) => {
+            raw.errors.push(format!("{}: {e}", raw.name));
+            return raw;
+        }
+    };
+    if !host.is_dir(&dir) {
+        raw.broken_link = Some(dir);
+        return raw;
+    }
+    if let Ok(dev) = host.resolve(&dir.join("device")) {
+        if host.exists(&dev) && dev.to_string_lossy().starts_with("/sys/devices/pci") {
+            raw.pci = dev.file_name().map(|n| n.to_string_lossy().into_owned());
+            raw.is_vf = host.exists(&dev.join("physfn"));
+            raw.netdevs = host.list_dir(&dev.join("net")).unwrap_or_default();
+        }
+    }
+    raw.node_guid = read(host, &dir.join("node_guid"));
+    raw.fw_ver = read(host, &dir.join("fw_ver"));
+    raw.hca_type = read(host, &dir.join("hca_type"));
+    raw.board_id = read(host, &dir.join("board_id"));
+    match host.list_dir(&dir.join("ports")) {
+        Ok(ports) => {
+            raw.ports = ports
+                .into_iter()
+                .map(|p| {
+                    let d: PathBuf = dir.join("ports").join(&p);
+                    RawPort {
+                        state: read(host, &d.join("state")),
+                        phys_state: read(host, &d.join("phys_state")),
+                        rate: read(host, &d.join("rate")),
+                        link_layer: read(host, &d.join("link_layer")),
+                        // The kernel answers EINVAL here for IB ports: no netdev, not an error.
+                        ndev: host
+                            .read_string(&d.join("gid_attrs/ndevs/0"))
+                            .ok()
+                            .flatten()
+                            .map(|s| s.trim().to_owned())
+                            .filter(|s| !s.is_empty()),
+                        name: p,
+                    }
+                })
+                .collect()
+        }
+        Err(e) => raw.errors.push(format!("{}: {e}", raw.name)),
+    }
+    raw
+}

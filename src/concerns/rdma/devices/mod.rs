@@ -1,0 +1,189 @@
+//! The RDMA device and port inventory from sysfs (what `ibstat`, `ibdev2netdev`
+//! and `rdma link` show), checked against the expectations in the agent config.
+//!
+//! gather (sysfs, raw text) → parse (the kernel's own spellings, typed) → assess
+//! (the check). Every value the kernel's `drivers/infiniband/core/sysfs.c` can
+//! print is understood; anything else makes that field unknown, never "down".
+
+mod assess;
+mod gather;
+mod parse;
+#[cfg(test)]
+mod tests;
+
+use serde::{Serialize, Serializer};
+
+pub use assess::{CHECK_ID, check, unmet};
+pub use gather::{RawDevice, RawPort, Read, gather};
+pub use parse::{
+    parse, parse_guid, parse_link_layer, parse_phys_state, parse_rate, parse_state, parse_text,
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// A physical function (or a device without PCI parent).
+    Pf,
+    /// An SR-IOV virtual function.
+    Vf,
+    /// A RoCE LAG device (`mlx5_bond_*`).
+    Bond,
+}
+
+/// Why a device listed in /sys/class/infiniband is not a usable device.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "problem", content = "detail")]
+pub enum Problem {
+    /// The class link points at nothing (a driver half unbound, a stale tree).
+    BrokenLink(String),
+    /// The device has no `ports/` entries: nothing can use it.
+    NoPorts,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Device {
+    pub name: String,
+    pub kind: Kind,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pci: Option<String>,
+    pub node_guid: Option<String>,
+    /// `None` also when the driver has no firmware string (rxe, EFA, hns print an empty line).
+    pub fw_ver: Option<String>,
+    pub hca_type: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub board_id: Option<String>,
+    pub netdevs: Vec<String>,
+    pub ports: Vec<Port>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<Problem>,
+    /// Per-field problems, e.g. `mlx5_0/1 rate: cannot parse "fast"`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+}
+
+impl Device {
+    /// Listed, linked to a device and with ports: what a healthy inventory counts.
+    pub fn is_usable(&self) -> bool {
+        self.problem.is_none() && !self.ports.is_empty()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Port {
+    pub port: u32,
+    /// `None`: the file could not be read or is not in the kernel's spelling.
+    pub state: Option<PortState>,
+    pub phys_state: Option<PhysState>,
+    pub rate_gbps: Option<f64>,
+    pub link_layer: Option<LinkLayer>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub netdev: Option<String>,
+}
+
+impl Port {
+    /// `Some(true)` ACTIVE, `Some(false)` another state the kernel names,
+    /// `None` when the state is not known (unreadable, or the kernel's `UNKNOWN`).
+    pub fn active(&self) -> Option<bool> {
+        self.state
+            .filter(|s| s.is_named())
+            .map(PortState::is_active)
+    }
+
+    pub fn is_active(&self) -> bool {
+        self.active() == Some(true)
+    }
+
+    /// The rate in bytes per second, as node_exporter's infiniband collector has it.
+    pub fn rate_bytes_per_second(&self) -> Option<u64> {
+        self.rate_gbps.map(gbps_to_bytes)
+    }
+}
+
+/// Gb/s (decimal, as the kernel prints it) to bytes/s: × 10⁹ / 8.
+pub fn gbps_to_bytes(gbps: f64) -> u64 {
+    (gbps * 125_000_000.0).round() as u64
+}
+
+/// `ports/<n>/state`: `"%d: %s"` with the names of `state_show` in sysfs.c
+/// (enum ib_port_state), or `UNKNOWN` past them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortState(pub u32);
+
+impl PortState {
+    pub const NAMES: [&'static str; 6] = ["NOP", "DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER"];
+    pub const ACTIVE: PortState = PortState(4);
+
+    /// The kernel's spelling of this value.
+    pub fn name(self) -> &'static str {
+        Self::NAMES
+            .get(self.0 as usize)
+            .copied()
+            .unwrap_or("UNKNOWN")
+    }
+
+    pub fn is_named(self) -> bool {
+        (self.0 as usize) < Self::NAMES.len()
+    }
+
+    pub fn is_active(self) -> bool {
+        self == Self::ACTIVE
+    }
+}
+
+/// `ports/<n>/phys_state`: `"%u: %s"` with the names of `phys_state_to_str`
+/// in sysfs.c (enum ib_port_phys_state), `<unknown>` for 0 and past them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PhysState(pub u32);
+
+impl PhysState {
+    pub const NAMES: [&'static str; 8] = [
+        "<unknown>",
+        "Sleep",
+        "Polling",
+        "Disabled",
+        "PortConfigurationTraining",
+        "LinkUp",
+        "LinkErrorRecovery",
+        "Phy Test",
+    ];
+
+    pub fn name(self) -> &'static str {
+        Self::NAMES
+            .get(self.0 as usize)
+            .copied()
+            .unwrap_or("<unknown>")
+    }
+}
+
+/// `ports/<n>/link_layer`: `InfiniBand`, `Ethernet`, or `Unknown` (and an
+/// empty file from some drivers): labelled `unknown`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkLayer {
+    InfiniBand,
+    Ethernet,
+    Unknown,
+}
+
+impl LinkLayer {
+    /// As `[rdma.min_active_ports]` keys and the metrics' `link_layer` label name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LinkLayer::InfiniBand => "InfiniBand",
+            LinkLayer::Ethernet => "Ethernet",
+            LinkLayer::Unknown => "unknown",
+        }
+    }
+}
+
+macro_rules! serialize_as {
+    ($t:ty, $f:expr) => {
+        impl Serialize for $t {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str($f(*self))
+            }
+        }
+    };
+}
+serialize_as!(PortState, PortState::name);
+serialize_as!(PhysState, PhysState::name);
+serialize_as!(LinkLayer, LinkLayer::as_str);

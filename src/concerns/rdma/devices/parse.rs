@@ -1,0 +1,190 @@
+//! The sysfs texts, parsed in the kernel's exact spellings
+//! (drivers/infiniband/core/sysfs.c: `state_show`, `phys_state_show`,
+//! `rate_show`, `link_layer_show`). A value the kernel cannot print is an
+//! error on that field, which is then unknown: never read as "down".
+
+use super::{Device, Kind, LinkLayer, PhysState, Port, PortState, Problem, RawDevice, Read};
+
+/// `"<number>: <name>"` where the name must be the kernel's for the number.
+fn numbered(text: &str, name_of: impl Fn(u32) -> &'static str) -> Result<u32, String> {
+    let t = text.trim_end_matches('\n');
+    let bad = || format!("cannot parse {t:?} (expected like \"4: ACTIVE\")");
+    let (num, name) = t.split_once(": ").ok_or_else(bad)?;
+    let id: u32 = num.parse().map_err(|_| bad())?;
+    // "%d"/"%u" print no sign and no leading zero.
+    if num != id.to_string() {
+        return Err(bad());
+    }
+    if name == name_of(id) {
+        Ok(id)
+    } else {
+        Err(format!(
+            "{t:?} is not what the kernel prints for {id} (\"{id}: {}\")",
+            name_of(id)
+        ))
+    }
+}
+
+/// `4: ACTIVE`, `1: DOWN`, `7: UNKNOWN` (a value past the kernel's names).
+pub fn parse_state(text: &str) -> Result<PortState, String> {
+    numbered(text, |id| PortState(id).name()).map(PortState)
+}
+
+/// `5: LinkUp`, `7: Phy Test`, `6: LinkErrorRecovery`, `9: <unknown>`.
+pub fn parse_phys_state(text: &str) -> Result<PhysState, String> {
+    numbered(text, |id| PhysState(id).name()).map(PhysState)
+}
+
+/// `200 Gb/sec (4X HDR)` → 200; `2.5 Gb/sec (1X SDR)` → 2.5; before 5.x SDR
+/// printed no speed: `10 Gb/sec (4X)`.
+pub fn parse_rate(text: &str) -> Result<f64, String> {
+    let t = text.trim();
+    t.strip_suffix(')')
+        .and_then(|r| r.split_once(" Gb/sec ("))
+        .or_else(|| t.split_once(" Gb/sec").filter(|(_, rest)| rest.is_empty()))
+        .and_then(|(n, _)| n.trim().parse::<f64>().ok())
+        .filter(|r| r.is_finite() && *r >= 0.0)
+        .ok_or_else(|| format!("cannot parse {t:?} (expected like \"200 Gb/sec (4X HDR)\")"))
+}
+
+/// `InfiniBand`, `Ethernet`, `Unknown`; an empty file is unknown too.
+pub fn parse_link_layer(text: &str) -> Result<LinkLayer, String> {
+    match text.trim() {
+        "InfiniBand" => Ok(LinkLayer::InfiniBand),
+        "Ethernet" => Ok(LinkLayer::Ethernet),
+        "Unknown" | "" => Ok(LinkLayer::Unknown),
+        t => Err(format!(
+            "cannot parse {t:?} (the kernel prints InfiniBand, Ethernet or Unknown)"
+        )),
+    }
+}
+
+/// `0c42:a103:0065:6a3c`.
+pub fn parse_guid(text: &str) -> Result<String, String> {
+    let t = text.trim();
+    let groups: Vec<&str> = t.split(':').collect();
+    if groups.len() == 4
+        && groups
+            .iter()
+            .all(|g| g.len() == 4 && g.chars().all(|c| c.is_ascii_hexdigit()))
+    {
+        Ok(t.to_owned())
+    } else {
+        Err(format!(
+            "cannot parse {t:?} (expected like \"0c42:a103:0065:6a3c\")"
+        ))
+    }
+}
+
+/// Free text (firmware version, HCA type, board id): one printable line, or
+/// nothing (`None`): drivers without a firmware string print an empty line.
+pub fn parse_text(text: &str) -> Result<Option<String>, String> {
+    let t = text.trim();
+    if t.chars().any(char::is_control) {
+        Err(format!("unexpected content {t:?}"))
+    } else {
+        Ok(Some(t.to_owned()).filter(|t| !t.is_empty()))
+    }
+}
+
+/// A field's value; a read or parse problem goes to `errors`. `required`: a
+/// missing file is an error too (a port without `state` cannot be judged).
+fn field<T>(
+    errors: &mut Vec<String>,
+    what: &str,
+    read: &Read,
+    parse: impl Fn(&str) -> Result<T, String>,
+    required: bool,
+) -> Option<T> {
+    match read {
+        Ok(Some(t)) => parse(t)
+            .map_err(|e| errors.push(format!("{what}: {e}")))
+            .ok(),
+        Ok(None) if required => {
+            errors.push(format!("{what}: missing"));
+            None
+        }
+        Ok(None) => None,
+        Err(e) => {
+            errors.push(format!("{what}: {e}"));
+            None
+        }
+    }
+}
+
+pub fn parse(raw: RawDevice) -> Device {
+    let mut errors = raw.errors;
+    let n = &raw.name;
+    let text = |errors: &mut Vec<String>, what: &str, read: &Read| {
+        field(errors, &format!("{n} {what}"), read, parse_text, false).flatten()
+    };
+    let node_guid = field(
+        &mut errors,
+        &format!("{n} node_guid"),
+        &raw.node_guid,
+        parse_guid,
+        false,
+    );
+    let fw_ver = text(&mut errors, "fw_ver", &raw.fw_ver);
+    let hca_type = text(&mut errors, "hca_type", &raw.hca_type);
+    let board_id = text(&mut errors, "board_id", &raw.board_id);
+    let mut ports = Vec::new();
+    for p in raw.ports {
+        let Ok(number) = p.name.parse::<u32>() else {
+            errors.push(format!("{n}: unexpected port directory {:?}", p.name));
+            continue;
+        };
+        let at = format!("{n}/{number}");
+        let e = &mut errors;
+        ports.push(Port {
+            port: number,
+            state: field(e, &format!("{at} state"), &p.state, parse_state, true),
+            phys_state: field(
+                e,
+                &format!("{at} phys_state"),
+                &p.phys_state,
+                parse_phys_state,
+                true,
+            ),
+            rate_gbps: field(e, &format!("{at} rate"), &p.rate, parse_rate, true),
+            link_layer: field(
+                e,
+                &format!("{at} link_layer"),
+                &p.link_layer,
+                parse_link_layer,
+                true,
+            ),
+            netdev: p.ndev,
+        });
+    }
+    ports.sort_by_key(|p| p.port);
+    let problem = match &raw.broken_link {
+        Some(to) => Some(Problem::BrokenLink(format!(
+            "/sys/class/infiniband/{n} points to {}, which does not exist",
+            to.display()
+        ))),
+        // An unreadable ports/ directory is an error above, not "no ports".
+        None if ports.is_empty() && errors.is_empty() => Some(Problem::NoPorts),
+        None => None,
+    };
+    let kind = if raw.name.starts_with("mlx5_bond_") {
+        Kind::Bond
+    } else if raw.is_vf {
+        Kind::Vf
+    } else {
+        Kind::Pf
+    };
+    Device {
+        name: raw.name,
+        kind,
+        pci: raw.pci,
+        node_guid,
+        fw_ver,
+        hca_type,
+        board_id,
+        netdevs: raw.netdevs,
+        ports,
+        problem,
+        errors,
+    }
+}

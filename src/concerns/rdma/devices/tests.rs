@@ -1,0 +1,297 @@
+//! The parsers against every spelling of the kernel's sysfs.c (Linux 6.1,
+//! drivers/infiniband/core/sysfs.c: state_show, phys_state_to_str, rate_show,
+//! link_layer_show), and the check's verdicts on what they give.
+
+use super::*;
+use crate::check::Status;
+use crate::concerns::rdma::gpudirect::Finding;
+use crate::concerns::rdma::{ExpectPort, RdmaConfig};
+
+fn t(s: &str) -> Read {
+    Ok(Some(format!("{s}\n")))
+}
+
+fn port(name: &str, state: &str, rate: &str, layer: &str) -> RawPort {
+    RawPort {
+        name: name.into(),
+        state: t(state),
+        phys_state: t(if state.contains("ACTIVE") {
+            "5: LinkUp"
+        } else {
+            "3: Disabled"
+        }),
+        rate: t(rate),
+        link_layer: t(layer),
+        ndev: None,
+    }
+}
+
+fn raw(name: &str, ports: Vec<RawPort>) -> RawDevice {
+    RawDevice {
+        node_guid: t("0c42:a103:0065:6a3c"),
+        fw_ver: t("20.31.1014"),
+        hca_type: t("MT4123"),
+        ports,
+        ..RawDevice::new(name.into())
+    }
+}
+
+#[test]
+fn every_state_the_kernel_prints() {
+    // state_show: "%d: %s" over state_name[], "UNKNOWN" past it.
+    for (text, id) in [
+        ("0: NOP", 0),
+        ("1: DOWN", 1),
+        ("2: INIT", 2),
+        ("3: ARMED", 3),
+        ("4: ACTIVE", 4),
+        ("5: ACTIVE_DEFER", 5),
+        ("6: UNKNOWN", 6),
+        ("17: UNKNOWN", 17),
+    ] {
+        assert_eq!(
+            parse_state(&format!("{text}\n")),
+            Ok(PortState(id)),
+            "{text}"
+        );
+        assert_eq!(format!("{id}: {}", PortState(id).name()), text);
+    }
+    assert!(PortState(4).is_active() && PortState(4).is_named());
+    assert!(!PortState(6).is_named());
+    // phys_state_to_str: "%u: %s", "<unknown>" for 0 and past the table.
+    for (text, id) in [
+        ("0: <unknown>", 0),
+        ("1: Sleep", 1),
+        ("2: Polling", 2),
+        ("3: Disabled", 3),
+        ("4: PortConfigurationTraining", 4),
+        ("5: LinkUp", 5),
+        ("6: LinkErrorRecovery", 6),
+        ("7: Phy Test", 7),
+        ("9: <unknown>", 9),
+    ] {
+        assert_eq!(
+            parse_phys_state(&format!("{text}\n")),
+            Ok(PhysState(id)),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn what_the_kernel_cannot_print_is_an_error() {
+    for bad in [
+        "ACTIVE",
+        "x: ACTIVE",
+        "4: \u{1}",
+        "4:ACTIVE",
+        "4: active",
+        "1: ACTIVE",
+        "",
+    ] {
+        assert!(parse_state(bad).is_err(), "{bad:?}");
+    }
+    // prometheus/procfs's mlx5_0 fixture holds this phys_state: 4 is PortConfigurationTraining.
+    let e = parse_phys_state("4: ACTIVE\n").unwrap_err();
+    assert!(e.contains("\"4: PortConfigurationTraining\""), "{e}");
+    assert!(parse_phys_state("7: PhyTest").is_err());
+}
+
+#[test]
+fn rates_links_and_texts() {
+    assert_eq!(parse_rate("200 Gb/sec (4X HDR)\n"), Ok(200.0));
+    assert_eq!(parse_rate("2.5 Gb/sec (1X SDR)"), Ok(2.5));
+    assert_eq!(parse_rate("10 Gb/sec (4X)"), Ok(10.0)); // SDR before " SDR" was printed
+    assert_eq!(parse_rate("10 Gb/sec (1X FDR10)"), Ok(10.0)); // rxe on a veth
+    assert_eq!(parse_rate("100 Gb/sec"), Ok(100.0));
+    assert!(parse_rate("fast").is_err());
+    assert!(parse_rate("NaN Gb/sec (4X HDR)").is_err());
+    assert!(parse_rate("-1 Gb/sec (4X HDR)").is_err());
+    assert_eq!(gbps_to_bytes(2.5), 312_500_000);
+    assert_eq!(gbps_to_bytes(400.0), 50_000_000_000);
+    assert_eq!(parse_link_layer("InfiniBand\n"), Ok(LinkLayer::InfiniBand));
+    assert_eq!(parse_link_layer("Ethernet\n"), Ok(LinkLayer::Ethernet));
+    assert_eq!(parse_link_layer("Unknown\n"), Ok(LinkLayer::Unknown));
+    assert_eq!(parse_link_layer("\n"), Ok(LinkLayer::Unknown));
+    assert!(parse_link_layer("Ether net").is_err());
+    assert_eq!(
+        parse_guid("0c42:a103:0065:6a3c\n").unwrap(),
+        "0c42:a103:0065:6a3c"
+    );
+    assert!(parse_guid("0c42:a103:0065").is_err());
+    assert!(parse_guid("zzzz:a103:0065:6a3c").is_err());
+    // rxe, EFA and hns print an empty fw_ver: nothing, and no error.
+    assert_eq!(parse_text("\n"), Ok(None));
+    assert!(parse_text("a\u{7}b").is_err());
+}
+
+#[test]
+fn an_empty_fw_ver_is_normal() {
+    let mut r = raw(
+        "rxe0",
+        vec![port("1", "4: ACTIVE", "10 Gb/sec (1X FDR10)", "Ethernet")],
+    );
+    r.fw_ver = t("");
+    r.hca_type = Ok(None);
+    let d = parse(r);
+    assert_eq!(d.fw_ver, None);
+    assert!(d.errors.is_empty(), "{:?}", d.errors);
+    let c = check(&[d], &RdmaConfig::default(), &Finding::default());
+    assert_eq!(c.status, Status::Ok, "{}", c.message);
+}
+
+#[test]
+fn garbage_becomes_field_errors() {
+    let mut r = raw(
+        "mlx5_0",
+        vec![
+            port("1", "banana", "fast", "InfiniBand"),
+            port("x", "4: ACTIVE", "1 Gb/sec", "Ethernet"),
+        ],
+    );
+    r.node_guid = Err("/sys/…/node_guid is not valid UTF-8".into());
+    let d = parse(r);
+    assert_eq!(d.ports.len(), 1);
+    assert_eq!(d.ports[0].state, None);
+    assert_eq!(d.ports[0].active(), None);
+    let all = d.errors.join("\n");
+    for want in [
+        "mlx5_0 node_guid: /sys/…/node_guid is not valid UTF-8",
+        "mlx5_0/1 state: cannot parse \"banana\"",
+        "mlx5_0/1 rate: cannot parse \"fast\"",
+        "mlx5_0: unexpected port directory \"x\"",
+    ] {
+        assert!(all.contains(want), "{want} not in:\n{all}");
+    }
+    let c = check(&[d], &RdmaConfig::default(), &Finding::default());
+    assert_eq!(c.status, Status::Warn, "{}", c.message);
+    assert!(c.message.contains("(and 1 more)"), "{}", c.message);
+}
+
+fn a100() -> Vec<Device> {
+    vec![
+        parse(raw(
+            "mlx5_0",
+            vec![port("1", "1: DOWN", "200 Gb/sec (4X HDR)", "InfiniBand")],
+        )),
+        parse(raw(
+            "mlx5_1",
+            vec![port("1", "4: ACTIVE", "200 Gb/sec (4X HDR)", "InfiniBand")],
+        )),
+        parse(raw(
+            "mlx5_bond_0",
+            vec![port("1", "4: ACTIVE", "100 Gb/sec (4X EDR)", "Ethernet")],
+        )),
+    ]
+}
+
+#[test]
+fn no_expectations_never_fail() {
+    let c = check(&a100(), &RdmaConfig::default(), &Finding::default());
+    assert_eq!(c.status, Status::Ok);
+    assert_eq!(c.message, "3 RDMA device(s), 2/3 port(s) ACTIVE");
+    assert_eq!(c.details["devices"][2]["kind"], "bond");
+    assert_eq!(c.details["devices"][0]["ports"][0]["state"], "DOWN");
+    assert_eq!(
+        c.details["devices"][0]["ports"][0]["phys_state"],
+        "Disabled"
+    );
+    assert_eq!(c.details["active_ports"]["Ethernet"], 1);
+}
+
+#[test]
+fn no_device_at_all_is_skipped_or_fails_with_expectations() {
+    let c = check(&[], &RdmaConfig::default(), &Finding::default());
+    assert_eq!(c.status, Status::Skipped, "{}", c.message);
+    assert!(c.message.starts_with("no RDMA device"), "{}", c.message);
+    let cfg = RdmaConfig {
+        min_active_ports: [("InfiniBand".to_owned(), 1)].into(),
+        ..RdmaConfig::default()
+    };
+    let c = check(&[], &cfg, &Finding::default());
+    assert_eq!(c.status, Status::Fail);
+    assert_eq!(
+        c.message,
+        "0 ACTIVE InfiniBand port(s), expected at least 1"
+    );
+}
+
+#[test]
+fn a_device_without_ports_or_behind_a_broken_link_is_not_healthy() {
+    let mut broken = RawDevice::new("mlx5_3".into());
+    broken.broken_link = Some("/sys/devices/pci0000:00/0000:00:03.0/infiniband/mlx5_3".into());
+    let mut devices = a100();
+    devices.push(parse(raw("mlx5_2", vec![])));
+    devices.push(parse(broken));
+    assert_eq!(devices[3].problem, Some(Problem::NoPorts));
+    assert!(!devices[4].is_usable());
+    let c = check(&devices, &RdmaConfig::default(), &Finding::default());
+    assert_eq!(c.status, Status::Warn, "{}", c.message);
+    assert_eq!(
+        c.message,
+        "5 RDMA device(s) (1 without ports; 1 broken link(s)), 2/3 port(s) ACTIVE; \
+         mlx5_2 has no ports; mlx5_3: broken link (/sys/class/infiniband/mlx5_3 points to \
+         /sys/devices/pci0000:00/0000:00:03.0/infiniband/mlx5_3, which does not exist)"
+    );
+    assert_eq!(c.details["devices"][4]["problem"]["problem"], "broken_link");
+}
+
+fn expect(device: &str, port: Option<u32>, min: Option<u32>) -> ExpectPort {
+    ExpectPort {
+        device: device.into(),
+        port,
+        min_rate_gbps: min,
+    }
+}
+
+#[test]
+fn expectations_name_the_port() {
+    let cfg = RdmaConfig {
+        expect_port: vec![
+            expect("mlx5_[01]", Some(1), None),
+            expect("mlx5_bond_*", None, Some(200)),
+            expect("mlx5_7", None, None),
+            expect("mlx5_1", Some(2), None),
+        ],
+        min_active_ports: [("InfiniBand".to_owned(), 2)].into(),
+        ..RdmaConfig::default()
+    };
+    let c = check(&a100(), &cfg, &Finding::default());
+    assert_eq!(c.status, Status::Fail);
+    assert_eq!(
+        c.message,
+        "mlx5_0/1 is DOWN (Disabled), expected ACTIVE; \
+         mlx5_bond_0/1 runs at 100 Gb/s, expected at least 200 Gb/s; \
+         no RDMA device matches \"mlx5_7\"; mlx5_1 has no port 2; \
+         1 ACTIVE InfiniBand port(s), expected at least 2"
+    );
+}
+
+#[test]
+fn an_expected_port_of_unknown_state_is_unknown_not_down() {
+    let mut devices = a100();
+    devices[0] = parse(RawDevice {
+        ports: vec![RawPort {
+            state: Err("cannot read …/state: Input/output error".into()),
+            ..port("1", "1: DOWN", "200 Gb/sec (4X HDR)", "InfiniBand")
+        }],
+        ..raw("mlx5_0", vec![])
+    });
+    devices[1] = parse(raw(
+        "mlx5_1",
+        vec![port("1", "9: UNKNOWN", "200 Gb/sec (4X HDR)", "InfiniBand")],
+    ));
+    let cfg = RdmaConfig {
+        expect_port: vec![expect("mlx5_[01]", Some(1), None)],
+        min_active_ports: [("InfiniBand".to_owned(), 1)].into(),
+        ..RdmaConfig::default()
+    };
+    let c = check(&devices, &cfg, &Finding::default());
+    assert_eq!(c.status, Status::Unknown, "{}", c.message);
+    assert_eq!(
+        c.message,
+        "mlx5_0/1 state is unreadable, expected ACTIVE; \
+         mlx5_1/1 state is 9: UNKNOWN (the kernel does not name it), expected ACTIVE; \
+         0 ACTIVE InfiniBand port(s) and 2 of unknown state, expected at least 1"
+    );
+}
