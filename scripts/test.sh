@@ -24,6 +24,12 @@ declare -A packages=(
     [curl]=curl
     [xz]=xz-utils
     [zstd]=zstd
+    # Real artefacts for the kernel tests: depmod, Debian's dkms (and the
+    # compiler it builds with), promtool, and node_exporter side by side.
+    [depmod]=kmod
+    [dkms]=dkms
+    [promtool]=prometheus
+    [prometheus-node-exporter]=prometheus-node-exporter
 )
 missing=()
 for cmd in "${!packages[@]}"; do
@@ -53,6 +59,10 @@ fi
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/rdma-node-agent/target}"
 # Tests that use containerd fail, rather than skip, when it is missing.
 export RDMA_AGENT_REQUIRE_CONTAINERD=1
+# Debian kernel packages, the kernel's sysfs.c and real DKMS builds, cached in
+# /var/cache/rdma-node-agent/artefacts; the tests that read them fail without.
+bash scripts/fixtures/fetch-artefacts.sh >/dev/null
+export RDMA_AGENT_REQUIRE_ARTEFACTS=1
 
 cargo fmt --all -- --check
 cargo clippy --all-targets --quiet -- -D warnings

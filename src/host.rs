@@ -11,6 +11,7 @@ use std::path::{Component, Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::SystemTime;
 
+pub mod command;
 pub mod dbus;
 pub mod limit;
 pub mod lock;

@@ -13,6 +13,8 @@ pub enum ModinfoError {
     Corrupt(&'static str),
     #[error("no .modinfo section")]
     NoModinfo,
+    #[error("listed in modules.dep but the file is missing (run depmod)")]
+    Absent,
 }
 
 /// The key=value pairs of `.modinfo` (the first value of repeated keys).
