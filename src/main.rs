@@ -17,9 +17,10 @@ struct Cli {
     /// Act on the tree under DIR instead of the live host (like `systemctl --root`).
     #[arg(long, global = true, default_value = "/", value_name = "DIR")]
     root: PathBuf,
-    /// The agent's config, resolved under --root.
-    #[arg(long, global = true, default_value = config::DEFAULT_PATH, value_name = "FILE")]
-    config: PathBuf,
+    /// The agent's config, resolved under --root [default: /etc/rdma-node-agent/config.toml,
+    /// which may be absent (built-in defaults); a FILE given here must exist].
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -78,9 +79,32 @@ enum Command {
     },
 }
 
+impl Cli {
+    fn config_path(&self) -> PathBuf {
+        self.config
+            .clone()
+            .unwrap_or_else(|| config::DEFAULT_PATH.into())
+    }
+
+    /// Only the default config may be absent: a file named on the command line
+    /// that is not there is a typo, not a request for the defaults.
+    fn check_config_exists(&self, host: &Host) -> anyhow::Result<()> {
+        match &self.config {
+            Some(p) if !host.exists(p) => anyhow::bail!(
+                "config file {} does not exist (only the default {} may be absent); \
+                 check the path given to --config",
+                host.path(p).display(),
+                config::DEFAULT_PATH
+            ),
+            _ => Ok(()),
+        }
+    }
+}
+
 fn load(cli: &Cli) -> anyhow::Result<Agent> {
     let host = Host::new(&cli.root);
-    let config = Config::load(&host, &cli.config).context("invalid agent config")?;
+    cli.check_config_exists(&host)?;
+    let config = Config::load(&host, &cli.config_path()).context("invalid agent config")?;
     // Live actions (systemd, netlink) only on the host itself, like `systemctl --root`.
     Ok(if cli.root == std::path::Path::new("/") {
         Agent::live(host, config)
@@ -102,7 +126,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Ok(a) => a,
                 Err(e) => {
                     // First line stays a short summary for node-problem-detector.
-                    println!("rdma-node-agent cannot check: its config is invalid");
+                    println!("rdma-node-agent cannot check: its config is invalid or missing");
                     eprintln!("error: {e:#}");
                     return Ok(ExitCode::from(EXIT_UNKNOWN as u8));
                 }
@@ -164,9 +188,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Status { json, listen } => status(&cli, *json, listen.as_deref()),
         Command::Serve { listen } => {
+            cli.check_config_exists(&Host::new(&cli.root))?;
             let daemon = rdma_node_agent::daemon::Daemon::new(
                 cli.root.clone(),
-                cli.config.clone(),
+                cli.config_path(),
                 listen.clone(),
             );
             // One thread serves every request from cached bytes; reconciles run on
@@ -221,7 +246,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// with the same exit codes.
 fn status(cli: &Cli, json: bool, listen: Option<&str>) -> anyhow::Result<ExitCode> {
     let host = Host::new(&cli.root);
-    let config = Config::load(&host, &cli.config).unwrap_or_default();
+    cli.check_config_exists(&host)?;
+    let config = Config::load(&host, &cli.config_path()).unwrap_or_default();
     let addr = listen.unwrap_or(&config.http.listen).to_owned();
     if addr.starts_with("unix:") {
         anyhow::bail!("status speaks TCP only; query {addr} with `curl --unix-socket`");

@@ -285,3 +285,27 @@ fn a100_with_its_down_port_expected_is_not_ready_and_metrics_show_ports() {
     assert!(text.contains("rdma_node_agent_netns_mode{mode=\"shared\"} 1"));
     assert!(text.contains("rdma_node_agent_reboot_required 0"));
 }
+
+/// README: `/readyz` is 200 when no check fails or is unknown; warn and
+/// skipped are ready, and `ready` in /metrics says the same.
+#[test]
+fn readyz_counts_warn_and_skipped_as_ready() {
+    let t = tempfile::tempdir().unwrap();
+    copy_tree(&fixtures().join("sysfs/procfs"), t.path());
+    write(
+        t.path(),
+        "/etc/rdma-node-agent/config.toml",
+        "[containerd]\nenabled = false\n[systemd]\nenabled = false\n[kernel]\nenabled = false\n",
+    );
+    let d = Serve::start(t.path());
+    let (code, body) = get(&d.addr, "/readyz");
+    assert_eq!(code, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["summary"], "RDMA host ready: 1 warn, 1 ok, 6 skipped");
+    assert_eq!(v["failing"], serde_json::json!([]));
+    assert!(
+        get(&d.addr, "/metrics")
+            .1
+            .contains("\nrdma_node_agent_ready 1\n")
+    );
+}
