@@ -47,6 +47,8 @@ fn function(root: &Path, bus: u8, func: &str, ibdev: &str, netdev: &str, physfn:
         &format!("0c42:a103:{:04x}:{:04x}\n", n >> 16, n & 0xffff),
     );
     write(root, &format!("{ib}/fw_ver"), "22.36.1010\n");
+    // The PSID mlx5 prints as board_id (node_exporter 1.5 requires the file).
+    write(root, &format!("{ib}/board_id"), "MT_0000000222\n");
     write(
         root,
         &format!("{ib}/hca_type"),
@@ -61,6 +63,15 @@ fn function(root: &Path, bus: u8, func: &str, ibdev: &str, netdev: &str, physfn:
     write(root, &format!("{p}/phys_state"), "5: LinkUp\n");
     write(root, &format!("{p}/rate"), "200 Gb/sec (4X HDR)\n");
     write(root, &format!("{p}/link_layer"), "Ethernet\n");
+    // mlx5 ports carry the PMA counters (node_exporter's collector needs them).
+    for c in [
+        "port_rcv_data",
+        "port_xmit_data",
+        "port_rcv_packets",
+        "port_xmit_packets",
+    ] {
+        write(root, &format!("{p}/counters/{c}"), "0\n");
+    }
     write(
         root,
         &format!("{p}/gid_attrs/ndevs/0"),
