@@ -112,6 +112,11 @@ fn promtool_check_metrics_is_clean() {
 /// over the test; the report's timestamp advances with time (a live agent) or
 /// stays at 0 (a stuck one).
 fn series(text: &str, instance: &str, stuck: bool) -> Vec<Value> {
+    series_with(text, instance, stuck, &[])
+}
+
+/// `series`, with some samples' values replaced (`name` → value).
+fn series_with(text: &str, instance: &str, stuck: bool, set: &[(&str, &str)]) -> Vec<Value> {
     text.lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())
         .map(|l| {
@@ -121,6 +126,10 @@ fn series(text: &str, instance: &str, stuck: bool) -> Vec<Value> {
                 Some((n, rest)) => format!("{n}{{{labels},{rest}"),
                 None => format!("{name}{{{labels}}}"),
             };
+            let value = set
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map_or(value, |(_, v)| *v);
             let values = if name == "rdma_node_agent_last_reconcile_timestamp_seconds" {
                 if stuck { "0+0x120" } else { "0+60x120" }.to_owned()
             } else {
@@ -174,6 +183,13 @@ fn promtool_test_rules_fire_on_trouble_and_stay_silent_when_healthy() {
     let mut input = series(&scrape(ok.path()), "ok-node", false);
     input.extend(series(&scrape(bad.path()), "bad-node", false));
     input.extend(series(&scrape(ok.path()), "stuck-node", true));
+    // A healthy node whose next kernel lacks its DKMS install (the one value changed).
+    input.extend(series_with(
+        &scrape(ok.path()),
+        "held-node",
+        false,
+        &[("rdma_node_agent_reboot_held_back", "1")],
+    ));
 
     let alert = |name: &str, extra: &[(&str, &str)]| {
         let r = rule(name);
@@ -207,6 +223,9 @@ fn promtool_test_rules_fire_on_trouble_and_stay_silent_when_healthy() {
             ]},
             // Nothing fires before the rules' `for:` has passed.
             {"eval_time": "4m", "alertname": "RDMACheckFailing", "exp_alerts": []},
+            {"eval_time": at, "alertname": "RDMANodeRebootHeldBack", "exp_alerts": [
+                alert("RDMANodeRebootHeldBack", &[("instance", "held-node")]),
+            ]},
             {"eval_time": at, "alertname": "RDMANodeRebootRequired", "exp_alerts": []},
             {"eval_time": at, "alertname": "RDMANodeAgentReconcileErrors", "exp_alerts": []},
         ],
@@ -255,5 +274,5 @@ fn rules_use_only_exported_metrics() {
             );
         }
     }
-    assert!(alerts >= 6);
+    assert!(alerts >= 7);
 }
