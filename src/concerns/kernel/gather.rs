@@ -17,7 +17,8 @@ const DKMS_TREE: &str = "/var/lib/dkms";
 /// Where DKMS installs on Debian/Ubuntu/Arch (updates/dkms), SUSE (updates)
 /// and RHEL/Fedora (extra): /usr/sbin/dkms's override_dest_module_location.
 pub(crate) const DKMS_DESTS: &[&str] = &["updates/dkms", "updates", "extra"];
-/// `dkms status` walks every build; past this it is stuck (a lock, a slow /usr/src).
+/// `dkms status` walks every build; past this it is stuck (a lock, a slow
+/// /usr/src). `ofed_info` gets the same bound.
 const DKMS_STATUS_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub fn gather(host: &Host, cfg: &KernelConfig) -> Result<Facts, HostError> {
@@ -78,7 +79,7 @@ pub fn gather(host: &Host, cfg: &KernelConfig) -> Result<Facts, HostError> {
             Err(e) => Err(e.to_string()),
         });
 
-    let driver = match host.run("ofed_info", &["-s"]) {
+    let driver = match host.run_bounded("ofed_info", &["-s"], DKMS_STATUS_TIMEOUT) {
         Some(Ok(out)) if out.status.success() => Some(
             String::from_utf8_lossy(&out.stdout)
                 .trim()
