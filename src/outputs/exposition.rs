@@ -26,22 +26,24 @@ impl Format {
         }
     }
 
-    /// OpenMetrics only when the scraper lists it in `Accept` (as Prometheus
-    /// does, with text/plain as its fallback); everything else gets text 0.0.4.
+    /// OpenMetrics only when the scraper asks for it in `Accept` at least as
+    /// strongly as for text (Prometheus asks OpenMetrics first, text/plain as
+    /// its fallback); everything else, no header included, gets text 0.0.4.
     pub fn negotiate(accept: Option<&str>) -> Format {
-        let wants_om = accept.is_some_and(|a| {
-            a.split(',').any(|range| {
-                let mut parts = range.split(';').map(str::trim);
-                let media = parts.next().unwrap_or_default();
-                let refused = parts.any(|p| {
-                    p.strip_prefix("q=")
-                        .and_then(|q| q.parse::<f32>().ok())
-                        .is_some_and(|q| q <= 0.0)
-                });
-                media.eq_ignore_ascii_case("application/openmetrics-text") && !refused
-            })
-        });
-        if wants_om {
+        let (mut om, mut text) = (0.0f32, 0.0f32);
+        for range in accept.unwrap_or_default().split(',') {
+            let mut parts = range.split(';').map(str::trim);
+            let media = parts.next().unwrap_or_default().to_ascii_lowercase();
+            let q = parts
+                .find_map(|p| p.strip_prefix("q=").and_then(|q| q.parse::<f32>().ok()))
+                .unwrap_or(1.0);
+            match media.as_str() {
+                "application/openmetrics-text" => om = om.max(q),
+                "text/plain" | "text/*" | "*/*" => text = text.max(q),
+                _ => {}
+            }
+        }
+        if om > 0.0 && om >= text {
             Format::OpenMetrics
         } else {
             Format::Text
@@ -181,6 +183,14 @@ mod tests {
         assert_eq!(
             Format::negotiate(Some("application/openmetrics-text; q=0, text/plain")),
             Format::Text
+        );
+        assert_eq!(
+            Format::negotiate(Some("text/plain;q=1, application/openmetrics-text;q=0.5")),
+            Format::Text
+        );
+        assert_eq!(
+            Format::negotiate(Some("application/openmetrics-text")),
+            Format::OpenMetrics
         );
     }
 
