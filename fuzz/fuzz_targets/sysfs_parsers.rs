@@ -1,8 +1,9 @@
-//! Garbage in sysfs, /proc/cmdline, ofed_info or kernel release text: the parsers
-//! never panic, and what they accept is well-formed.
+//! Garbage in sysfs, /proc/cmdline, ofed_info, kernel release or `dkms status`
+//! text: the parsers never panic, and what they accept is well-formed.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use rdma_node_agent::kernel::{DkmsState, parse_dkms_status};
 use rdma_node_agent::rdma::{devices, netns};
 
 fuzz_target!(|data: &[u8]| {
@@ -20,6 +21,12 @@ fuzz_target!(|data: &[u8]| {
     let _ = devices::parse_link_layer(text);
     let _ = devices::parse_guid(text);
     let _ = devices::parse_text(text);
+    // One entry per non-empty line; a known state always names its module.
+    let lines = parse_dkms_status(text);
+    assert_eq!(lines.len(), text.lines().filter(|l| !l.trim_end().is_empty()).count());
+    for l in &lines {
+        assert!(matches!(l.state, DkmsState::Unknown(_)) || !l.module.is_empty());
+    }
     let _ = netns::parse_param(text);
     let _ = netns::parse_kernel(text);
     let _ = netns::parse_ofed(text);
