@@ -102,16 +102,21 @@ pub fn unmet(devices: &[Device], cfg: &RdmaConfig) -> Unmet {
         }
     }
     let active = active_by_link_layer(devices);
-    let unknown_ports = devices
-        .iter()
-        .flat_map(|d| &d.ports)
-        .filter(|p| p.active().is_none())
-        .count();
     for (layer, min) in &cfg.min_active_ports {
         let have = active.get(layer.as_str()).copied().unwrap_or(0);
         if have >= *min {
             continue;
         }
+        // Ports of this (or an unreadable) link layer whose state is unknown.
+        let unknown_ports = devices
+            .iter()
+            .flat_map(|d| &d.ports)
+            .filter(|p| p.active().is_none())
+            .filter(|p| {
+                p.link_layer
+                    .is_none_or(|l| l.as_str() == layer || l == super::LinkLayer::Unknown)
+            })
+            .count();
         // Ports whose state is unknown might make up the difference.
         if have + u32::try_from(unknown_ports).unwrap_or(u32::MAX) >= *min {
             out.unknown.push(format!(
