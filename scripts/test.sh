@@ -32,8 +32,11 @@ for cmd in "${!packages[@]}"; do
 done
 # The test images are built from the static busybox (a dynamic one would need libc in the image).
 dpkg -s busybox-static >/dev/null 2>&1 || missing+=(busybox-static)
-# Packaging and fleet tests: rpm to inspect the .rpm, ansible-core and ansible-lint.
+# Packaging and fleet tests: rpm to inspect the .rpm, lintian and rpmlint to lint
+# both packages, ansible-core and ansible-lint.
 command -v rpm >/dev/null 2>&1 || missing+=(rpm)
+command -v lintian >/dev/null 2>&1 || missing+=(lintian)
+command -v rpmlint >/dev/null 2>&1 || missing+=(rpmlint)
 # libFuzzer, built by cargo-fuzz, is C++.
 command -v g++ >/dev/null 2>&1 || missing+=(g++)
 command -v ansible-playbook >/dev/null 2>&1 || missing+=(ansible-core)
@@ -73,6 +76,8 @@ packages_lane() {
     # The packages under test: the release, and a rebuilt one to upgrade to.
     CARGO_TARGET_DIR="$release_dir" phase package bash scripts/package.sh
     CARGO_TARGET_DIR="$release_dir" phase package-upgrade bash scripts/package.sh --deb-version "$version-2"
+    phase lint-packages bash scripts/lint-packages.sh \
+        "$dist/rdma-node-agent_${version}-1_amd64.deb" "$dist/rdma-node-agent-${version}-1.x86_64.rpm"
     CARGO_TARGET_DIR="$fuzz_dir" phase fuzz-build bash scripts/fuzz.sh build
     phase ansible-lint bash -c 'cd packaging/ansible && ansible-lint --nocolor -q'
 }
