@@ -24,6 +24,8 @@ declare -A packages=(
     [curl]=curl
     [xz]=xz-utils
     [zstd]=zstd
+    # tests/only_scope.rs proves `check --only` on the binary's system calls.
+    [strace]=strace
 )
 phase_start install
 missing=()
