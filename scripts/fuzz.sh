@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every fuzz target for a bounded time (default 60 s each): `scripts/fuzz.sh [SECONDS]`.
-# scripts/test.sh runs it for a few seconds per target; longer runs are on demand.
+# Runs every fuzz target for a bounded time (default 60 s each): `scripts/fuzz.sh [SECONDS]`;
+# `scripts/fuzz.sh build` only builds them (scripts/test.sh builds them beside the
+# other builds, then runs each for a few seconds; longer runs are on demand).
 # cargo-fuzz is installed once into the cache; the stable toolchain is let through
 # libFuzzer's -Z flags with RUSTC_BOOTSTRAP (no nightly here).
 # A crash leaves its input under fuzz/artifacts/<target>/; the corpora grow in
@@ -13,6 +14,9 @@ export PATH="$tools/bin:$PATH"
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install --locked --quiet --root "$tools" cargo-fuzz
 export RUSTC_BOOTSTRAP=1
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/rdma-node-agent/target-fuzz}"
+if [ "$seconds" = build ]; then
+    exec cargo fuzz build
+fi
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 for target in $(cd fuzz && cargo fuzz list); do

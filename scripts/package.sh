@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Builds the .deb and the .rpm from a clean checkout: `scripts/package.sh [--deb-version V]`.
-# Packages land in $CARGO_TARGET_DIR/dist/.
+# Packages land in $CARGO_TARGET_DIR/dist/. The man page and completions are
+# committed under packaging/generated/ (tests/packaging_assets.rs keeps them
+# fresh), so a plain `cargo build --release && cargo deb --no-build` works too;
+# this script ships the static-glibc build instead.
 # cargo-deb and cargo-generate-rpm are installed once, from crates.io, into a cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +22,6 @@ fi
 
 bin=$(bash scripts/release-build.sh)
 target=$(basename "$(dirname "$(dirname "$bin")")")
-"$bin" generate-assets packaging/generated
 dist="$CARGO_TARGET_DIR/dist"
 mkdir -p "$dist"
 # Both tools take the binary from target/<triple>/release/ with --target.

@@ -5,6 +5,7 @@
 # Run as root on Debian/Ubuntu: `sudo scripts/test.sh`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/phases.sh
 
 if [ "$(id -u)" != 0 ]; then
     echo "scripts/test.sh needs root (it installs packages and runs containerd)." >&2
@@ -16,7 +17,6 @@ fi
 declare -A packages=(
     [containerd]=containerd
     [runc]=runc
-    [protoc]=protobuf-compiler
     [unshare]=util-linux
     # The system tests boot real systemd in a container from a Debian rootfs.
     [systemd-nspawn]=systemd-container
@@ -30,15 +30,21 @@ declare -A packages=(
     [dkms]=dkms
     [promtool]=prometheus
     [prometheus-node-exporter]=prometheus-node-exporter
+    # tests/only_scope.rs proves `check --only` on the binary's system calls.
+    [strace]=strace
 )
+phase_start install
 missing=()
 for cmd in "${!packages[@]}"; do
     command -v "$cmd" >/dev/null 2>&1 || missing+=("${packages[$cmd]}")
 done
 # The test images are built from the static busybox (a dynamic one would need libc in the image).
 dpkg -s busybox-static >/dev/null 2>&1 || missing+=(busybox-static)
-# Packaging and fleet tests: rpm to inspect the .rpm, ansible-core and ansible-lint.
+# Packaging and fleet tests: rpm to inspect the .rpm, lintian and rpmlint to lint
+# both packages, ansible-core and ansible-lint.
 command -v rpm >/dev/null 2>&1 || missing+=(rpm)
+command -v lintian >/dev/null 2>&1 || missing+=(lintian)
+command -v rpmlint >/dev/null 2>&1 || missing+=(rpmlint)
 # libFuzzer, built by cargo-fuzz, is C++.
 command -v g++ >/dev/null 2>&1 || missing+=(g++)
 command -v ansible-playbook >/dev/null 2>&1 || missing+=(ansible-core)
@@ -50,13 +56,20 @@ if ((${#missing[@]})); then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+phase_end install
 if ! command -v cargo >/dev/null 2>&1; then
     echo "cargo is not installed: install a Rust toolchain (rustup) first" >&2
     exit 1
 fi
 
-# Build outputs and test images are cached outside the checkout.
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/rdma-node-agent/target}"
+# Build outputs and test images are cached outside the checkout, one target dir
+# per kind of build: debug (clippy, tests), release (the packages) and fuzz
+# (cargo-fuzz's own workspace and sanitizer flags). No artifact could be shared
+# between them, and apart each lane runs without waiting on the others' lock.
+cache=/var/cache/rdma-node-agent
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$cache/target}"
+release_dir="${RDMA_AGENT_RELEASE_TARGET_DIR:-$cache/target-release}"
+fuzz_dir="${RDMA_AGENT_FUZZ_TARGET_DIR:-$cache/target-fuzz}"
 # Tests that use containerd fail, rather than skip, when it is missing.
 export RDMA_AGENT_REQUIRE_CONTAINERD=1
 # Debian kernel packages, the kernel's sysfs.c and real DKMS builds, cached in
@@ -64,21 +77,35 @@ export RDMA_AGENT_REQUIRE_CONTAINERD=1
 bash scripts/fixtures/fetch-artefacts.sh >/dev/null
 export RDMA_AGENT_REQUIRE_ARTEFACTS=1
 
-cargo fmt --all -- --check
-cargo clippy --all-targets --quiet -- -D warnings
-(cd packaging/ansible && ansible-lint --nocolor -q)
+phase fmt cargo fmt --all -- --check
 
-# The packages under test: the release, and a rebuilt one to upgrade to.
+# Two lanes while everything compiles: the debug builds use both cores most of
+# the time, the release build's single-threaded LTO link and the fuzz build fill
+# the gaps. Each lane's output goes to a log shown when it fails.
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
-bash scripts/package.sh >/dev/null
-bash scripts/package.sh --deb-version "$version-2" >/dev/null
-export RDMA_AGENT_DEB="$CARGO_TARGET_DIR/dist/rdma-node-agent_${version}-1_amd64.deb"
-export RDMA_AGENT_DEB_UPGRADE="$CARGO_TARGET_DIR/dist/rdma-node-agent_${version}-2_amd64.deb"
-export RDMA_AGENT_RPM="$CARGO_TARGET_DIR/dist/rdma-node-agent-${version}-1.x86_64.rpm"
+dist="$release_dir/dist"
+packages_lane() {
+    # The packages under test: the release, and a rebuilt one to upgrade to.
+    CARGO_TARGET_DIR="$release_dir" phase package bash scripts/package.sh
+    CARGO_TARGET_DIR="$release_dir" phase package-upgrade bash scripts/package.sh --deb-version "$version-2"
+    phase lint-packages bash scripts/lint-packages.sh \
+        "$dist/rdma-node-agent_${version}-1_amd64.deb" "$dist/rdma-node-agent-${version}-1.x86_64.rpm"
+    CARGO_TARGET_DIR="$fuzz_dir" phase fuzz-build bash scripts/fuzz.sh build
+    phase ansible-lint bash -c 'cd packaging/ansible && ansible-lint --nocolor -q'
+}
+lane packages packages_lane
+phase clippy cargo clippy --all-targets --quiet -- -D warnings
+phase test-build cargo test --all-targets --no-run --quiet
+wait_lanes
 
-# Every failing test binary is reported, not only the first.
-cargo test --all-targets --no-fail-fast -- --include-ignored
+export RDMA_AGENT_DEB="$dist/rdma-node-agent_${version}-1_amd64.deb"
+export RDMA_AGENT_DEB_UPGRADE="$dist/rdma-node-agent_${version}-2_amd64.deb"
+export RDMA_AGENT_RPM="$dist/rdma-node-agent-${version}-1.x86_64.rpm"
+
+# Every failing test binary is reported, not only the first. Nothing else runs
+# meanwhile: some tests measure latencies.
+phase test cargo test --all-targets --no-fail-fast -- --include-ignored
 
 # Every fuzz target, briefly (the seeds plus what a few seconds find); longer
 # runs on demand: `scripts/fuzz.sh 600`.
-bash scripts/fuzz.sh "${FUZZ_SECONDS:-10}"
+CARGO_TARGET_DIR="$fuzz_dir" phase fuzz bash scripts/fuzz.sh "${FUZZ_SECONDS:-10}"

@@ -1,0 +1,85 @@
+# Phases and lanes for scripts/test.sh (sourced): each phase's wall time is
+# recorded, lanes run phases in the background beside the main one, and a
+# table of every phase is printed when the script ends, failed or not.
+#   phase NAME CMD...      run CMD as phase NAME; a failure ends the script (or lane)
+#   phase_start NAME / phase_end NAME   time inline steps
+#   lane NAME FUNCTION     run FUNCTION in the background, its output in a log
+#   wait_lanes             wait for every lane; a failed one shows its log and fails
+
+phases_file=$(mktemp)
+phases_logs=$(mktemp -d)
+phases_t0=$(date +%s.%N)
+phases_lane=main
+phases_pids=()
+phases_names=()
+
+phases_now() { date +%s.%N; }
+
+phases_record() { # name start end status
+    printf '%s %s %s %s %s\n' "$1" "$phases_lane" "$2" "$3" "$4" >>"$phases_file"
+}
+
+phase() {
+    local name=$1 start rc=0
+    shift
+    start=$(phases_now)
+    echo "== $name" >&2
+    "$@" || rc=$?
+    if ((rc)); then
+        phases_record "$name" "$start" "$(phases_now)" "FAILED($rc)"
+        echo "phase $name failed (exit $rc): $*" >&2
+        exit "$rc"
+    fi
+    phases_record "$name" "$start" "$(phases_now)" ok
+}
+
+declare -A phases_started=()
+phase_start() { phases_started[$1]=$(phases_now); }
+phase_end() { phases_record "$1" "${phases_started[$1]}" "$(phases_now)" ok; }
+
+lane() {
+    local name=$1 fn=$2
+    # Its own process group, so that a failure elsewhere stops the whole lane.
+    set -m
+    (
+        phases_lane=$name
+        trap - EXIT
+        "$fn"
+    ) >"$phases_logs/$name.log" 2>&1 &
+    phases_pids+=($!)
+    set +m
+    phases_names+=("$name")
+}
+
+wait_lanes() {
+    local done rc i
+    # The first lane to fail ends the script at once (the others are stopped).
+    while ((${#phases_pids[@]})); do
+        rc=0
+        wait -n -p done "${phases_pids[@]}" || rc=$?
+        for i in "${!phases_pids[@]}"; do
+            [ "${phases_pids[$i]}" = "$done" ] || continue
+            if ((rc)); then
+                echo "lane ${phases_names[$i]} failed; its log (last 60 lines):" >&2
+                tail -n 60 "$phases_logs/${phases_names[$i]}.log" >&2
+                unset "phases_pids[$i]"
+                exit 1
+            fi
+            unset "phases_pids[$i]" "phases_names[$i]"
+        done
+    done
+}
+
+phases_table() {
+    local status=$?
+    # A lane still running when the script fails is stopped (its own cargo too).
+    for p in "${phases_pids[@]}"; do kill -- "-$p" 2>/dev/null || true; done
+    echo
+    echo "phase timings (s; lanes run beside main):"
+    sort -k3,3n "$phases_file" | awk -v t0="$phases_t0" -v end="$(phases_now)" '
+        {printf "  %-16s %-9s start %7.1f  took %7.1f  %s\n", $1, $2, $3 - t0, $4 - $3, $5}
+        END {printf "  %-16s %-9s %13s took %7.1f\n", "total", "", "", end - t0}'
+    rm -rf "$phases_file" "$phases_logs"
+    exit "$status"
+}
+trap phases_table EXIT
