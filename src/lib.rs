@@ -16,7 +16,7 @@ pub mod host;
 pub mod outputs;
 
 // Short paths to the modules every layer names.
-pub use concerns::{containerd, kernel, pods, rdma, reboot, systemd};
+pub use concerns::{containerd, kernel, pods, rdma, readiness, reboot, systemd};
 pub use engine::{check, ledger, plan};
 pub use host::{lock, netlink, procfs};
 pub use outputs::{http, metrics, nfd};

@@ -9,6 +9,7 @@ use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
 use crate::check::Status;
+use crate::engine::observe::{Observation, RdmaProblem};
 use crate::outputs::Cycle;
 
 type Labels = Vec<(String, String)>;
@@ -65,6 +66,7 @@ pub fn render(cycle: &Cycle, totals: Totals) -> String {
     );
 
     render_rdma(&mut r, cycle);
+    render_readiness(&mut r, &cycle.observations);
 
     let counter = |n: u64| {
         let c = Counter::<u64>::default();
@@ -179,6 +181,61 @@ fn render_rdma(r: &mut Registry, cycle: &Cycle) {
     );
 }
 
+/// RDMA pod containers by problem (`none` for those that can register memory)
+/// and the kubelet's device-plugin resources, from `pods.rdma`'s and
+/// `kubelet.devices`' typed observations. Every problem value is always
+/// present, so an alert needs no `absent()`.
+fn render_readiness(r: &mut Registry, observations: &[Observation]) {
+    let containers = Family::<Labels, Gauge>::default();
+    for problem in RdmaProblem::ALL
+        .map(RdmaProblem::as_str)
+        .into_iter()
+        .chain(["none"])
+    {
+        let _ = containers.get_or_create(&vec![("problem".to_owned(), problem.to_owned())]);
+    }
+    for o in observations {
+        if let Observation::RdmaContainer { problems, .. } = o {
+            let names: Vec<&str> = if problems.is_empty() {
+                vec!["none"]
+            } else {
+                problems.iter().map(|p| p.as_str()).collect()
+            };
+            for p in names {
+                containers
+                    .get_or_create(&vec![("problem".to_owned(), p.to_owned())])
+                    .inc();
+            }
+        }
+    }
+    r.register(
+        "rdma_containers",
+        "Running pod containers with RDMA devices, by what keeps them from registering memory (none: nothing)",
+        containers,
+    );
+    let resources = Family::<Labels, Gauge>::default();
+    for o in observations {
+        if let Observation::KubeletResource {
+            name,
+            devices,
+            rdma,
+        } = o
+        {
+            resources
+                .get_or_create(&vec![
+                    ("resource".to_owned(), name.clone()),
+                    ("rdma".to_owned(), rdma.to_string()),
+                ])
+                .set(i64::try_from(*devices).unwrap_or(i64::MAX));
+        }
+    }
+    r.register(
+        "kubelet_resource_devices",
+        "Healthy devices the kubelet has registered per device-plugin resource (its checkpoint)",
+        resources,
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,5 +277,50 @@ mod tests {
         assert!(text.contains("rdma_node_agent_ready 1\n"));
         assert!(text.contains("rdma_node_agent_reconciles_total 3\n"));
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn rdma_containers_by_problem() {
+        let cycle = Cycle {
+            report: None,
+            mode: "enforce",
+            finished_unix: 0,
+            duration_ms: 0,
+            trigger: "start".into(),
+            changed: vec![],
+            actions: vec![],
+            error: None,
+            observations: vec![
+                Observation::RdmaContainer {
+                    pod_uid: Some("a".into()),
+                    container_id: None,
+                    problems: vec![RdmaProblem::NoIpcLock, RdmaProblem::LowMemlock],
+                },
+                Observation::RdmaContainer {
+                    pod_uid: Some("b".into()),
+                    container_id: None,
+                    problems: vec![RdmaProblem::NoIpcLock],
+                },
+                Observation::RdmaContainer {
+                    pod_uid: Some("c".into()),
+                    container_id: None,
+                    problems: vec![],
+                },
+                Observation::KubeletResource {
+                    name: "rdma/hca".into(),
+                    devices: 4,
+                    rdma: true,
+                },
+            ],
+        };
+        let text = render(&cycle, Totals::default());
+        for line in [
+            "rdma_node_agent_rdma_containers{problem=\"no_ipc_lock\"} 2\n",
+            "rdma_node_agent_rdma_containers{problem=\"low_memlock\"} 1\n",
+            "rdma_node_agent_rdma_containers{problem=\"none\"} 1\n",
+            "rdma_node_agent_kubelet_resource_devices{resource=\"rdma/hca\",rdma=\"true\"} 4\n",
+        ] {
+            assert!(text.contains(line), "{line} not in {text}");
+        }
     }
 }
