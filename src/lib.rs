@@ -14,6 +14,7 @@ pub mod daemon;
 pub mod engine;
 pub mod host;
 pub mod outputs;
+pub mod selftest;
 
 // Short paths to the modules every layer names.
 pub use concerns::{containerd, kernel, pods, rdma, readiness, reboot, systemd};
