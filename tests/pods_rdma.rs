@@ -80,7 +80,7 @@ impl Pods {
             "mount -t tmpfs none /dev && mknod /dev/null c 1 3 && mkdir /dev/infiniband",
         );
         for node in nodes {
-            setup.push_str(&format!(" && mknod /dev/infiniband/{node} c 1 3"));
+            setup.push_str(&format!(" && mknod -m 666 /dev/infiniband/{node} c 1 3"));
         }
         let wrapped = wrap
             .iter()
@@ -203,6 +203,14 @@ fn real_processes_with_and_without_ipc_lock() {
     fs::write(cg.join("devices.allow"), "c 231:192 rw").unwrap();
     // E: an ordinary pod process, no RDMA at all.
     let (_, e) = pods.start("e", 5, &[], &no_ipc_lock, "exec sleep 600");
+    // F: a container running as uid 1000 holding uverbs0.
+    let (_, f) = pods.start(
+        "f",
+        6,
+        &["uverbs0"],
+        &["setpriv", "--reuid=1000", "--regid=1000", "--clear-groups"],
+        "exec 3<>/dev/infiniband/uverbs0; exec sleep 600",
+    );
 
     let root = host_root("");
     let o = agent(root.path(), &["check", "--only", "pods.rdma", "--json"]);
@@ -259,6 +267,41 @@ fn real_processes_with_and_without_ipc_lock() {
     assert!(
         finding(check, &e).is_none(),
         "E has no RDMA device: {check}"
+    );
+
+    let ff = finding(check, &f).unwrap_or_else(|| panic!("F not found: {check}"));
+    assert_eq!(ff["evidence"], "opens /dev/infiniband/uverbs0", "{ff}");
+
+    // With only the service's capabilities (CAP_SYS_PTRACE, CAP_NET_ADMIN: no
+    // CAP_DAC_READ_SEARCH) the descriptors of F, a uid-1000 process, cannot be
+    // listed; its /dev can (through /proc/<pid>/root), so F is still named.
+    let o = Command::new("setpriv")
+        .args(["--bounding-set=-all,+sys_ptrace,+net_admin", "--"])
+        .arg(env!("CARGO_BIN_EXE_rdma-node-agent"))
+        .arg("--root")
+        .arg(root.path())
+        .args(["check", "--only", "pods.rdma", "--json"])
+        .output()
+        .unwrap();
+    let report = json(&o);
+    let check = &report["checks"][0];
+    let ff = finding(check, &f).unwrap_or_else(|| panic!("F not found as the service: {check}"));
+    assert_eq!(
+        ff["evidence"], "has /dev/infiniband/uverbs0 in its /dev",
+        "{ff}"
+    );
+    assert!(ff["process"]["fds_unreadable"].is_string(), "{ff}");
+    assert!(
+        ff["problems"]
+            .as_array()
+            .unwrap()
+            .contains(&Value::from("no_ipc_lock")),
+        "{ff}"
+    );
+    let fa = finding(check, &a).unwrap();
+    assert_eq!(
+        fa["evidence"], "opens /dev/infiniband/uverbs0",
+        "root's fds stay readable: {fa}"
     );
 
     // Configured to fail, the same finding fails the check (exit 1 for NPD).

@@ -69,6 +69,8 @@ pub struct Container {
     pub processes: Vec<Process>,
     /// RDMA device nodes in the container's /dev/infiniband.
     pub dev_nodes: Vec<String>,
+    /// Why its /dev/infiniband could not be listed, if so.
+    pub dev_unreadable: Option<String>,
     /// uverbs devices its devices cgroup (v1) allows, as `c 231:192`.
     pub cgroup_devices: Vec<String>,
 }
@@ -175,13 +177,17 @@ pub fn gather(snap: &Snapshot) -> crate::host::Result<Vec<Container>> {
                 // Once per container, through its first process: what its /dev
                 // holds and what its devices cgroup allows.
                 let dev = format!("/proc/{pid}/root/dev/infiniband");
-                let dev_nodes = snap
-                    .list_dir(Path::new(&dev))
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|n| format!("/dev/infiniband/{n}"))
-                    .filter(|p| is_rdma_path(p))
-                    .collect();
+                let (dev_nodes, dev_unreadable) = match snap.list_dir(Path::new(&dev)) {
+                    Ok(names) => (
+                        names
+                            .into_iter()
+                            .map(|n| format!("/dev/infiniband/{n}"))
+                            .filter(|p| is_rdma_path(p))
+                            .collect(),
+                        None,
+                    ),
+                    Err(e) => (Vec::new(), Some(e.to_string())),
+                };
                 let cgroup_devices = devices_cgroup(&cg)
                     .and_then(|p| {
                         let list = format!("/sys/fs/cgroup/devices{p}/devices.list");
@@ -193,6 +199,7 @@ pub fn gather(snap: &Snapshot) -> crate::host::Result<Vec<Container>> {
                     pod_uid,
                     container_id,
                     dev_nodes,
+                    dev_unreadable,
                     cgroup_devices,
                     ..Container::default()
                 }
@@ -284,7 +291,14 @@ pub fn findings(containers: &[Container], target: Limit) -> (Vec<Finding>, Vec<&
         }
         let seen = best.is_some();
         out.extend(best);
-        if !seen && c.processes.iter().any(|p| p.fds_unreadable.is_some()) {
+        // A process can only open an RDMA device whose node its /dev holds
+        // (a device plugin's DeviceSpec, or the host's /dev in a privileged pod):
+        // unreadable descriptors (a non-root container, to a service without
+        // CAP_DAC_READ_SEARCH) leave it unknown only when /dev could not be read either.
+        if !seen
+            && c.dev_unreadable.is_some()
+            && c.processes.iter().any(|p| p.fds_unreadable.is_some())
+        {
             unreadable.push(c);
         }
     }

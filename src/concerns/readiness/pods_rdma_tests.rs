@@ -154,7 +154,17 @@ fn device_nodes_and_cgroup_are_evidence_too() {
 fn unreadable_is_unknown_never_ok() {
     let mut p = proc(5, &[], CONTAINER_CAPS, Limit::UNLIMITED);
     p.fds_unreadable = Some("permission denied".into());
-    let c = check(&[container(vec![p])], Limit::UNLIMITED, Severity::Warn);
+    // Its /dev was read and holds no RDMA node: it cannot have one open.
+    let c = check(
+        &[container(vec![p.clone()])],
+        Limit::UNLIMITED,
+        Severity::Warn,
+    );
+    assert_eq!(c.status, Status::Ok, "{}", c.message);
+    // Its /dev could not be read either: unknown.
+    let mut blind = container(vec![p]);
+    blind.dev_unreadable = Some("permission denied".into());
+    let c = check(&[blind], Limit::UNLIMITED, Severity::Warn);
     assert_eq!(c.status, Status::Unknown, "{}", c.message);
     assert!(c.message.contains("could not be read"), "{}", c.message);
     // Capabilities that cannot be read leave the finding unknown.
