@@ -309,3 +309,78 @@ fn real_processes_with_and_without_ipc_lock() {
     let o = agent(root.path(), &["check", "--only", "pods.rdma"]);
     assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
 }
+
+/// The bundled V100 sample node: `check` shows pods.rdma (its ib_write_bw pod
+/// lacks CAP_IPC_LOCK and runs with 64 KiB) and the kubelet cross-check, in
+/// both directions when the node is changed.
+#[test]
+fn sample_node_shows_rdma_pods_and_the_kubelet() {
+    let t = node("v100");
+    let o = agent(t.path(), &["check"]);
+    let text = stdout(&o);
+    assert!(
+        text.contains(
+            "warn    pods.rdma            1 of 1 RDMA pod container(s) cannot register memory: \
+             pod 6f1c2d3e-aaaa-bbbb-cccc-0123456789ab container 9a8b7c6d5e4f (ib_write_bw, pid 4301) \
+             opens /dev/infiniband/uverbs0, /dev/infiniband/rdma_cm but lacks CAP_IPC_LOCK"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "ok      kubelet.devices      kubelet advertises nvidia.com/gpu: 2, rdma/hca: 8; \
+             host: 2 of 2 RDMA port(s) ACTIVE; plugin sockets: nvidia-gpu.sock, rdma-hca.sock"
+        ),
+        "{text}"
+    );
+    let kubelet = |root: &Path| {
+        let r = json(&agent(
+            root,
+            &["check", "--only", "kubelet.devices", "--json"],
+        ));
+        r["checks"][0].clone()
+    };
+    assert_eq!(kubelet(t.path())["details"]["checksum_ok"], true);
+
+    // Both ports down: the kubelet still advertises rdma/hca.
+    let down = node("v100");
+    for dev in ["mlx5_0", "mlx5_1"] {
+        let state = down
+            .path()
+            .join(format!("sys/class/infiniband/{dev}/ports/1/state"));
+        let real = fs::canonicalize(&state).unwrap();
+        fs::write(real, "1: DOWN\n").unwrap();
+    }
+    let c = kubelet(down.path());
+    assert_eq!(c["status"], "warn", "{c}");
+    assert!(
+        c["message"].as_str().unwrap().starts_with(
+            "the kubelet advertises rdma/hca (8 devices) but every RDMA port of the host is down \
+             (mlx5_0/1, mlx5_1/1): RDMA pods will be scheduled here and fail"
+        ),
+        "{c}"
+    );
+
+    // The device plugin gone: the checkpoint no longer lists rdma/hca.
+    let gone = node("v100");
+    let dir = gone.path().join("var/lib/kubelet/device-plugins");
+    fs::write(
+        dir.join("kubelet_internal_checkpoint"),
+        include_str!("fixtures/kubelet/gpuops-t4.json"),
+    )
+    .unwrap();
+    fs::remove_file(dir.join("rdma-hca.sock")).unwrap();
+    let c = kubelet(gone.path());
+    assert_eq!(c["status"], "warn", "{c}");
+    assert!(
+        c["message"].as_str().unwrap().starts_with(
+            "the host has 2 ACTIVE RDMA port(s) but the kubelet advertises no rdma/* device: \
+             the device plugin is not running"
+        ),
+        "{c}"
+    );
+
+    // No kubelet at all.
+    fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(kubelet(gone.path())["status"], "skipped");
+}
