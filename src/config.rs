@@ -10,6 +10,7 @@ use serde::{Deserialize, Deserializer};
 use crate::host::{Host, HostError};
 
 pub mod rdma;
+pub mod readiness;
 
 pub use crate::host::limit::Limit;
 
@@ -40,6 +41,7 @@ pub struct Config {
     pub nfd: NfdConfig,
     pub rdma: rdma::RdmaConfig,
     pub kernel: KernelConfig,
+    pub kubelet: readiness::KubeletConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -191,12 +193,16 @@ impl Default for ContainerdConfig {
 pub struct PodsConfig {
     /// How a running pod container whose locked-memory limit is below target is reported.
     pub below_target: Severity,
+    /// How `pods.rdma` reports a container with RDMA devices that lacks
+    /// CAP_IPC_LOCK or whose locked-memory limit is below target.
+    pub rdma: Severity,
 }
 
 impl Default for PodsConfig {
     fn default() -> Self {
         PodsConfig {
             below_target: Severity::Warn,
+            rdma: Severity::Warn,
         }
     }
 }

@@ -66,6 +66,26 @@ enum Command {
         #[arg(long, value_name = "ADDR")]
         listen: Option<String>,
     },
+    /// For each ACTIVE RDMA port, perftest's ib_write_bw loopback with the memlock pods get
+    /// (and no CAP_IPC_LOCK), then with 64 KiB as a control; the bandwidth against the port's
+    /// rate. Exit 0 every port passed, 1 one failed, 2 nothing could be tested (no RDMA,
+    /// no ACTIVE port, no perftest). Never run by the daemon.
+    Selftest {
+        /// Only this RDMA device's ports (e.g. mlx5_0).
+        #[arg(long, value_name = "DEVICE")]
+        device: Option<String>,
+        /// Message size in bytes.
+        #[arg(long, default_value_t = 1 << 20, value_name = "BYTES")]
+        size: u64,
+        #[arg(long)]
+        json: bool,
+        /// The share of the port's rate the average must reach.
+        #[arg(long, default_value_t = 80.0, value_name = "PERCENT")]
+        min_percent: f64,
+        /// Skip the low-memlock control run.
+        #[arg(long)]
+        no_control: bool,
+    },
     /// Write the man page and shell completions generated from this CLI into DIR (for packaging).
     #[command(hide = true)]
     GenerateAssets { dir: PathBuf },
@@ -187,6 +207,20 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Status { json, listen } => status(&cli, *json, listen.as_deref()),
+        Command::Selftest {
+            device,
+            size,
+            json,
+            min_percent,
+            no_control,
+        } => selftest(
+            &cli,
+            device.as_deref(),
+            *size,
+            *json,
+            *min_percent,
+            !no_control,
+        ),
         Command::Serve { listen } => {
             cli.check_config_exists(&Host::new(&cli.root))?;
             let daemon = rdma_node_agent::daemon::Daemon::new(
@@ -279,6 +313,74 @@ fn status(cli: &Cli, json: bool, listen: Option<&str>) -> anyhow::Result<ExitCod
         print!("{}", report.to_text());
     }
     Ok(ExitCode::from(report.exit_code() as u8))
+}
+
+/// Runs the loopback test on this machine's ports (read under --root, so tests can
+/// give it a sysfs tree; perftest always runs here).
+fn selftest(
+    cli: &Cli,
+    device: Option<&str>,
+    size: u64,
+    json: bool,
+    min_percent: f64,
+    control: bool,
+) -> anyhow::Result<ExitCode> {
+    use rdma_node_agent::rdma::devices;
+    use rdma_node_agent::selftest::{self, Report, run::Perftest, run::find_program};
+    let host = Host::new(&cli.root);
+    cli.check_config_exists(&host)?;
+    let config = Config::load(&host, &cli.config_path()).context("invalid agent config")?;
+    let devs: Vec<devices::Device> = devices::gather(&host)
+        .context("cannot read the RDMA devices")?
+        .into_iter()
+        .map(devices::parse)
+        .collect();
+    let report = match selftest::targets(&devs, device) {
+        Err(why) => Report::unable(why),
+        Ok(targets) => match (find_program("ib_write_bw"), find_program("prlimit")) {
+            (None, _) => Report::unable(selftest::MISSING_PERFTEST.to_owned()),
+            (_, None) => Report::unable("prlimit not found: install util-linux".to_owned()),
+            (Some(binary), Some(prlimit)) => {
+                // /proc/self belongs to the effective uid.
+                let root = std::os::unix::fs::MetadataExt::uid(
+                    &std::fs::metadata("/proc/self").context("cannot read /proc/self")?,
+                ) == 0;
+                let setpriv = find_program("setpriv");
+                if root && setpriv.is_none() {
+                    Report::unable("setpriv not found (util-linux): without it the test would keep CAP_IPC_LOCK, which bypasses the memlock under test".to_owned())
+                } else {
+                    let runner = Perftest {
+                        binary,
+                        prlimit,
+                        setpriv: setpriv.filter(|_| root),
+                        rlimits: config
+                            .containerd
+                            .rlimits
+                            .iter()
+                            .map(|(k, v)| {
+                                let name = k.as_str().trim_start_matches("RLIMIT_");
+                                (name.to_ascii_lowercase(), *v)
+                            })
+                            .collect(),
+                        timeout: std::time::Duration::from_secs(60),
+                    };
+                    let options = selftest::Options {
+                        size,
+                        memlock: config.containerd.memlock,
+                        min_percent,
+                        control,
+                    };
+                    selftest::run(&targets, &runner, &options)
+                }
+            }
+        },
+    };
+    if json {
+        print_json(&report);
+    } else {
+        print!("{}", report.to_text());
+    }
+    Ok(ExitCode::from(report.exit_code as u8))
 }
 
 /// The man page (rdma-node-agent.8) and bash, zsh and fish completions.

@@ -6,5 +6,6 @@ pub mod containerd;
 pub mod kernel;
 pub mod pods;
 pub mod rdma;
+pub mod readiness;
 pub mod reboot;
 pub mod systemd;

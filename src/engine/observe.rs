@@ -34,6 +34,41 @@ pub enum Observation {
     RebootHeldBack(String),
     /// The kernel changed since the last recorded run.
     KernelChanged { from: String, to: String },
+    /// A running pod container with RDMA devices, and what keeps it from
+    /// registering memory (none: it can).
+    RdmaContainer {
+        pod_uid: Option<String>,
+        container_id: Option<String>,
+        problems: Vec<RdmaProblem>,
+    },
+    /// A device-plugin resource the kubelet has registered, with its healthy devices.
+    KubeletResource {
+        name: String,
+        devices: usize,
+        rdma: bool,
+    },
+}
+
+/// Why a pod container with RDMA devices cannot register memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RdmaProblem {
+    /// No CAP_IPC_LOCK in its effective set (NCCL crashes registering memory).
+    NoIpcLock,
+    /// RLIMIT_MEMLOCK below target and no CAP_IPC_LOCK to bypass it.
+    LowMemlock,
+}
+
+impl RdmaProblem {
+    pub const ALL: [RdmaProblem; 2] = [RdmaProblem::NoIpcLock, RdmaProblem::LowMemlock];
+
+    /// The label value in metrics and JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RdmaProblem::NoIpcLock => "no_ipc_lock",
+            RdmaProblem::LowMemlock => "low_memlock",
+        }
+    }
 }
 
 /// Queries over one cycle's observations.

@@ -27,7 +27,13 @@ pub struct Snapshot {
     proc_files: Cache<(u32, ProcFile)>,
     /// Shared host files (osrelease, boot id, /proc/modules, …) → trimmed-free content.
     files: Cache<&'static str>,
+    /// pid → the targets of its /proc/<pid>/fd links, or why they cannot be read.
+    fd_targets: Mutex<HashMap<u32, FdTargets>>,
 }
+
+/// The targets of a process's open file descriptors (`/dev/infiniband/uverbs0`,
+/// `socket:[123]`, …); `Err` says why they could not be read (permission).
+pub type FdTargets = Result<Arc<[String]>, String>;
 
 impl Deref for Snapshot {
     type Target = Host;
@@ -52,6 +58,7 @@ impl Snapshot {
             pids: OnceLock::new(),
             proc_files: Mutex::default(),
             files: Mutex::default(),
+            fd_targets: Mutex::default(),
         }
     }
 
@@ -110,6 +117,30 @@ impl Snapshot {
                     .ok()
                     .flatten()
                     .map(Arc::from)
+            })
+            .clone()
+    }
+
+    /// Where a process's open file descriptors point, read once per cycle. A
+    /// process that is gone has none; one whose fds cannot be read says why.
+    pub fn fd_targets(&self, pid: u32) -> FdTargets {
+        let mut m = self.fd_targets.lock().expect("snapshot lock");
+        m.entry(pid)
+            .or_insert_with(|| {
+                let dir = format!("/proc/{pid}/fd");
+                let fds = self
+                    .host
+                    .list_dir(Path::new(&dir))
+                    .map_err(|e| e.to_string())?;
+                // A descriptor closed between the listing and its readlink is skipped.
+                Ok(fds
+                    .iter()
+                    .filter_map(|fd| {
+                        let link = format!("{dir}/{fd}");
+                        self.host.read_link(Path::new(&link)).ok().flatten()
+                    })
+                    .map(|t| t.to_string_lossy().into_owned())
+                    .collect())
             })
             .clone()
     }

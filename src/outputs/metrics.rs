@@ -7,7 +7,7 @@
 //! what its values mean. To add a family: one `families(..)` block below.
 
 use crate::check::Status;
-use crate::engine::observe::Observation;
+use crate::engine::observe::{Observation, RdmaProblem};
 use crate::outputs::Cycle;
 use crate::outputs::exposition::{Families, Format, Kind};
 
@@ -161,6 +161,8 @@ pub fn families(cycle: &Cycle, totals: Totals) -> Families {
         any(|o| matches!(o, Observation::RebootHeldBack(_))),
     );
 
+    readiness(&mut m, seen);
+
     m.counter(
         "reconciles",
         "Reconciles since the daemon started",
@@ -187,6 +189,57 @@ pub fn families(cycle: &Cycle, totals: Totals) -> Families {
         cycle.finished_unix as f64,
     );
     m
+}
+
+/// RDMA pod containers by problem (`none` for those that can register memory)
+/// and the kubelet's device-plugin resources, from `pods.rdma`'s and
+/// `kubelet.devices`' typed observations. Every problem value is always
+/// present, so an alert needs no `absent()`.
+fn readiness(m: &mut Families, seen: &[Observation]) {
+    let names: Vec<&'static str> = RdmaProblem::ALL
+        .map(RdmaProblem::as_str)
+        .into_iter()
+        .chain(["none"])
+        .collect();
+    let mut counts = vec![0u64; names.len()];
+    for o in seen {
+        if let Observation::RdmaContainer { problems, .. } = o {
+            if problems.is_empty() {
+                counts[names.len() - 1] += 1;
+            }
+            for p in problems {
+                if let Some(i) = names.iter().position(|n| *n == p.as_str()) {
+                    counts[i] += 1;
+                }
+            }
+        }
+    }
+    let containers = m.family(
+        "rdma_containers",
+        Kind::Gauge,
+        "Running pod containers with RDMA devices, by what keeps them from registering memory (no_ipc_lock, low_memlock...; none: nothing, they can)",
+    );
+    for (name, n) in names.iter().zip(counts) {
+        containers.sample(vec![("problem", (*name).to_owned())], n as f64);
+    }
+    let resources = m.family(
+        "kubelet_resource_devices",
+        Kind::Gauge,
+        "Healthy devices the kubelet has registered per device-plugin resource (from its checkpoint); rdma=\"true\" for RDMA resources",
+    );
+    for o in seen {
+        if let Observation::KubeletResource {
+            name,
+            devices,
+            rdma,
+        } = o
+        {
+            resources.sample(
+                vec![("resource", name.clone()), ("rdma", rdma.to_string())],
+                *devices as f64,
+            );
+        }
+    }
 }
 
 #[cfg(test)]
@@ -271,5 +324,42 @@ mod tests {
         );
         assert!(t.contains("rdma_node_agent_reboot_held_back 1\n"));
         assert!(t.contains("rdma_node_agent_reboot_required 0\n"));
+    }
+
+    #[test]
+    fn rdma_containers_by_problem() {
+        let r = render(
+            &cycle(vec![
+                Observation::RdmaContainer {
+                    pod_uid: Some("a".into()),
+                    container_id: None,
+                    problems: vec![RdmaProblem::NoIpcLock, RdmaProblem::LowMemlock],
+                },
+                Observation::RdmaContainer {
+                    pod_uid: Some("b".into()),
+                    container_id: None,
+                    problems: vec![RdmaProblem::NoIpcLock],
+                },
+                Observation::RdmaContainer {
+                    pod_uid: Some("c".into()),
+                    container_id: None,
+                    problems: vec![],
+                },
+                Observation::KubeletResource {
+                    name: "rdma/hca".into(),
+                    devices: 4,
+                    rdma: true,
+                },
+            ]),
+            Totals::default(),
+        );
+        for line in [
+            "rdma_node_agent_rdma_containers{problem=\"no_ipc_lock\"} 2\n",
+            "rdma_node_agent_rdma_containers{problem=\"low_memlock\"} 1\n",
+            "rdma_node_agent_rdma_containers{problem=\"none\"} 1\n",
+            "rdma_node_agent_kubelet_resource_devices{resource=\"rdma/hca\",rdma=\"true\"} 4\n",
+        ] {
+            assert!(r.text.contains(line), "{line} not in {}", r.text);
+        }
     }
 }

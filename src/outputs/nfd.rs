@@ -31,6 +31,39 @@ pub fn labels(
             mode.as_str().to_owned(),
         ));
     }
+    out.extend(readiness_labels(checks, observations));
+    out
+}
+
+/// `rdma-pods-ok`: every running RDMA pod container can register memory (from
+/// `pods.rdma`); `rdma-advertised`: the kubelet has at least one healthy RDMA
+/// device (from `kubelet.devices`). Absent when their check could not tell.
+fn readiness_labels(checks: &[Check], observations: &[Observation]) -> Vec<(String, String)> {
+    use crate::check::Status;
+    let status = |id: &str| checks.iter().find(|c| c.id == id).map(|c| c.status);
+    let mut out = Vec::new();
+    match status(crate::readiness::pods_rdma::CHECK_ID) {
+        Some(Status::Ok) => {
+            out.push(("rdma-node-agent.rdma-pods-ok".to_owned(), "true".to_owned()))
+        }
+        Some(Status::Warn | Status::Fail) => out.push((
+            "rdma-node-agent.rdma-pods-ok".to_owned(),
+            "false".to_owned(),
+        )),
+        _ => {}
+    }
+    if matches!(
+        status(crate::readiness::kubelet::CHECK_ID),
+        Some(Status::Ok | Status::Warn | Status::Fail)
+    ) {
+        let advertised = observations.iter().any(|o| {
+            matches!(o, Observation::KubeletResource { rdma: true, devices, .. } if *devices > 0)
+        });
+        out.push((
+            "rdma-node-agent.rdma-advertised".to_owned(),
+            advertised.to_string(),
+        ));
+    }
     out
 }
 
@@ -124,6 +157,21 @@ mod tests {
             ("rdma-node-agent.netns-mode".into(), "exclusive".into())
         );
         let text = content(&l);
+        // The readiness labels follow pods.rdma and kubelet.devices.
+        let checks = vec![
+            Check::new("pods.rdma", Status::Warn, ""),
+            Check::new("kubelet.devices", Status::Ok, ""),
+        ];
+        let seen = [Observation::KubeletResource {
+            name: "rdma/hca".into(),
+            devices: 2,
+            rdma: true,
+        }];
+        let r = labels(&checks, &seen, &c);
+        assert!(r.contains(&("rdma-node-agent.rdma-pods-ok".into(), "false".into())));
+        assert!(r.contains(&("rdma-node-agent.rdma-advertised".into(), "true".into())));
+        let skipped = vec![Check::new("kubelet.devices", Status::Skipped, "")];
+        assert_eq!(labels(&skipped, &[], &c).len(), 2);
         assert!(text.contains("\nrdma-node-agent.ready=false\n"));
         let nfd = NfdConfig::default();
         assert!(decide(&nfd, Some(text.clone().into_bytes()), &l).is_none());

@@ -501,8 +501,35 @@ impl Containerd {
         script: &str,
         start: bool,
     ) -> (String, String) {
+        self.container_with(name, handler, script, start, |_| {})
+    }
+
+    /// Like `container`, with the container's config edited first (devices,
+    /// capabilities, …).
+    pub fn container_with(
+        &mut self,
+        name: &str,
+        handler: &str,
+        script: &str,
+        start: bool,
+        edit: impl FnOnce(&mut ContainerConfig),
+    ) -> (String, String) {
         let (config, uid) = self.sandbox_config(name);
         self.pod_uids.push(uid);
+        let mut container_config = ContainerConfig {
+            metadata: Some(ContainerMetadata {
+                name: name.into(),
+                attempt: 0,
+            }),
+            image: Some(ImageSpec {
+                image: BUSYBOX_IMAGE.into(),
+                ..Default::default()
+            }),
+            command: vec!["sh".into(), "-c".into(), script.into()],
+            log_path: format!("{name}.log"),
+            ..Default::default()
+        };
+        edit(&mut container_config);
         let mut c = self.client();
         let pod = self
             .call(
@@ -518,19 +545,7 @@ impl Containerd {
                 &format!("CreateContainer {name} on {handler}"),
                 c.create_container(CreateContainerRequest {
                     pod_sandbox_id: pod.clone(),
-                    config: Some(ContainerConfig {
-                        metadata: Some(ContainerMetadata {
-                            name: name.into(),
-                            attempt: 0,
-                        }),
-                        image: Some(ImageSpec {
-                            image: BUSYBOX_IMAGE.into(),
-                            ..Default::default()
-                        }),
-                        command: vec!["sh".into(), "-c".into(), script.into()],
-                        log_path: format!("{name}.log"),
-                        ..Default::default()
-                    }),
+                    config: Some(container_config),
                     sandbox_config: Some(config),
                 }),
             )
@@ -574,7 +589,18 @@ impl Containerd {
 
     /// Starts a container running `script` on `handler` and returns it once it runs.
     pub fn running(&mut self, name: &str, handler: &str, script: &str) -> Running {
-        let (pod, id) = self.container(name, handler, script, true);
+        self.running_with(name, handler, script, |_| {})
+    }
+
+    /// Like `running`, with the container's config edited first.
+    pub fn running_with(
+        &mut self,
+        name: &str,
+        handler: &str,
+        script: &str,
+        edit: impl FnOnce(&mut ContainerConfig),
+    ) -> Running {
+        let (pod, id) = self.container_with(name, handler, script, true, edit);
         let start = Instant::now();
         loop {
             let (s, info) = self.status(&id);

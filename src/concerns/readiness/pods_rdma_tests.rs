@@ -1,0 +1,175 @@
+use super::*;
+
+const ID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+/// CapEff of a root shell (every capability) and of containerd's default set
+/// for a container (no CAP_IPC_LOCK), as /proc/<pid>/status shows them.
+const ALL_CAPS: u64 = 0x0000_01ff_ffff_ffff;
+const CONTAINER_CAPS: u64 = 0xa804_25fb;
+
+fn proc(pid: u32, opened: &[&str], cap_eff: u64, soft: Limit) -> Process {
+    Process {
+        pid,
+        comm: "ib_write_bw".into(),
+        opened: opened.iter().map(|s| s.to_string()).collect(),
+        fds_unreadable: None,
+        cap_eff: Some(cap_eff),
+        memlock_soft: Some(soft),
+        memlock_hard: Some(soft),
+    }
+}
+
+fn container(processes: Vec<Process>) -> Container {
+    Container {
+        pod_uid: Some("uid".into()),
+        container_id: Some(ID.into()),
+        processes,
+        ..Container::default()
+    }
+}
+
+#[test]
+fn parsers_read_the_kernel_formats() {
+    assert!(is_rdma_path("/dev/infiniband/uverbs0"));
+    assert!(is_rdma_path("/dev/infiniband/uverbs12"));
+    assert!(is_rdma_path("/dev/infiniband/rdma_cm"));
+    assert!(!is_rdma_path("/dev/infiniband/umad0"));
+    assert!(!is_rdma_path("/dev/infiniband/uverbs"));
+    assert!(!is_rdma_path("/tmp/dev/infiniband/uverbs0"));
+    assert!(!is_rdma_path("socket:[1234]"));
+    let status = "Name:\tsleep\nCapInh:\t0000000000000000\nCapPrm:\t00000000a80425fb\nCapEff:\t00000000a80425fb\n";
+    assert_eq!(parse_cap_eff(status), Some(CONTAINER_CAPS));
+    assert_eq!(parse_cap_eff("Name: x\n"), None);
+    let limits = "Limit                     Soft Limit           Hard Limit           Units     \n\
+Max locked memory         65536                unlimited            bytes     \n";
+    assert_eq!(
+        parse_limit_pair(limits, procfs::MEMLOCK_ROW),
+        Some((Limit(65536), Limit::UNLIMITED))
+    );
+    // devices.list of a container given uverbs0 by a device plugin, and of a
+    // privileged one (allows everything: no evidence).
+    let list = "c 1:5 rwm\nc 136:* rwm\nc 231:192 rw\nc 231:64 rw\nc 10:229 rwm\n";
+    assert_eq!(parse_devices_list(list), vec!["c 231:192"]);
+    assert!(parse_devices_list("a *:* rwm\n").is_empty());
+    assert_eq!(
+        devices_cgroup("12:devices:/kubepods/pod1/abc\n0::/\n"),
+        Some("/kubepods/pod1/abc")
+    );
+}
+
+#[test]
+fn ipc_lock_missing_is_named_with_the_fix() {
+    let c = container(vec![proc(
+        7,
+        &["/dev/infiniband/uverbs0"],
+        CONTAINER_CAPS,
+        Limit::UNLIMITED,
+    )]);
+    let c = check(&[c], Limit::UNLIMITED, Severity::Warn);
+    assert_eq!(c.status, Status::Warn);
+    assert_eq!(
+        c.message,
+        "1 of 1 RDMA pod container(s) cannot register memory: pod uid container 0123456789ab \
+         (ib_write_bw, pid 7) opens /dev/infiniband/uverbs0 but lacks CAP_IPC_LOCK: NCCL will \
+         crash registering memory; add IPC_LOCK to securityContext.capabilities.add"
+    );
+    assert_eq!(
+        c.details["containers"][0]["problems"],
+        json!(["no_ipc_lock"])
+    );
+}
+
+#[test]
+fn low_memlock_counts_only_without_ipc_lock() {
+    let low = Limit(65536);
+    // Without the capability, both problems.
+    let c = container(vec![proc(
+        7,
+        &["/dev/infiniband/uverbs0"],
+        CONTAINER_CAPS,
+        low,
+    )]);
+    let (f, _) = findings(&[c], Limit::UNLIMITED);
+    assert_eq!(
+        f[0].problems,
+        vec![RdmaProblem::NoIpcLock, RdmaProblem::LowMemlock]
+    );
+    assert!(
+        explain(&f[0], Limit::UNLIMITED).contains(
+            "memlock 64KiB (hard 64KiB) is below unlimited without CAP_IPC_LOCK: ibv_reg_mr fails"
+        ),
+        "{}",
+        explain(&f[0], Limit::UNLIMITED)
+    );
+    // With it, the kernel bypasses the limit: no problem.
+    let c = container(vec![proc(7, &["/dev/infiniband/rdma_cm"], ALL_CAPS, low)]);
+    let c = check(&[c], Limit::UNLIMITED, Severity::Fail);
+    assert_eq!(c.status, Status::Ok, "{}", c.message);
+    assert_eq!(
+        c.message,
+        "1 RDMA pod container(s), each with CAP_IPC_LOCK or memlock at unlimited"
+    );
+}
+
+#[test]
+fn the_holder_is_judged_not_the_first_process() {
+    // The entrypoint shell has no device open; its child does and lacks the capability.
+    let shell = Process {
+        comm: "sh".into(),
+        ..proc(5, &[], ALL_CAPS, Limit::UNLIMITED)
+    };
+    let c = container(vec![
+        shell,
+        proc(
+            9,
+            &["/dev/infiniband/uverbs1"],
+            CONTAINER_CAPS,
+            Limit::UNLIMITED,
+        ),
+    ]);
+    let (f, _) = findings(&[c], Limit::UNLIMITED);
+    assert_eq!(f.len(), 1);
+    assert_eq!(f[0].process.pid, 9);
+    assert_eq!(f[0].problems, vec![RdmaProblem::NoIpcLock]);
+}
+
+#[test]
+fn device_nodes_and_cgroup_are_evidence_too() {
+    let mut c = container(vec![proc(5, &[], CONTAINER_CAPS, Limit::UNLIMITED)]);
+    c.dev_nodes = vec!["/dev/infiniband/uverbs0".into()];
+    let (f, _) = findings(&[c.clone()], Limit::UNLIMITED);
+    assert_eq!(f[0].evidence, "has /dev/infiniband/uverbs0 in its /dev");
+    c.dev_nodes.clear();
+    c.cgroup_devices = vec!["c 231:192".into()];
+    let (f, _) = findings(&[c.clone()], Limit::UNLIMITED);
+    assert_eq!(
+        f[0].evidence,
+        "its devices cgroup allows uverbs (c 231:192)"
+    );
+    c.cgroup_devices.clear();
+    let c = check(&[c], Limit::UNLIMITED, Severity::Warn);
+    assert_eq!(c.message, "no running pod container has RDMA devices");
+}
+
+#[test]
+fn unreadable_is_unknown_never_ok() {
+    let mut p = proc(5, &[], CONTAINER_CAPS, Limit::UNLIMITED);
+    p.fds_unreadable = Some("permission denied".into());
+    // Its /dev was read and holds no RDMA node: it cannot have one open.
+    let c = check(
+        &[container(vec![p.clone()])],
+        Limit::UNLIMITED,
+        Severity::Warn,
+    );
+    assert_eq!(c.status, Status::Ok, "{}", c.message);
+    // Its /dev could not be read either: unknown.
+    let mut blind = container(vec![p]);
+    blind.dev_unreadable = Some("permission denied".into());
+    let c = check(&[blind], Limit::UNLIMITED, Severity::Warn);
+    assert_eq!(c.status, Status::Unknown, "{}", c.message);
+    assert!(c.message.contains("could not be read"), "{}", c.message);
+    // Capabilities that cannot be read leave the finding unknown.
+    let mut p = proc(5, &["/dev/infiniband/uverbs0"], 0, Limit::UNLIMITED);
+    p.cap_eff = None;
+    let c = check(&[container(vec![p])], Limit::UNLIMITED, Severity::Warn);
+    assert_eq!(c.status, Status::Unknown, "{}", c.message);
+}

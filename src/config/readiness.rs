@@ -1,0 +1,39 @@
+//! The `[kubelet]` section: what the kubelet should advertise of this node's
+//! RDMA devices (the `kubelet.devices` cross-check).
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use super::Severity;
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KubeletConfig {
+    /// Cross-check what the kubelet advertises at all.
+    pub enabled: bool,
+    /// The kubelet's device-plugin directory: its checkpoint and the plugins' sockets.
+    pub device_plugins_dir: PathBuf,
+    /// Resource names (globs) that stand for RDMA devices.
+    pub rdma_resources: Vec<String>,
+    /// Other resources to report (their device counts), e.g. GPUs.
+    pub report_resources: Vec<String>,
+    /// Resources that must be registered with at least one healthy device.
+    pub expected_resources: Vec<String>,
+    /// How a mismatch between the host's RDMA ports and the kubelet's RDMA
+    /// resources is reported (ports up but no resource, or the reverse).
+    pub mismatch: Severity,
+}
+
+impl Default for KubeletConfig {
+    fn default() -> Self {
+        KubeletConfig {
+            enabled: true,
+            device_plugins_dir: "/var/lib/kubelet/device-plugins".into(),
+            rdma_resources: vec!["rdma/*".into()],
+            report_resources: vec!["nvidia.com/gpu".into()],
+            expected_resources: Vec::new(),
+            mismatch: Severity::Warn,
+        }
+    }
+}

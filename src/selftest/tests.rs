@@ -1,0 +1,116 @@
+use super::*;
+
+fn recorded(name: &str) -> String {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/perftest")
+        .join(name);
+    std::fs::read_to_string(p).unwrap()
+}
+
+fn edr() -> Target {
+    Target {
+        device: "mlx5_1".into(),
+        port: 1,
+        rate_gbps: Some(100.0),
+        link_layer: Some("InfiniBand".into()),
+    }
+}
+
+/// Answers with recorded perftest output: the pod's memlock gets `test`, the
+/// control's 64 KiB gets `control`.
+struct Recorded {
+    test: String,
+    control: String,
+}
+
+impl Runner for Recorded {
+    fn run(&self, _: &Target, memlock: Limit, _: u64, _: u16) -> RunOutput {
+        RunOutput {
+            client: if memlock == CONTROL_MEMLOCK {
+                self.control.clone()
+            } else {
+                self.test.clone()
+            },
+            ..RunOutput::default()
+        }
+    }
+}
+
+fn options() -> Options {
+    Options {
+        size: 65536,
+        memlock: Limit::UNLIMITED,
+        min_percent: 80.0,
+        control: true,
+    }
+}
+
+#[test]
+fn edr_loopback_passes_and_the_control_fails_as_expected() {
+    let r = Recorded {
+        test: recorded("edr-100g-loopback-interleaved.txt"),
+        control: recorded("memlock-64k-read-bw-failure.txt"),
+    };
+    let report = run(&[edr()], &r, &options());
+    assert!(report.ok);
+    assert_eq!(report.exit_code, EXIT_PASS);
+    assert_eq!(
+        report.ports[0].message,
+        "mlx5_1/1: 94.71 Gb/s of 100 Gb/s (94.7%, at least 80%) with memlock unlimited; \
+         control with memlock 64KiB: failed as expected (Couldn't allocate MR): the raised \
+         memlock is what lets pods register memory"
+    );
+    assert!(
+        report
+            .summary
+            .starts_with("selftest passed: 1 of 1 ACTIVE port(s) pass")
+    );
+}
+
+#[test]
+fn slow_or_failing_ports_fail_with_numbers() {
+    // The 200 Gb HDR recording, judged against a 400 Gb port: 45.9%.
+    let ndr = Target {
+        rate_gbps: Some(400.0),
+        ..edr()
+    };
+    let r = Recorded {
+        test: recorded("hdr-200g-loopback-gbits.txt"),
+        control: String::new(),
+    };
+    let report = run(&[ndr], &r, &options());
+    assert_eq!(report.exit_code, EXIT_FAIL);
+    assert!(
+        report.ports[0]
+            .message
+            .starts_with("mlx5_1/1: 183.61 Gb/s of 400 Gb/s (45.9%, below 80%)"),
+        "{}",
+        report.ports[0].message
+    );
+    // The pod's memlock itself is too low.
+    let r = Recorded {
+        test: recorded("memlock-64k-read-bw-failure.txt"),
+        control: recorded("memlock-64k-read-bw-failure.txt"),
+    };
+    let report = run(&[edr()], &r, &options());
+    assert_eq!(report.exit_code, EXIT_FAIL);
+    assert!(
+        report.ports[0].message.starts_with(
+            "mlx5_1/1: ib_write_bw with memlock unlimited failed: Couldn't allocate MR"
+        ),
+        "{}",
+        report.ports[0].message
+    );
+}
+
+#[test]
+fn nothing_to_test_is_said() {
+    let e = targets(&[], None).unwrap_err();
+    assert!(e.starts_with("no RDMA device on this host"), "{e}");
+    let r = Report::unable(e);
+    assert_eq!(r.exit_code, EXIT_UNABLE);
+    assert!(
+        r.to_text()
+            .starts_with("selftest not run: no RDMA device on this host")
+    );
+}

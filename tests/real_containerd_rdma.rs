@@ -1,0 +1,116 @@
+//! `pods.rdma` on containers started through real containerd + runc over CRI,
+//! each given a device node at /dev/infiniband/uverbs0 the way a device plugin's
+//! Allocate answer has the kubelet ask for it (a CRI `Device`). The host has no
+//! uverbs device, so the node is the host's /dev/null (char 1:3) under that
+//! name: the container opens it, and the agent sees the open descriptor, the
+//! container's capabilities and its memlock through the real /proc.
+
+mod support;
+
+use k8s_cri::v1::{
+    Capability, ContainerConfig, Device, LinuxContainerConfig, LinuxContainerSecurityContext,
+};
+use serde_json::{Value, json};
+use support::cri::Containerd;
+use support::*;
+
+const HOLD: &str = "exec 3<>/dev/infiniband/uverbs0; exec sleep 600";
+
+fn uverbs(cfg: &mut ContainerConfig) {
+    cfg.devices.push(Device {
+        container_path: "/dev/infiniband/uverbs0".into(),
+        host_path: "/dev/null".into(),
+        permissions: "rw".into(),
+    });
+}
+
+fn finding<'a>(check: &'a Value, id: &str) -> &'a Value {
+    check["details"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["container_id"] == id)
+        .unwrap_or_else(|| panic!("container {id} not reported: {check}"))
+}
+
+#[test]
+#[ignore = "needs root and containerd: run via scripts/test.sh"]
+fn cri_containers_with_a_uverbs_device() {
+    let mut c = Containerd::new();
+    write(
+        &c.root(),
+        "/etc/rdma-node-agent/config.toml",
+        "[systemd]\nenabled = false\n",
+    );
+    c.start();
+    // As a pod without securityContext gets it: containerd's default capabilities.
+    let plain = c.running_with("rdma-plain", "runc", HOLD, uverbs);
+    // With `capabilities.add: ["IPC_LOCK"]`, as the fix says.
+    let locked = c.running_with("rdma-ipc-lock", "runc", HOLD, |cfg| {
+        uverbs(cfg);
+        cfg.linux = Some(LinuxContainerConfig {
+            security_context: Some(LinuxContainerSecurityContext {
+                capabilities: Some(Capability {
+                    add_capabilities: vec!["IPC_LOCK".into()],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    });
+    // A pod without the device.
+    let other = c.running("no-rdma", "runc", "exec sleep 600");
+
+    let report = json(&agent(
+        &c.root(),
+        &["check", "--only", "pods.rdma", "--json"],
+    ));
+    let check = &report["checks"][0];
+    assert_eq!(check["status"], "warn", "{check}");
+
+    let p = finding(check, &plain.id);
+    // containerd runs here with a soft memlock of 64 KiB and no base spec.
+    assert_eq!(p["problems"], json!(["no_ipc_lock", "low_memlock"]), "{p}");
+    assert_eq!(p["evidence"], "opens /dev/infiniband/uverbs0", "{p}");
+    assert_eq!(p["process"]["pid"], plain.pid);
+    assert_eq!(p["process"]["comm"], "sleep");
+    assert_eq!(p["process"]["memlock_soft"], "64KiB");
+    assert!(
+        p["pod_uid"].as_str().unwrap().starts_with("rdma-plain-"),
+        "{p}"
+    );
+    let msg = check["message"].as_str().unwrap();
+    assert!(
+        msg.contains(&format!(
+            "container {} (sleep, pid {}) opens /dev/infiniband/uverbs0 but lacks CAP_IPC_LOCK: \
+             NCCL will crash registering memory; add IPC_LOCK to securityContext.capabilities.add",
+            &plain.id[..12],
+            plain.pid
+        )),
+        "{msg}"
+    );
+
+    let l = finding(check, &locked.id);
+    assert_eq!(l["problems"], json!([]), "IPC_LOCK added: {l}");
+
+    assert!(
+        !check["details"]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["container_id"] == other.id.as_str()),
+        "a pod without RDMA devices was reported: {check}"
+    );
+    // The sandboxes (pause) are never reported.
+    for r in [&plain, &locked] {
+        assert!(
+            !check["details"]["containers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|x| x["container_id"] == r.pod.as_str()),
+            "sandbox reported: {check}"
+        );
+    }
+}
