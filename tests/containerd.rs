@@ -178,6 +178,11 @@ fn k3s_edits_config_and_template_together() {
     let t = node("k3s");
     let root = t.path();
     let dir = "/var/lib/rancher/k3s/agent/etc/containerd";
+    // k3s-agent.service runs containerd here (its unit is the one enabled): never
+    // a containerd.service that does not exist.
+    let plan = stdout(&agent(root, &["plan"]));
+    assert!(plan.contains("action: restart k3s-agent.service"), "{plan}");
+    assert!(!plan.contains("restart containerd.service"), "{plan}");
     apply_ok(root);
     for f in ["config.toml", "config.toml.tmpl"] {
         let text = read(root, &format!("{dir}/{f}"));
@@ -206,9 +211,34 @@ fn k3s_without_a_plain_template_is_refused_clearly() {
     assert_eq!(snapshot(root), before);
 
     std::fs::write(&tmpl, "{{ template \"base\" . }}\n").unwrap();
-    let o = agent(root, &["plan"]);
+    let before = snapshot(root);
+    let o = agent(root, &["apply"]);
     assert_eq!(code(&o), 1);
-    assert!(stderr(&o).contains("is a Go template"), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("is a Go template"), "{err}");
+    // What to add, and where.
+    assert!(
+        err.contains("[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.<handler>]"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("`base_runtime_spec = \"{SPEC}\"`")),
+        "{err}"
+    );
+    assert_eq!(snapshot(root), before);
+
+    // Done by hand as told (k3s then renders it into config.toml): the agent
+    // writes the spec file and leaves both TOML files alone.
+    let config = root.join("var/lib/rancher/k3s/agent/etc/containerd/config.toml");
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "runtime_type = \"io.containerd.runc.v2\"",
+        &format!("runtime_type = \"io.containerd.runc.v2\"\n  base_runtime_spec = \"{SPEC}\""),
+    );
+    std::fs::write(&config, &text).unwrap();
+    let o = agent(root, &["apply", "--no-restart"]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), text);
+    assert_eq!(memlock_of(&read(root, SPEC)), Some((u64::MAX, u64::MAX)));
 }
 
 /// A root holding only the given containerd config.
