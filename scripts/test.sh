@@ -66,6 +66,10 @@ export RDMA_AGENT_DEB="$CARGO_TARGET_DIR/dist/rdma-node-agent_${version}-1_amd64
 export RDMA_AGENT_DEB_UPGRADE="$CARGO_TARGET_DIR/dist/rdma-node-agent_${version}-2_amd64.deb"
 export RDMA_AGENT_RPM="$CARGO_TARGET_DIR/dist/rdma-node-agent-${version}-1.x86_64.rpm"
 
+# containerd 1.7 and 2.x from Debian's trixie and sid packages (unpacked into the
+# cache, not installed), for the real-world corpus test's `containerd config dump`.
+bash scripts/fetch-containerd.sh >/dev/null
+
 # Every failing test binary is reported, not only the first.
 cargo test --all-targets --no-fail-fast -- --include-ignored
 

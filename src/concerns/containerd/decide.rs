@@ -6,15 +6,13 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
-use super::effective::{Effective, Merge, winner};
+use super::effective::{Effective, Merge, RUNC_TYPE, winner};
 use super::spec::{self, Rlimits};
 use super::toml::Version;
 use super::{CHECK_ID, ConfigSet, ContainerdError, Decision, Facts, SPEC_OWNER};
 use crate::check::{Check, Status};
 use crate::config::ContainerdConfig;
 use crate::plan::{Action, ActionKind, FileChange, Plan};
-
-const RUNC_TYPE: &str = "io.containerd.runc.v2";
 
 /// How containerd merges this set: fixed by the config version where only one
 /// containerd major reads it, else by the installed containerd. When that is not
@@ -48,7 +46,7 @@ pub fn merge_for(
                     .join(", ")
             };
             Err(ContainerdError::Unknown(format!(
-                "cannot tell which runtime handlers containerd uses: {} read by {} gives [{}] (default {}), read by {} gives [{}] (default {}), and the installed containerd's version is not known (`containerd --version` and the dpkg database gave none). Set `daemon_version = 1` or `2` under [containerd] in the agent config",
+                "cannot tell which runtime handlers containerd uses: {} read by {} gives [{}] (default {}), read by {} gives [{}] (default {}) (1.x lets the last file's CRI table replace the others and its `runtimes` replace the built-in runc; 2.x merges both), and the installed containerd's version is not known (`containerd --version` and the dpkg database gave none). Set `daemon_version = 1` or `2` under [containerd] in the agent config",
                 files.join(" + "),
                 Merge::Replace.describe(),
                 names(&a),
@@ -136,6 +134,12 @@ pub fn decide(
         }
         for name in managed {
             let (file, table, current) = match eff.get(&name) {
+                Some(h) if h.implicit => {
+                    // A table we create must keep its runtime_type, or containerd
+                    // reads it as empty.
+                    set.files[h.file].set_str(&h.key("runtime_type"), RUNC_TYPE)?;
+                    (h.file, h.table.clone(), None)
+                }
                 Some(h) => (h.file, h.table.clone(), h.spec.clone()),
                 None if name == "runc" && name == default => {
                     // containerd's implicit default handler: a table we create must keep

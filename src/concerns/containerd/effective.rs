@@ -12,6 +12,9 @@
 use super::ConfigSet;
 use super::toml::{ConfigFile, Version};
 
+/// The runtime type of containerd's built-in `runc` handler.
+pub const RUNC_TYPE: &str = "io.containerd.runc.v2";
+
 /// How containerd merges imported files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Merge {
@@ -26,8 +29,8 @@ impl Merge {
 
     pub fn describe(self) -> &'static str {
         match self {
-            Merge::Replace => "containerd 1.x (an imported plugin table replaces the whole table)",
-            Merge::Deep => "containerd 2.x (imported tables merge key by key)",
+            Merge::Replace => "containerd 1.x",
+            Merge::Deep => "containerd 2.x",
         }
     }
 }
@@ -44,6 +47,9 @@ pub struct Handler {
     pub file: usize,
     /// The effective `runtime_type` (non-empty).
     pub runtime_type: Option<String>,
+    /// containerd's built-in `runc`, in no file: an edit must create its table
+    /// with its runtime type.
+    pub implicit: bool,
 }
 
 impl Handler {
@@ -121,6 +127,28 @@ impl Effective {
                 }
             }
         }
+        // containerd's built-in runc handler stays usable (by a RuntimeClass) where no
+        // file replaces it: 1.x decodes the winning file's `runtimes` table over the
+        // defaults (dropping runc), 2.x merges into them (keeping it).
+        let builtin = match merge {
+            Merge::Replace => set.files[winner(set)].get(&runtimes).is_none(),
+            Merge::Deep => true,
+        };
+        if builtin && !handlers.iter().any(|h| h.name == "runc") {
+            let mut table: Vec<String> = runtimes.iter().map(|s| s.to_string()).collect();
+            table.push("runc".to_owned());
+            handlers.push(Handler {
+                name: "runc".to_owned(),
+                table,
+                spec: None,
+                file: match merge {
+                    Merge::Replace => winner(set),
+                    Merge::Deep => 0,
+                },
+                runtime_type: Some(RUNC_TYPE.to_owned()),
+                implicit: true,
+            });
+        }
         handlers.sort_by(|a, b| a.name.cmp(&b.name));
         Effective { handlers, default }
     }
@@ -162,6 +190,7 @@ fn merge_into(
                 spec: None,
                 file: idx,
                 runtime_type: None,
+                implicit: false,
             });
             handlers.len() - 1
         }
@@ -212,7 +241,11 @@ mod tests {
     fn containerd_1_keeps_only_the_last_cri_table() {
         let e = Effective::of(&set(&[MAIN, DROPIN]), Merge::Replace);
         let names: Vec<&str> = e.handlers.iter().map(|h| h.name.as_str()).collect();
-        assert_eq!(names, ["nvidia"], "the main file's runc is hidden");
+        assert_eq!(
+            names,
+            ["nvidia"],
+            "the main file's runc is hidden, the built-in too"
+        );
         assert_eq!(e.default, "nvidia");
         assert_eq!(e.handlers[0].file, 1);
     }
@@ -234,7 +267,13 @@ mod tests {
         let e = Effective::of(&set(&[v1]), Merge::Replace);
         assert_eq!(e.default, "default");
         let names: Vec<&str> = e.handlers.iter().map(|h| h.name.as_str()).collect();
-        assert_eq!(names, ["default"], "an empty untrusted table is no handler");
+        // No `runtimes` table: containerd's built-in runc stays too.
+        assert_eq!(
+            names,
+            ["default", "runc"],
+            "an empty untrusted table is no handler"
+        );
+        assert!(e.handlers[1].implicit);
         assert_eq!(
             e.handlers[0].key("base_runtime_spec"),
             [
@@ -247,7 +286,8 @@ mod tests {
         );
         // containerd 2.x reads neither.
         let e = Effective::of(&set(&[v1]), Merge::Deep);
-        assert!(e.handlers.is_empty());
+        let names: Vec<&str> = e.handlers.iter().map(|h| h.name.as_str()).collect();
+        assert_eq!(names, ["runc"]);
         assert_eq!(e.default, "runc");
     }
 
@@ -255,7 +295,20 @@ mod tests {
     fn runhcs_is_not_linux() {
         let t = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runhcs-wcow-process]\n\
             runtime_type = \"io.containerd.runhcs.v1\"\n";
-        let e = Effective::of(&set(&[t]), Merge::Deep);
+        let e = Effective::of(&set(&[t]), Merge::Replace);
+        assert_eq!(e.handlers.len(), 1);
         assert!(!e.handlers[0].linux());
+    }
+
+    #[test]
+    fn containerd_2_keeps_its_builtin_runc_beside_other_handlers() {
+        // As `containerd config dump` of containerd 2.1 shows for this file.
+        let t = "version = 3\n[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.nvidia]\n\
+            runtime_type = \"io.containerd.runc.v2\"\n";
+        let e = Effective::of(&set(&[t]), Merge::Deep);
+        let names: Vec<&str> = e.handlers.iter().map(|h| h.name.as_str()).collect();
+        assert_eq!(names, ["nvidia", "runc"]);
+        let e = Effective::of(&set(&[t]), Merge::Replace);
+        assert_eq!(e.handlers.len(), 1, "1.x drops it");
     }
 }

@@ -3,17 +3,14 @@
 //! from config.toml.tmpl) or microk8s (a snap service, config regenerated from
 //! containerd-template.toml). Loads the main file and its imports in containerd's order.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use super::effective::Effective;
-use super::spec::{self, SpecError};
 use super::toml::{ConfigFile, Version};
-use super::{ConfigSet, ContainerdError, Facts, Started};
+use super::{ConfigSet, ContainerdError};
 use crate::config::ContainerdConfig;
-use crate::host::snapshot::Snapshot;
 use crate::host::{Host, HostError};
-use crate::procfs;
 use crate::systemd::ServiceManager;
 
 /// containerd ≥ 2.2 imports these by default when config.toml names no imports.
@@ -39,14 +36,14 @@ pub enum Layout {
     Microk8s,
 }
 
-struct Rancher {
-    distro: &'static str,
-    config: &'static str,
-    units: [&'static str; 2],
-    socket: &'static str,
+pub(super) struct Rancher {
+    pub distro: &'static str,
+    pub config: &'static str,
+    pub units: [&'static str; 2],
+    pub socket: &'static str,
 }
 
-const RANCHERS: [Rancher; 2] = [
+pub(super) const RANCHERS: [Rancher; 2] = [
     Rancher {
         distro: "k3s",
         config: "/var/lib/rancher/k3s/agent/etc/containerd/config.toml",
@@ -61,121 +58,9 @@ const RANCHERS: [Rancher; 2] = [
     },
 ];
 
-/// `owned_specs`: spec files the agent created earlier (from its ledger): a handler
-/// pointing at one of them follows `base_spec_path` when that setting changes.
-pub fn gather(
-    host: &Snapshot,
-    cfg: &ContainerdConfig,
-    manager: Option<&dyn ServiceManager>,
-    owned_specs: &BTreeSet<PathBuf>,
-) -> Result<Facts, ContainerdError> {
-    let (main_path, layout) = config_path(host, cfg);
-    let set = load_set(host, &main_path)?;
-    let template = match &layout {
-        Layout::Plain => None,
-        Layout::Rancher { .. } => load_rancher_template(host, &set, &cfg.base_spec_path)?,
-        Layout::Microk8s => Some(load_microk8s_template(host)?),
-    };
-    let unit = unit_for(host, cfg, &layout, manager)?;
-    let daemon_major = daemon_major(host, cfg);
-
-    // The specs containerd reads (those the handlers reference), and the ones the
-    // agent may write: its configured path and the spec files it created before.
-    // Under every merge containerd might apply, so none is missed.
-    let mut referenced: BTreeSet<PathBuf> = BTreeSet::new();
-    for s in std::iter::once(&set).chain(template.as_ref()) {
-        for merge in super::Merge::ALL {
-            let e = Effective::of(s, merge);
-            referenced.extend(
-                e.handlers
-                    .into_iter()
-                    .filter_map(|h| h.spec.map(PathBuf::from)),
-            );
-        }
-    }
-    let mut spec_paths = referenced.clone();
-    spec_paths.insert(cfg.base_spec_path.clone());
-    spec_paths.extend(owned_specs.iter().cloned());
-    let mut specs = BTreeMap::new();
-    // Only what containerd reads can make a restart due.
-    let mut newest = set
-        .files
-        .iter()
-        .filter_map(|f| host.read(&f.path).ok().flatten()?.modified)
-        .max();
-    for p in spec_paths {
-        let data = host.read(&p)?;
-        if let Some(d) = data.as_ref().filter(|_| referenced.contains(&p)) {
-            newest = newest.max(d.modified);
-        }
-        let entry = match data {
-            None => None,
-            Some(d) => Some((
-                String::from_utf8(d.bytes).map_err(|_| ContainerdError::Spec {
-                    path: host.path(&p),
-                    source: SpecError::Json("not UTF-8".into()),
-                })?,
-                d.mode,
-            )),
-        };
-        specs.insert(p, entry);
-    }
-
-    let (template_spec, template_source) = match host.run("ctr", &["oci", "spec"]) {
-        Some(Ok(out)) if out.status.success() => match spec::template_from_ctr(&out.stdout) {
-            Some(t) => (t, "ctr oci spec".to_owned()),
-            None => builtin_template(),
-        },
-        _ => builtin_template(),
-    };
-
-    let containerd_started = match manager.and_then(|m| m.status(&unit).ok()) {
-        Some(st) if st.active_state == "active" => st.started.map(|at| Started { at, exact: true }),
-        Some(_) => None,
-        None => procfs::find_by_comm(host, "containerd")?
-            .and_then(|pid| procfs::start_time(host, pid))
-            .map(|at| Started { at, exact: false }),
-    };
-    let default_socket = match &layout {
-        Layout::Plain => "/run/containerd/containerd.sock",
-        Layout::Rancher { distro } => RANCHERS
-            .iter()
-            .find(|r| r.distro == *distro)
-            .map_or("/run/k3s/containerd/containerd.sock", |r| r.socket),
-        Layout::Microk8s => "/var/snap/microk8s/common/run/containerd.sock",
-    };
-    let grpc_address = set.files[0]
-        .get_str(&["grpc", "address"])
-        .unwrap_or(default_socket)
-        .into();
-
-    Ok(Facts {
-        set,
-        layout,
-        template,
-        daemon_major,
-        unit,
-        specs,
-        template_spec,
-        template_source,
-        containerd_started,
-        newest_change: newest,
-        owned_specs: owned_specs.clone(),
-        live: host.is_live(),
-        grpc_address,
-    })
-}
-
-fn builtin_template() -> (String, String) {
-    (
-        spec::BUILTIN_DEFAULT.to_owned(),
-        "built-in default (containerd 1.6)".to_owned(),
-    )
-}
-
 /// The configured path; when that is the default and absent, k3s's, rke2's or
 /// microk8s's when one of theirs exists.
-fn config_path(host: &Host, cfg: &ContainerdConfig) -> (PathBuf, Layout) {
+pub(super) fn config_path(host: &Host, cfg: &ContainerdConfig) -> (PathBuf, Layout) {
     let default = ContainerdConfig::default().config_path;
     let rancher = |p: &Path| {
         RANCHERS
@@ -212,7 +97,7 @@ pub fn containerd_unit(
 
 /// The unit that runs containerd: configured, else the layout's; for k3s and rke2
 /// the server or agent unit that is active, or else the one enabled or installed.
-fn unit_for(
+pub(super) fn unit_for(
     host: &Host,
     cfg: &ContainerdConfig,
     layout: &Layout,
@@ -266,7 +151,7 @@ fn unit_for(
 
 /// The installed containerd's major version: `containerd --version` on the live
 /// host, else the Debian package's version recorded under the root.
-fn daemon_major(host: &Host, cfg: &ContainerdConfig) -> Option<u32> {
+pub(super) fn daemon_major(host: &Host, cfg: &ContainerdConfig) -> Option<u32> {
     if let Some(v) = cfg.daemon_version {
         return Some(v);
     }
@@ -408,7 +293,7 @@ fn is_glob(s: &str) -> bool {
 /// The plain-TOML template k3s/rke2 regenerate config.toml from. A Go template
 /// the agent cannot edit: once an admin has added the spec to every handler in
 /// it by hand (so config.toml has it too), the agent only maintains the spec file.
-fn load_rancher_template(
+pub(super) fn load_rancher_template(
     host: &Host,
     set: &ConfigSet,
     spec_path: &Path,
@@ -458,7 +343,7 @@ fn load_rancher_template(
 
 /// microk8s's template: plain TOML whose `${SNAP_DATA}`-style placeholders are
 /// filled in by sed at each start of its containerd service.
-fn load_microk8s_template(host: &Host) -> Result<ConfigSet, ContainerdError> {
+pub(super) fn load_microk8s_template(host: &Host) -> Result<ConfigSet, ContainerdError> {
     let tmpl = Path::new(MICROK8S_DIR).join("containerd-template.toml");
     if !host.exists(&tmpl) {
         return Err(ContainerdError::Rancher(format!(

@@ -6,6 +6,7 @@
 pub mod concern;
 mod decide;
 pub mod effective;
+mod gather;
 pub mod layout;
 pub mod spec;
 pub mod toml;
@@ -13,7 +14,8 @@ pub mod validate;
 
 pub use decide::{check, decide};
 pub use effective::{Effective, Handler, Merge};
-pub use layout::{Layout, gather, load_set, version_of};
+pub use gather::gather;
+pub use layout::{Layout, load_set, version_of};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
