@@ -9,6 +9,7 @@ pub mod effective;
 mod gather;
 pub mod layout;
 pub mod spec;
+mod splice;
 pub mod toml;
 pub mod validate;
 
