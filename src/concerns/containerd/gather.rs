@@ -31,7 +31,7 @@ pub fn gather(
         Layout::Microk8s => Some(load_microk8s_template(host)?),
     };
     let unit = unit_for(host, cfg, &layout, manager)?;
-    let daemon_major = daemon_major(host, cfg);
+    let daemon_major = daemon_major(host, cfg, &layout);
 
     // The specs containerd reads (those the handlers reference), and the ones the
     // agent may write: its configured path and the spec files it created before.

@@ -149,19 +149,39 @@ pub(super) fn unit_for(
     }
 }
 
-/// The installed containerd's major version: `containerd --version` on the live
-/// host, else the Debian package's version recorded under the root.
-pub(super) fn daemon_major(host: &Host, cfg: &ContainerdConfig) -> Option<u32> {
+/// Where k3s, rke2 and microk8s keep the containerd they run (not on PATH).
+const BUNDLED: &[(&str, &str)] = &[
+    ("k3s", "/var/lib/rancher/k3s/data/current/bin/containerd"),
+    ("rke2", "/var/lib/rancher/rke2/bin/containerd"),
+    ("microk8s", "/snap/microk8s/current/bin/containerd"),
+];
+
+/// The installed containerd's major version: `--version` of the containerd that
+/// runs here on the live host (a distribution's bundled one first), else the
+/// Debian package's version recorded under the root.
+pub(super) fn daemon_major(host: &Host, cfg: &ContainerdConfig, layout: &Layout) -> Option<u32> {
     if let Some(v) = cfg.daemon_version {
         return Some(v);
     }
-    let binary = cfg.binary.to_string_lossy();
-    if let Some(Ok(out)) = host.run(&binary, &["--version"]) {
-        if out.status.success() {
-            // "containerd github.com/containerd/containerd 1.6.20~ds1 <commit>"
-            let text = String::from_utf8_lossy(&out.stdout);
-            if let Some(m) = text.split_whitespace().nth(2).and_then(major_of) {
-                return Some(m);
+    let who = match layout {
+        Layout::Plain => "",
+        Layout::Rancher { distro } => distro,
+        Layout::Microk8s => "microk8s",
+    };
+    let binary = cfg.binary.to_string_lossy().into_owned();
+    let candidates = BUNDLED
+        .iter()
+        .filter(|(d, _)| *d == who)
+        .map(|(_, p)| (*p).to_owned())
+        .chain(std::iter::once(binary));
+    for bin in candidates {
+        if let Some(Ok(out)) = host.run(&bin, &["--version"]) {
+            if out.status.success() {
+                // "containerd github.com/containerd/containerd 1.6.20~ds1 <commit>"
+                let text = String::from_utf8_lossy(&out.stdout);
+                if let Some(m) = text.split_whitespace().nth(2).and_then(major_of) {
+                    return Some(m);
+                }
             }
         }
     }
