@@ -2,6 +2,14 @@
 //! containers from a base OCI spec whose RLIMIT_MEMLOCK is the target.
 //!
 //! gather (files under the root) → decide (pure: handlers, edits, checks) → plan.
+//!
+//! - `layout`: who runs containerd (containerd.service, k3s/rke2, microk8s), which
+//!   files it reads in which order, and its major version;
+//! - `effective`: the handlers CRI will use once those files are merged, as the
+//!   installed containerd merges them;
+//! - `decide`: the edits that give each of them the base spec, and the check;
+//! - `toml`, `spec`, `splice`: style-keeping edits of config.toml and base specs;
+//! - `validate`: containerd's own parser on the edited files before any write.
 
 pub mod concern;
 mod decide;
