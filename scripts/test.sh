@@ -100,6 +100,10 @@ phase clippy cargo clippy --all-targets --quiet -- -D warnings
 phase test-build cargo test --all-targets --no-run --quiet
 wait_lanes
 
+# containerd 1.7 and 2.x from Debian's trixie and sid packages (unpacked into the
+# cache, not installed), for the real-world corpus test's `containerd config dump`.
+phase fetch-containerd bash scripts/fetch-containerd.sh
+
 export RDMA_AGENT_DEB="$dist/rdma-node-agent_${version}-1_amd64.deb"
 export RDMA_AGENT_DEB_UPGRADE="$dist/rdma-node-agent_${version}-2_amd64.deb"
 export RDMA_AGENT_RPM="$dist/rdma-node-agent-${version}-1.x86_64.rpm"

@@ -172,6 +172,12 @@ pub struct ContainerdConfig {
     pub rlimits: BTreeMap<RlimitName, Limit>,
     /// The containerd binary used to validate an edited config (`containerd config dump`).
     pub binary: PathBuf,
+    /// The systemd unit that runs containerd; unset: detected (containerd.service,
+    /// k3s/k3s-agent, rke2-server/rke2-agent, microk8s's snap service).
+    pub unit: Option<String>,
+    /// The installed containerd's major version (1 or 2), when the agent cannot ask
+    /// it: it decides how imported files merge. Unset: `containerd --version`.
+    pub daemon_version: Option<u32>,
 }
 
 impl Default for ContainerdConfig {
@@ -184,6 +190,8 @@ impl Default for ContainerdConfig {
             base_spec_path: "/etc/containerd/rdma-node-agent/base-spec.json".into(),
             rlimits: BTreeMap::new(),
             binary: "containerd".into(),
+            unit: None,
+            daemon_version: None,
         }
     }
 }

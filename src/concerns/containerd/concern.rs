@@ -1,7 +1,7 @@
 //! `containerd.memlock` as a concern: the engine's view of this module.
 
 use super::validate::{self, Validation};
-use super::{CHECK_ID, Facts, SPEC_OWNER, UNIT, check, decide, gather};
+use super::{CHECK_ID, Facts, SPEC_OWNER, check, decide, gather};
 use crate::config::Config;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::engine::observe::Observation;
@@ -60,7 +60,7 @@ impl Concern for Memlock {
                 grpc_address: f.grpc_address.clone(),
             }],
             verify: vec![(
-                UNIT.to_owned(),
+                f.unit.clone(),
                 Verify::Containerd {
                     grpc_address: f.grpc_address.clone(),
                 },
@@ -70,7 +70,7 @@ impl Concern for Memlock {
         let decision = match decide(f, cfg, &|p| g.host.path(p)) {
             Ok(x) => x,
             Err(e) => {
-                d.checks.push(check(Some(f), &Err(e.to_string()), cfg));
+                d.checks.push(check(Some(f), &Err(&e), cfg));
                 d.blocked = Some(e.to_string());
                 return d;
             }

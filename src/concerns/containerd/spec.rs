@@ -57,7 +57,9 @@ pub fn generate(template: &str, limits: &Rlimits) -> Result<String, SpecError> {
 /// exactly ours. Otherwise (an operator's file): ours are added or replaced, the
 /// others kept. Formatting (indent, final newline) follows the original.
 pub fn patch(text: &str, limits: &Rlimits, own: bool) -> Result<String, SpecError> {
-    let mut spec: Value = serde_json::from_str(text).map_err(|e| SpecError::Json(e.to_string()))?;
+    // A byte-order mark is the operator's; serde_json does not read past it.
+    let body = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut spec: Value = serde_json::from_str(body).map_err(|e| SpecError::Json(e.to_string()))?;
     validate(&spec)?;
     let process = spec
         .get_mut("process")
@@ -69,13 +71,16 @@ pub fn patch(text: &str, limits: &Rlimits, own: bool) -> Result<String, SpecErro
         .cloned()
         .unwrap_or_default();
     let ours = limits.entries();
+    // New entries write soft and hard in the order the file's entries use.
+    let model = existing.first().cloned();
     let mut out: Vec<Value> = Vec::new();
     if !own {
-        // Keep the operator's entries in place, replacing the ones we set.
+        // Keep the operator's entries in place, replacing the ones we set (their
+        // key order included).
         for e in existing {
             let ty = e.get("type").and_then(Value::as_str).unwrap_or_default();
             match ours.iter().find(|(t, _)| t == ty) {
-                Some((t, l)) => out.push(rlimit(t, *l)),
+                Some((t, l)) => out.push(rlimit_like(Some(&e), t, *l)),
                 None => out.push(e),
             }
         }
@@ -85,11 +90,15 @@ pub fn patch(text: &str, limits: &Rlimits, own: bool) -> Result<String, SpecErro
             .iter()
             .any(|e| e.get("type").and_then(Value::as_str) == Some(t));
         if !present {
-            out.push(rlimit(t, *l));
+            out.push(rlimit_like(model.as_ref(), t, *l));
         }
     }
-    process.insert("rlimits".into(), Value::Array(out));
-    let (indent, pretty) = detect_format(text);
+    let rlimits = Value::Array(out);
+    if let Some(edited) = super::splice::set_rlimits(text, &rlimits) {
+        return Ok(edited);
+    }
+    process.insert("rlimits".into(), rlimits);
+    let (indent, pretty) = detect_format(body);
     let mut rendered = render(&spec, &indent, pretty);
     if !text.ends_with('\n') {
         rendered.pop();
@@ -99,7 +108,7 @@ pub fn patch(text: &str, limits: &Rlimits, own: bool) -> Result<String, SpecErro
 
 /// The soft and hard RLIMIT_MEMLOCK a spec sets, if any.
 pub fn memlock(text: &str) -> Option<(u64, u64)> {
-    let spec: Value = serde_json::from_str(text).ok()?;
+    let spec: Value = serde_json::from_str(text.trim_start_matches('\u{feff}')).ok()?;
     spec.pointer("/process/rlimits")?
         .as_array()?
         .iter()
@@ -134,6 +143,30 @@ pub fn validate(spec: &Value) -> Result<(), SpecError> {
         ));
     }
     Ok(())
+}
+
+/// An entry for `ty` keyed in the order of `model` (an entry of the same file).
+fn rlimit_like(model: Option<&Value>, ty: &str, l: Limit) -> Value {
+    let Some(order) = model.and_then(Value::as_object) else {
+        return rlimit(ty, l);
+    };
+    let mut e = serde_json::Map::new();
+    for k in order.keys() {
+        match k.as_str() {
+            "type" => e.insert(k.clone(), json!(ty)),
+            "soft" | "hard" => e.insert(k.clone(), json!(l.0)),
+            _ => None,
+        };
+    }
+    for k in ["type", "hard", "soft"] {
+        if !e.contains_key(k) {
+            e.insert(
+                k.to_owned(),
+                if k == "type" { json!(ty) } else { json!(l.0) },
+            );
+        }
+    }
+    Value::Object(e)
 }
 
 fn rlimit(ty: &str, l: Limit) -> Value {

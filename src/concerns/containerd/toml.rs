@@ -75,6 +75,10 @@ pub struct ConfigFile {
     pub original: Option<String>,
     pub doc: DocumentMut,
     pub mode: u32,
+    /// The file starts with a UTF-8 byte-order mark, kept on write.
+    bom: bool,
+    /// The file's lines end in CRLF; lines the agent adds do too.
+    crlf: bool,
 }
 
 impl ConfigFile {
@@ -84,28 +88,49 @@ impl ConfigFile {
         text: Option<String>,
         mode: u32,
     ) -> Result<ConfigFile, ContainerdError> {
+        let bom = text.as_deref().is_some_and(|t| t.starts_with('\u{feff}'));
+        let crlf = text.as_deref().is_some_and(|t| t.contains("\r\n"));
         let doc = match &text {
             None => DocumentMut::new(),
-            Some(t) => t.parse::<DocumentMut>().map_err(|e| {
-                let (line, column) = e.span().map(|s| line_col(t, s.start)).unwrap_or((1, 1));
-                ContainerdError::Syntax {
-                    path: shown.to_owned(),
-                    line,
-                    column,
-                    message: e.message().trim().to_owned(),
-                }
-            })?,
+            Some(t) => t
+                .trim_start_matches('\u{feff}')
+                .parse::<DocumentMut>()
+                .map_err(|e| {
+                    let (line, column) = e.span().map(|s| line_col(t, s.start)).unwrap_or((1, 1));
+                    ContainerdError::Syntax {
+                        path: shown.to_owned(),
+                        line,
+                        column,
+                        message: e.message().trim().to_owned(),
+                    }
+                })?,
         };
         Ok(ConfigFile {
             path: path.to_owned(),
             original: text,
             doc,
             mode,
+            bom,
+            crlf,
         })
     }
 
     pub fn rendered(&self) -> String {
-        self.doc.to_string()
+        let mut text = self.doc.to_string();
+        if self.crlf {
+            text = text.replace("\r\n", "\n").replace('\n', "\r\n");
+        }
+        if self.bom {
+            text.insert(0, '\u{feff}');
+        }
+        text
+    }
+
+    /// The file writes strings as literals ('…') rather than basic strings ("…"),
+    /// as containerd 2.x's `config default` does.
+    fn prefers_literal(&self) -> bool {
+        let t = self.original.as_deref().unwrap_or_default();
+        t.matches("= '").count() > t.matches("= \"").count()
     }
 
     pub fn changed(&self) -> bool {
@@ -132,6 +157,7 @@ impl ConfigFile {
     /// a new key takes the indentation of its siblings.
     pub fn set_str(&mut self, path: &[&str], value: &str) -> Result<(), ContainerdError> {
         let (leaf, parents) = path.split_last().expect("non-empty key path");
+        let file_literal = self.prefers_literal();
         let table =
             ensure_table(self.doc.as_item_mut(), parents).map_err(|at| ContainerdError::Shape {
                 path: self.path.clone(),
@@ -139,9 +165,11 @@ impl ConfigFile {
             })?;
         match table.get_mut(leaf) {
             Some(item) if item.is_value() => {
-                // Keep the value's surrounding whitespace and trailing comment.
+                // Keep the value's surrounding whitespace and trailing comment,
+                // and its quote style.
+                let literal = item.as_value().map_or(file_literal, is_literal);
                 let decor = item.as_value().map(|v| v.decor().clone());
-                let mut v = Value::from(value);
+                let mut v = string(value, literal);
                 if let Some(d) = decor {
                     *v.decor_mut() = d;
                 }
@@ -155,13 +183,37 @@ impl ConfigFile {
             }
             None => {
                 let indent = sibling_indent(table);
-                table.insert(leaf, Item::Value(Value::from(value)));
+                let literal = table
+                    .iter()
+                    .find_map(|(_, v)| v.as_value().filter(|v| v.is_str()).map(is_literal))
+                    .unwrap_or(file_literal);
+                table.insert(leaf, Item::Value(string(value, literal)));
                 if let (Some(indent), Some(mut key)) = (indent, table.key_mut(leaf)) {
                     key.leaf_decor_mut().set_prefix(indent);
                 }
             }
         }
         Ok(())
+    }
+}
+
+/// A string value written as a literal ('…') when asked and possible.
+fn string(value: &str, literal: bool) -> Value {
+    if literal && !value.contains(['\'', '\n', '\r']) {
+        if let Ok(v) = format!("'{value}'").parse::<Value>() {
+            return v;
+        }
+    }
+    Value::from(value)
+}
+
+fn is_literal(v: &Value) -> bool {
+    match v {
+        Value::String(s) => s
+            .as_repr()
+            .and_then(|r| r.as_raw().as_str())
+            .is_some_and(|r| r.starts_with('\'')),
+        _ => false,
     }
 }
 

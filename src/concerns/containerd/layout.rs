@@ -1,0 +1,422 @@
+//! Where containerd's config lives and who runs containerd: a distribution's
+//! containerd.service, k3s/rke2 (a child of their own unit, config regenerated
+//! from config.toml.tmpl) or microk8s (a snap service, config regenerated from
+//! containerd-template.toml). Loads the main file and its imports in containerd's order.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use super::effective::Effective;
+use super::toml::{ConfigFile, Version};
+use super::{ConfigSet, ContainerdError};
+use crate::config::ContainerdConfig;
+use crate::host::{Host, HostError};
+use crate::systemd::ServiceManager;
+
+/// containerd ≥ 2.2 imports these by default when config.toml names no imports.
+const DEFAULT_V3_IMPORTS: &str = "/etc/containerd/conf.d/*.toml";
+const MICROK8S_DIR: &str = "/var/snap/microk8s/current/args";
+pub const MICROK8S_UNIT: &str = "snap.microk8s.daemon-containerd.service";
+/// Where systemd unit files are installed, the admin's first.
+const UNIT_DIRS: &[&str] = &[
+    "/etc/systemd/system",
+    "/usr/local/lib/systemd/system",
+    "/lib/systemd/system",
+    "/usr/lib/systemd/system",
+];
+
+/// Who runs containerd, which decides what is edited and what is restarted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Layout {
+    /// containerd.service reads /etc/containerd/config.toml (or the configured path).
+    Plain,
+    /// k3s or rke2 run containerd as a child and regenerate its config at start.
+    Rancher { distro: &'static str },
+    /// microk8s regenerates args/containerd.toml from containerd-template.toml.
+    Microk8s,
+}
+
+pub(super) struct Rancher {
+    pub distro: &'static str,
+    pub config: &'static str,
+    pub units: [&'static str; 2],
+    pub socket: &'static str,
+}
+
+pub(super) const RANCHERS: [Rancher; 2] = [
+    Rancher {
+        distro: "k3s",
+        config: "/var/lib/rancher/k3s/agent/etc/containerd/config.toml",
+        units: ["k3s.service", "k3s-agent.service"],
+        socket: "/run/k3s/containerd/containerd.sock",
+    },
+    Rancher {
+        distro: "rke2",
+        config: "/var/lib/rancher/rke2/agent/etc/containerd/config.toml",
+        units: ["rke2-server.service", "rke2-agent.service"],
+        socket: "/run/k3s/containerd/containerd.sock",
+    },
+];
+
+/// The configured path; when that is the default and absent, k3s's, rke2's or
+/// microk8s's when one of theirs exists.
+pub(super) fn config_path(host: &Host, cfg: &ContainerdConfig) -> (PathBuf, Layout) {
+    let default = ContainerdConfig::default().config_path;
+    let rancher = |p: &Path| {
+        RANCHERS
+            .iter()
+            .find(|r| Path::new(r.config) == p)
+            .map(|r| r.distro)
+    };
+    let microk8s = Path::new(MICROK8S_DIR).join("containerd.toml");
+    if cfg.config_path == default && !host.exists(&default) {
+        if let Some(r) = RANCHERS.iter().find(|r| host.exists(Path::new(r.config))) {
+            return (r.config.into(), Layout::Rancher { distro: r.distro });
+        }
+        if host.exists(&microk8s) {
+            return (microk8s, Layout::Microk8s);
+        }
+    }
+    let layout = match rancher(&cfg.config_path) {
+        Some(distro) => Layout::Rancher { distro },
+        None if cfg.config_path == microk8s => Layout::Microk8s,
+        None => Layout::Plain,
+    };
+    (cfg.config_path.clone(), layout)
+}
+
+/// The unit that runs containerd on this host (for the LimitMEMLOCK drop-in too).
+pub fn containerd_unit(
+    host: &Host,
+    cfg: &ContainerdConfig,
+    manager: Option<&dyn ServiceManager>,
+) -> Result<String, ContainerdError> {
+    let (_, layout) = config_path(host, cfg);
+    unit_for(host, cfg, &layout, manager)
+}
+
+/// The unit that runs containerd: configured, else the layout's; for k3s and rke2
+/// the server or agent unit that is active, or else the one enabled or installed.
+pub(super) fn unit_for(
+    host: &Host,
+    cfg: &ContainerdConfig,
+    layout: &Layout,
+    manager: Option<&dyn ServiceManager>,
+) -> Result<String, ContainerdError> {
+    if let Some(u) = &cfg.unit {
+        return Ok(u.clone());
+    }
+    let distro = match layout {
+        Layout::Plain => return Ok(super::UNIT.to_owned()),
+        Layout::Microk8s => return Ok(MICROK8S_UNIT.to_owned()),
+        Layout::Rancher { distro } => *distro,
+    };
+    let r = RANCHERS
+        .iter()
+        .find(|r| r.distro == distro)
+        .expect("a known distribution");
+    if let Some(m) = manager {
+        if let Some(u) = r.units.iter().find(|u| {
+            m.status(u)
+                .is_ok_and(|s| s.active_state == "active" || s.active_state == "activating")
+        }) {
+            return Ok((*u).to_owned());
+        }
+    }
+    let enabled: Vec<&str> = r
+        .units
+        .iter()
+        .copied()
+        .filter(|u| host.exists(&Path::new("/etc/systemd/system/multi-user.target.wants").join(u)))
+        .collect();
+    let installed: Vec<&str> = r
+        .units
+        .iter()
+        .copied()
+        .filter(|u| UNIT_DIRS.iter().any(|d| host.exists(&Path::new(d).join(u))))
+        .collect();
+    match (enabled.as_slice(), installed.as_slice()) {
+        ([one], _) | ([], [one]) => Ok((*one).to_owned()),
+        _ => Err(ContainerdError::Rancher(format!(
+            "{distro} runs containerd here, but the agent cannot tell which of {} does ({}): set `unit = \"…\"` under [containerd] in the agent config",
+            r.units.join(" and "),
+            if installed.is_empty() {
+                "neither unit file is installed".to_owned()
+            } else {
+                format!("{} installed, none active", installed.join(" and "))
+            }
+        ))),
+    }
+}
+
+/// Where k3s, rke2 and microk8s keep the containerd they run (not on PATH).
+const BUNDLED: &[(&str, &str)] = &[
+    ("k3s", "/var/lib/rancher/k3s/data/current/bin/containerd"),
+    ("rke2", "/var/lib/rancher/rke2/bin/containerd"),
+    ("microk8s", "/snap/microk8s/current/bin/containerd"),
+];
+
+/// The installed containerd's major version: `--version` of the containerd that
+/// runs here on the live host (a distribution's bundled one first), else the
+/// Debian package's version recorded under the root.
+pub(super) fn daemon_major(host: &Host, cfg: &ContainerdConfig, layout: &Layout) -> Option<u32> {
+    if let Some(v) = cfg.daemon_version {
+        return Some(v);
+    }
+    let who = match layout {
+        Layout::Plain => "",
+        Layout::Rancher { distro } => distro,
+        Layout::Microk8s => "microk8s",
+    };
+    let binary = cfg.binary.to_string_lossy().into_owned();
+    let candidates = BUNDLED
+        .iter()
+        .filter(|(d, _)| *d == who)
+        .map(|(_, p)| (*p).to_owned())
+        .chain(std::iter::once(binary));
+    for bin in candidates {
+        if let Some(Ok(out)) = host.run(&bin, &["--version"]) {
+            if out.status.success() {
+                // "containerd github.com/containerd/containerd 1.6.20~ds1 <commit>"
+                let text = String::from_utf8_lossy(&out.stdout);
+                if let Some(m) = text.split_whitespace().nth(2).and_then(major_of) {
+                    return Some(m);
+                }
+            }
+        }
+    }
+    let status = host
+        .read_string(Path::new("/var/lib/dpkg/status"))
+        .ok()
+        .flatten()?;
+    status.split("\n\n").find_map(|stanza| {
+        let field = |name: &str| {
+            stanza
+                .lines()
+                .find_map(|l| l.strip_prefix(name).map(str::trim))
+        };
+        let installed = field("Status:").is_some_and(|s| s.ends_with("installed"));
+        let package = field("Package:")?;
+        (installed && matches!(package, "containerd" | "containerd.io"))
+            .then(|| field("Version:").and_then(major_of))
+            .flatten()
+    })
+}
+
+/// "1.6.20~ds1-1", "v1.7.23-k3s1", "2.0.0" → the major version.
+fn major_of(v: &str) -> Option<u32> {
+    let v = v.trim_start_matches('v');
+    let v = v.split_once(':').map_or(v, |(_, rest)| rest); // a Debian epoch
+    v.split('.').next()?.parse().ok()
+}
+
+fn read_file(host: &Host, path: &Path) -> Result<ConfigFile, ContainerdError> {
+    let data = host.read(path)?;
+    let (text, mode) = match data {
+        None => (None, 0o644),
+        Some(d) => (
+            Some(String::from_utf8(d.bytes).map_err(|_| HostError::NotUtf8 {
+                path: host.path(path),
+            })?),
+            d.mode,
+        ),
+    };
+    ConfigFile::parse(path, &host.path(path), text, mode)
+}
+
+pub fn version_of(file: &ConfigFile, shown: &Path) -> Result<Version, ContainerdError> {
+    match file.get(&["version"]) {
+        None => Ok(Version::V1),
+        Some(item) => match item.as_integer() {
+            Some(1) => Ok(Version::V1),
+            Some(2) => Ok(Version::V2),
+            Some(3) => Ok(Version::V3),
+            Some(4) => Ok(Version::V4),
+            _ => Err(ContainerdError::Version {
+                path: shown.to_owned(),
+                found: item.to_string().trim().to_owned(),
+            }),
+        },
+    }
+}
+
+/// The main file and, breadth-first as containerd loads them, its imports.
+pub fn load_set(host: &Host, main_path: &Path) -> Result<ConfigSet, ContainerdError> {
+    let mut main = read_file(host, main_path)?;
+    if main.original.is_none() {
+        // A new file must say its version: without one containerd reads version 1.
+        // Version 2 is read by containerd 1.3 to 2.x (2.x migrates it on load).
+        main.doc.insert("version", toml_edit::value(2));
+    }
+    let version = version_of(&main, &host.path(main_path))?;
+    let mut files = vec![main];
+    if version == Version::V1 {
+        return Ok(ConfigSet { version, files });
+    }
+    let mut seen: BTreeSet<PathBuf> = BTreeSet::from([main_path.to_owned()]);
+    let mut next = 0;
+    while next < files.len() {
+        let patterns = import_patterns(&files[next], version, next == 0);
+        let base = files[next]
+            .path
+            .parent()
+            .unwrap_or(Path::new("/"))
+            .to_owned();
+        let from = files[next].path.clone();
+        for pattern in patterns {
+            let abs = base.join(&pattern);
+            let abs = abs.to_string_lossy();
+            let matches = if is_glob(&abs) {
+                host.glob(&abs).map_err(|e| ContainerdError::Import {
+                    path: host.path(&from),
+                    pattern: pattern.clone(),
+                    message: e.to_string(),
+                })?
+            } else {
+                // containerd fails to start on a missing plain import: so do we.
+                let p = PathBuf::from(abs.as_ref());
+                if !host.exists(&p) {
+                    return Err(ContainerdError::Import {
+                        path: host.path(&from),
+                        pattern,
+                        message: format!("{} does not exist", host.path(&p).display()),
+                    });
+                }
+                vec![p]
+            };
+            for p in matches {
+                if seen.insert(p.clone()) {
+                    files.push(read_file(host, &p)?);
+                }
+            }
+        }
+        next += 1;
+    }
+    Ok(ConfigSet { version, files })
+}
+
+fn import_patterns(file: &ConfigFile, version: Version, is_main: bool) -> Vec<String> {
+    match file.get(&["imports"]).and_then(|i| i.as_array()) {
+        Some(a) => a
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect(),
+        None if is_main && version >= Version::V3 => vec![DEFAULT_V3_IMPORTS.to_owned()],
+        None => Vec::new(),
+    }
+}
+
+fn is_glob(s: &str) -> bool {
+    s.contains(['*', '?', '['])
+}
+
+/// The plain-TOML template k3s/rke2 regenerate config.toml from. A Go template
+/// the agent cannot edit: once an admin has added the spec to every handler in
+/// it by hand (so config.toml has it too), the agent only maintains the spec file.
+pub(super) fn load_rancher_template(
+    host: &Host,
+    set: &ConfigSet,
+    spec_path: &Path,
+) -> Result<Option<ConfigSet>, ContainerdError> {
+    let main_path = &set.files[0].path;
+    let dir = main_path.parent().unwrap_or(Path::new("/"));
+    let candidates = ["config-v3.toml.tmpl", "config.toml.tmpl"];
+    let Some(tmpl) = candidates
+        .iter()
+        .map(|n| dir.join(n))
+        .find(|p| host.exists(p))
+    else {
+        return Err(ContainerdError::Rancher(format!(
+            "{} is generated by k3s/rke2 at every start, so edits to it would be lost. Create {} (a copy of config.toml is a good start), then run apply again: the agent edits both",
+            host.path(main_path).display(),
+            host.path(&dir.join("config.toml.tmpl")).display()
+        )));
+    };
+    let text = host.read_string(&tmpl)?.unwrap_or_default();
+    if text.contains("{{") {
+        let done = super::Merge::ALL.iter().all(|m| {
+            Effective::of(set, *m)
+                .handlers
+                .iter()
+                .all(|h| !h.linux() || h.spec.is_some())
+        });
+        if done {
+            return Ok(None);
+        }
+        let mut key = set.version.runtimes_path();
+        key.push("<handler>");
+        return Err(ContainerdError::Rancher(format!(
+            "{} is a Go template, which the agent cannot edit safely. Add by hand, in it, the line `base_runtime_spec = \"{}\"` to the table [{}] of every runtime handler (runc, and each other one under [{}]); restart k3s/rke2 so config.toml has it too, then run apply again: the agent writes that spec file",
+            host.path(&tmpl).display(),
+            spec_path.display(),
+            dotted(&key),
+            dotted(&set.version.runtimes_path()),
+        )));
+    }
+    let file = read_file(host, &tmpl)?;
+    let version = version_of(&file, &host.path(&tmpl))?;
+    Ok(Some(ConfigSet {
+        version,
+        files: vec![file],
+    }))
+}
+
+/// microk8s's template: plain TOML whose `${SNAP_DATA}`-style placeholders are
+/// filled in by sed at each start of its containerd service.
+pub(super) fn load_microk8s_template(host: &Host) -> Result<ConfigSet, ContainerdError> {
+    let tmpl = Path::new(MICROK8S_DIR).join("containerd-template.toml");
+    if !host.exists(&tmpl) {
+        return Err(ContainerdError::Rancher(format!(
+            "{} is regenerated by microk8s from {} at every start, which is missing: reinstall or refresh the microk8s snap",
+            host.path(&Path::new(MICROK8S_DIR).join("containerd.toml"))
+                .display(),
+            host.path(&tmpl).display()
+        )));
+    }
+    let file = read_file(host, &tmpl)?;
+    let version = version_of(&file, &host.path(&tmpl))?;
+    Ok(ConfigSet {
+        version,
+        files: vec![file],
+    })
+}
+
+/// A key path as TOML spells it: `plugins."io.containerd.grpc.v1.cri".containerd`.
+pub fn dotted(path: &[&str]) -> String {
+    path.iter()
+        .map(|k| {
+            // `<handler>` is a placeholder for the reader, not a key.
+            if k.starts_with('<')
+                || k.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            {
+                (*k).to_owned()
+            } else {
+                format!("{k:?}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn majors_of_package_and_binary_versions() {
+        assert_eq!(major_of("1.6.20~ds1-1+deb12u3"), Some(1));
+        assert_eq!(major_of("v1.7.23-k3s2"), Some(1));
+        assert_eq!(major_of("2.0.0"), Some(2));
+        assert_eq!(major_of("1:2.1.3-1"), Some(2));
+        assert_eq!(major_of("abc"), None);
+    }
+
+    #[test]
+    fn dotted_keys_are_quoted_when_toml_needs_it() {
+        assert_eq!(
+            dotted(&["plugins", "io.containerd.grpc.v1.cri", "containerd"]),
+            "plugins.\"io.containerd.grpc.v1.cri\".containerd"
+        );
+    }
+}
