@@ -103,8 +103,8 @@ pub fn gather(host: &Host, cfg: &KernelConfig) -> Result<Facts, HostError> {
     let release = trimmed("/proc/sys/kernel/osrelease")?;
     let boot_id = trimmed("/proc/sys/kernel/random/boot_id")?;
     let state = host
-        .read(&state_path())?
-        .and_then(|d| serde_json::from_slice(&d.bytes).ok());
+        .state_read(&state_path())?
+        .and_then(|d| serde_json::from_slice(&d).ok());
     let loaded = host.read_string(Path::new("/proc/modules"))?.map(|t| {
         t.lines()
             .filter_map(|l| l.split_whitespace().next())
@@ -637,7 +637,7 @@ pub fn check_dkms(f: &Facts, cfg: &KernelConfig) -> Check {
 pub fn record(host: &Host, state: &KernelState) -> Result<(), HostError> {
     let mut bytes = serde_json::to_vec_pretty(state).expect("state serializes");
     bytes.push(b'\n');
-    host.write_atomic(&state_path(), &bytes, 0o644)
+    host.state_write(&state_path(), &bytes, 0o644)
 }
 
 #[cfg(test)]
