@@ -54,7 +54,7 @@ pub fn redact(text: &str) -> Cow<'_, str> {
             if !c.closes(body) {
                 until = Some(c);
             }
-            out.push_str(&indent(body));
+            out.push_str(indent(body));
             out.push_str("<redacted>");
             out.push_str(nl);
             continue;
