@@ -22,6 +22,7 @@ pub mod service;
 pub mod snapshot;
 pub mod state;
 pub mod stop;
+pub mod trust;
 
 pub use files::Ownership;
 
@@ -47,6 +48,17 @@ pub enum HostError {
     UnsafeLink {
         path: PathBuf,
         target: PathBuf,
+        why: String,
+    },
+    #[error(
+        "refusing {path} ({what}): owned by uid {uid}, gid {gid}, mode {mode:04o}: {why}. It decides what this root agent writes, so it must be owned by root and writable by nobody else (like sshd's StrictModes): `chown root {path} && chmod go-w {path}`"
+    )]
+    Untrusted {
+        path: PathBuf,
+        what: String,
+        uid: u32,
+        gid: u32,
+        mode: u32,
         why: String,
     },
     #[error(

@@ -81,6 +81,7 @@ impl Host {
                 }
                 Err(e) => return Err(err(shown, e)),
             };
+            trusted(&fd, &shown, "the agent's state directory")?;
         }
         Ok(Some((fd, file)))
     }
@@ -110,6 +111,8 @@ impl Host {
         let Some(mut f) = self.open_state(p, OFlag::O_RDONLY, 0, false)? else {
             return Ok(None);
         };
+        // The ledger decides what `revert` writes back.
+        trusted(&f, &self.path(p), "the agent's state")?;
         let mut bytes = Vec::new();
         f.read_to_end(&mut bytes)
             .map_err(|source| HostError::Read {
@@ -199,6 +202,26 @@ impl Host {
         if let Ok(Some((dir, name))) = self.agent_dir(p, false) {
             let _ = unlinkat(&dir, name.as_str(), UnlinkatFlags::RemoveDir);
         }
+    }
+}
+
+/// Refuses an agent directory or file someone besides root could have written.
+fn trusted(fd: &impl AsFd, shown: &Path, what: &str) -> Result<()> {
+    let st = nix::sys::stat::fstat(fd).map_err(|e| HostError::Read {
+        path: shown.to_owned(),
+        source: io(e),
+    })?;
+    let is_dir = st.st_mode & nix::libc::S_IFMT == nix::libc::S_IFDIR;
+    match super::trust::untrusted(st.st_uid, st.st_mode, is_dir) {
+        None => Ok(()),
+        Some(why) => Err(HostError::Untrusted {
+            path: shown.to_owned(),
+            what: what.to_owned(),
+            uid: st.st_uid,
+            gid: st.st_gid,
+            mode: st.st_mode & 0o7777,
+            why: why.to_owned(),
+        }),
     }
 }
 

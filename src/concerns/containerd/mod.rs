@@ -227,7 +227,7 @@ pub fn gather(
         .filter_map(|f| host.read(&f.path).ok().flatten()?.modified)
         .max();
     for p in spec_paths {
-        let data = host.read(&p)?;
+        let data = host.read_trusted(&p, "a base runtime spec")?;
         if let Some(d) = data.as_ref().filter(|_| referenced.contains(&p)) {
             newest = newest.max(d.modified);
         }
@@ -297,7 +297,8 @@ fn config_path(host: &Host, cfg: &ContainerdConfig) -> PathBuf {
 }
 
 fn read_file(host: &Host, path: &Path) -> Result<ConfigFile, ContainerdError> {
-    let data = host.read(path)?;
+    // It names the files the agent edits and the spec paths it writes.
+    let data = host.read_trusted(path, "a containerd config file")?;
     let (text, mode) = match data {
         None => (None, 0o644),
         Some(d) => (
@@ -410,7 +411,10 @@ fn load_rancher_template(host: &Host, main_path: &Path) -> Result<ConfigSet, Con
             host.path(&dir.join("config.toml.tmpl")).display()
         )));
     };
-    let text = host.read_string(&tmpl)?.unwrap_or_default();
+    let text = host
+        .read_trusted(&tmpl, "the k3s/rke2 containerd template")?
+        .map(|d| String::from_utf8_lossy(&d.bytes).into_owned())
+        .unwrap_or_default();
     if text.contains("{{") {
         return Err(ContainerdError::Rancher(format!(
             "{} is a Go template, which the agent cannot edit safely. Add base_runtime_spec = \"…\" to each runtime handler in it by hand, or make it plain TOML",
