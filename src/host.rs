@@ -98,14 +98,37 @@ pub struct Host {
     root: PathBuf,
     /// The root, opened once, for kernel-side resolution (see `resolve`).
     root_fd: std::sync::OnceLock<Option<std::sync::Arc<(std::os::fd::OwnedFd, PathBuf)>>>,
+    /// Where the live host's module tree is visible (see [`MODULES_DIR_ENV`]).
+    modules_dir: Option<PathBuf>,
+    /// Who gives a rewritten file its owner back when this process may not.
+    chown_helper: Option<files::Helper>,
 }
+
+/// Under the shipped unit, `ProtectKernelModules=yes` hides `/lib/modules` and
+/// `/usr/lib/modules`; the unit binds the tree read-only elsewhere and names
+/// that place in this variable, so `kernel.modules` and `kernel.dkms` still read it.
+pub const MODULES_DIR_ENV: &str = "RDMA_NODE_AGENT_MODULES_DIR";
 
 impl Host {
     pub fn new(root: impl Into<PathBuf>) -> Self {
+        let root = root.into();
+        let modules_dir = (root == Path::new("/"))
+            .then(|| std::env::var_os(MODULES_DIR_ENV))
+            .flatten()
+            .map(PathBuf::from)
+            .filter(|d| d.is_absolute() && d.is_dir());
         Host {
-            root: root.into(),
+            root,
             root_fd: std::sync::OnceLock::new(),
+            modules_dir,
+            chown_helper: None,
         }
+    }
+
+    /// With a helper for the chown this process may not do (see `files`).
+    pub fn with_chown_helper(mut self, helper: std::sync::Arc<dyn files::Chown>) -> Self {
+        self.chown_helper = Some(files::Helper(helper));
+        self
     }
 
     pub fn root(&self) -> &Path {
@@ -119,8 +142,16 @@ impl Host {
 
     /// The real path of a host-absolute path under the root. `..` cannot climb above the root.
     pub fn path(&self, host_path: &Path) -> PathBuf {
+        let normal = normalize(host_path);
+        if let Some(dir) = &self.modules_dir {
+            for tree in ["/lib/modules", "/usr/lib/modules"] {
+                if let Ok(rest) = normal.strip_prefix(tree) {
+                    return dir.join(rest);
+                }
+            }
+        }
         let mut out = self.root.clone();
-        for c in normalize(host_path).components() {
+        for c in normal.components() {
             if let Component::Normal(n) = c {
                 out.push(n);
             }

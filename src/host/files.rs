@@ -3,10 +3,13 @@
 //! the rule in `links`, atomically, and keeping each file's mode, owner and group.
 //!
 //! A rewrite is a new inode (temp file + rename), so the owner and group are
-//! given back with `fchown` before the rename; that needs `CAP_CHOWN` whenever
-//! they are not the agent's own (root:root). Without it the write fails and the
-//! file is left as it was: losing a group (`root:adm` 0640 → `root:root`) is
-//! never silent. The shipped unit grants `CAP_CHOWN` for this.
+//! given back to the temp file before the rename. Only when they are not the
+//! agent's own (root:root, the common case, needs nothing): `fchown` where the
+//! process may (a root shell); under the shipped unit, which has neither
+//! `CAP_CHOWN` nor the chown system calls, a [`Chown`] helper asks systemd to
+//! run `chown -h` on that temp file as a transient unit. Without either the
+//! write fails and the file is left as it was: losing a group (`root:adm` 0640
+//! → `root:root`) is never silent.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -16,6 +19,21 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::{FileData, Host, HostError, Result, missing};
+
+/// Changes the owner of a file this process created but may not chown itself.
+pub trait Chown: Send + Sync {
+    /// `chown -h uid:gid path` (never through a link); `Err` says why not.
+    fn chown(&self, path: &Path, uid: u32, gid: u32) -> std::result::Result<(), String>;
+}
+
+#[derive(Clone)]
+pub(super) struct Helper(pub(super) std::sync::Arc<dyn Chown>);
+
+impl std::fmt::Debug for Helper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Chown helper")
+    }
+}
 
 /// A file's permission bits, owner and group: what a rewrite keeps and `revert` restores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -77,6 +95,17 @@ impl Host {
         }))
     }
 
+    /// Any file's bytes, following links as the kernel does within the root (module
+    /// files, which are parsed, never shown or written); `None` when absent.
+    pub fn read_any(&self, p: &Path) -> Result<Option<Vec<u8>>> {
+        let real = self.path(p);
+        match fs::read(&real) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if missing(&e) => Ok(None),
+            Err(source) => Err(HostError::Read { path: real, source }),
+        }
+    }
+
     /// Writes a managed file atomically: temp file in the same directory, fsync,
     /// rename, fsync dir, so a reader (or a crash) sees the old bytes or the new
     /// ones, never a mix. A link is written at its target (the link stays). An
@@ -95,13 +124,13 @@ impl Host {
             uid: nix::unistd::geteuid().as_raw(),
             gid: nix::unistd::getegid().as_raw(),
         });
-        write_file(&real, bytes, &own)
+        write_file(&real, bytes, &own, self.chown_helper.as_ref())
     }
 
     /// Writes a file with exactly this mode, owner and group (what `revert` restores).
     pub fn write_exact(&self, p: &Path, bytes: &[u8], own: &Ownership) -> Result<()> {
         let r = self.resolve_managed(p)?;
-        write_file(&self.path(&r.real), bytes, own)
+        write_file(&self.path(&r.real), bytes, own, self.chown_helper.as_ref())
     }
 
     /// Puts a symbolic link back at `p` (atomically replacing whatever is there).
@@ -172,7 +201,7 @@ fn temp_name(real: &Path) -> PathBuf {
 }
 
 /// The atomic write at a real path, with this ownership.
-fn write_file(real: &Path, bytes: &[u8], own: &Ownership) -> Result<()> {
+fn write_file(real: &Path, bytes: &[u8], own: &Ownership, helper: Option<&Helper>) -> Result<()> {
     let err = |source| HostError::Write {
         path: real.to_owned(),
         source,
@@ -205,8 +234,25 @@ fn write_file(real: &Path, bytes: &[u8], own: &Ownership) -> Result<()> {
         f.set_permissions(fs::Permissions::from_mode(own.mode))?;
         let meta = f.metadata()?;
         if (meta.uid(), meta.gid()) != (own.uid, own.gid) {
-            std::os::unix::fs::fchown(&f, Some(own.uid), Some(own.gid))
-                .map_err(|e| ownership_error(e, own))?;
+            match (
+                std::os::unix::fs::fchown(&f, Some(own.uid), Some(own.gid)),
+                helper,
+            ) {
+                (Ok(()), _) => {}
+                (Err(e), Some(h)) if e.raw_os_error() == Some(nix::libc::EPERM) => {
+                    h.0.chown(&tmp, own.uid, own.gid)
+                        .map_err(|why| ownership_error(io::Error::other(why), own))?;
+                    // What was renamed must be what was written, owned as asked.
+                    let now = f.metadata()?;
+                    if (now.uid(), now.gid()) != (own.uid, own.gid) {
+                        return Err(ownership_error(
+                            io::Error::other("the helper's chown did not take"),
+                            own,
+                        ));
+                    }
+                }
+                (Err(e), _) => return Err(ownership_error(e, own)),
+            }
             // A chown clears set-id bits; put them back (rare: needs CAP_FOWNER).
             if f.metadata()?.mode() & 0o7777 != own.mode {
                 f.set_permissions(fs::Permissions::from_mode(own.mode))?;
@@ -226,7 +272,7 @@ fn ownership_error(e: io::Error, own: &Ownership) -> io::Error {
     io::Error::new(
         e.kind(),
         format!(
-            "cannot give the rewritten file its owner and group back ({}:{}): {e}; the agent needs CAP_CHOWN for a file not owned by root:root (the shipped unit grants it); the file was left unchanged",
+            "cannot give the rewritten file its owner and group back ({}:{}): {e}; for a file not owned by root:root the agent needs CAP_CHOWN, or (under its unit) systemd over D-Bus to run chown; the file was left unchanged",
             own.uid, own.gid
         ),
     )

@@ -134,9 +134,10 @@ pub fn gather(host: &Host, cfg: &KernelConfig) -> Result<Facts, HostError> {
                     .unwrap_or(&p)
                     .to_string_lossy()
                     .into_owned();
+                // Module files may be links (RHEL's weak-updates): not managed files.
                 let info = host
-                    .read(&p)?
-                    .map(|d| modinfo::parse_file(&rel_path, &d.bytes))
+                    .read_any(&p)?
+                    .map(|d| modinfo::parse_file(&rel_path, &d))
                     .unwrap_or(Err(modinfo::ModinfoError::NotElf));
                 let (built_for, version) = match info {
                     Ok(m) => (
