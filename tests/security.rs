@@ -592,3 +592,73 @@ fn a_unix_listener_removes_only_a_stale_socket() {
     );
     assert_eq!(fs::read_to_string(&victim).unwrap(), "keep\n");
 }
+
+/// Imports and base specs behind links (absolute ones read inside the root,
+/// relative ones from the link's directory): edited at their targets, links
+/// kept by apply and restored by revert (compared with lstat/readlink).
+#[test]
+fn linked_imports_and_base_specs_stay_links() {
+    let t = node("v100");
+    let c = t.path().join("etc/containerd");
+    fs::create_dir_all(c.join("conf.d")).unwrap();
+    fs::create_dir_all(c.join("managed")).unwrap();
+    fs::create_dir_all(c.join("specs")).unwrap();
+    let text = fs::read_to_string(c.join("config.toml")).unwrap().replacen(
+        "version = 2\n",
+        "version = 2\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n",
+        1,
+    );
+    fs::write(c.join("config.toml"), text).unwrap();
+    fs::write(
+        c.join("managed/nvidia.toml"),
+        "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\n  runtime_type = \"io.containerd.runc.v2\"\n  base_runtime_spec = \"/etc/containerd/cri-base.json\"\n",
+    )
+    .unwrap();
+    // An absolute link: read under --root, never the real /etc/containerd.
+    symlink(
+        "/etc/containerd/managed/nvidia.toml",
+        c.join("conf.d/10-nvidia.toml"),
+    )
+    .unwrap();
+    fs::write(
+        c.join("specs/base.json"),
+        include_str!("../src/concerns/containerd/default-spec.json"),
+    )
+    .unwrap();
+    symlink("specs/base.json", c.join("cri-base.json")).unwrap();
+    let before = snapshot(t.path());
+    ok(&agent(t.path(), &["apply"]));
+    for (link, target) in [
+        (
+            "conf.d/10-nvidia.toml",
+            "/etc/containerd/managed/nvidia.toml",
+        ),
+        ("cri-base.json", "specs/base.json"),
+    ] {
+        let m = fs::symlink_metadata(c.join(link)).unwrap();
+        assert!(m.file_type().is_symlink(), "apply replaced {link}");
+        assert_eq!(fs::read_link(c.join(link)).unwrap(), Path::new(target));
+    }
+    assert!(
+        fs::read_to_string(c.join("specs/base.json"))
+            .unwrap()
+            .contains("RLIMIT_MEMLOCK"),
+        "the spec behind the link was not patched"
+    );
+    let plan = agent(t.path(), &["plan", "--exit-code"]);
+    assert_eq!(code(&plan), 0, "not converged: {}", stdout(&plan));
+    ok(&agent(t.path(), &["revert"]));
+    assert_eq!(
+        snapshot(t.path()),
+        before,
+        "revert did not restore links and bytes"
+    );
+    for link in ["conf.d/10-nvidia.toml", "cri-base.json"] {
+        assert!(
+            fs::symlink_metadata(c.join(link))
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+    }
+}
