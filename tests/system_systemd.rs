@@ -83,6 +83,16 @@ fn service_prepares_containerd_and_keeps_it_working() {
     // containerd's config kept root:adm 0640 (it may hold registry credentials):
     // the sandboxed service (no CAP_CHOWN) must keep that group on its rewrite.
     m.sh_ok(&format!("chgrp adm {CONFIG} && chmod 0640 {CONFIG}"));
+    // ...and a registry credential, which no output may show (journald included).
+    m.sh_ok(&format!(
+        "cat >> {CONFIG} <<'EOF'\n[plugins.\"io.containerd.grpc.v1.cri\".registry.configs.\"registry.example.com\".auth]\n  password = \"PLANTED-journald-secret\"\nEOF\n"
+    ));
+    let plan = m.sh("rdma-node-agent plan; rdma-node-agent plan --json");
+    assert!(plan.contains("base_runtime_spec"), "{plan}");
+    assert!(
+        !plan.contains("PLANTED"),
+        "plan shows the credential:\n{plan}"
+    );
 
     // Type=notify: `start` returns once the agent sent READY=1 after its first reconcile.
     let t = Instant::now();
@@ -124,6 +134,16 @@ fn service_prepares_containerd_and_keeps_it_working() {
         "root:adm 640",
         "the rewrite lost the config's group or mode"
     );
+    assert!(m.read(CONFIG).contains("PLANTED-journald-secret"));
+    for (channel, text) in [
+        (
+            "journald",
+            m.sh("journalctl --no-pager -o verbose -u 'rdma-node-agent*'"),
+        ),
+        ("/status", m.sh("curl -s http://127.0.0.1:9470/status")),
+    ] {
+        assert!(!text.contains("PLANTED"), "{channel} shows the credential");
+    }
 
     assert_eq!(
         m.sh("systemctl show -P LimitMEMLOCK containerd").trim(),
