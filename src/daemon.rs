@@ -215,8 +215,12 @@ impl Daemon {
         let stale_after =
             Duration::from_secs(d.interval_secs * 3 + d.restart_timeout_secs * 2 + 60);
         let app = http::router(self.board.clone(), stale_after);
+        let (max_connections, note) = http::connection_limit(config.http.max_connections);
+        if let Some(note) = note {
+            tracing::warn!("{note}");
+        }
         let limits = Limits {
-            max_connections: config.http.max_connections,
+            max_connections,
             header_timeout: Duration::from_secs(5),
             max_header_bytes: 16 * 1024,
         };

@@ -3,23 +3,29 @@
 //! Every path the agent knows is host-absolute (`/etc/containerd/config.toml`);
 //! `Host` maps it under `--root`, so every check runs unchanged on a fixture tree.
 
-use std::ffi::OsStr;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::SystemTime;
 
 pub mod command;
 pub mod dbus;
+pub mod files;
 pub mod limit;
+pub mod links;
 pub mod lock;
 pub mod netlink;
 pub mod procfs;
+mod resolve;
 pub mod service;
 pub mod snapshot;
+pub mod state;
 pub mod stop;
+pub mod trust;
+
+pub use files::Ownership;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
@@ -37,6 +43,29 @@ pub enum HostError {
     SymlinkLoop { path: PathBuf },
     #[error("cannot read {what}: {message}")]
     Snapshot { what: &'static str, message: String },
+    #[error(
+        "refusing {path}: it is a symbolic link to {target}, {why}; its content was not read. Replace the link with the file, or point it at a regular file where the agent edits config (see SECURITY.md)"
+    )]
+    UnsafeLink {
+        path: PathBuf,
+        target: PathBuf,
+        why: String,
+    },
+    #[error(
+        "refusing {path} ({what}): owned by uid {uid}, gid {gid}, mode {mode:04o}: {why}. It decides what this root agent writes, so it must be owned by root and writable by nobody else (like sshd's StrictModes): `chown root {path} && chmod go-w {path}`"
+    )]
+    Untrusted {
+        path: PathBuf,
+        what: String,
+        uid: u32,
+        gid: u32,
+        mode: u32,
+        why: String,
+    },
+    #[error(
+        "refusing {path}: it is a symbolic link (or under one), and the agent never follows links in its own state directories; remove it"
+    )]
+    StateLink { path: PathBuf },
 }
 
 pub type Result<T> = std::result::Result<T, HostError>;
@@ -58,7 +87,11 @@ fn read_only_hint(e: &io::Error) -> &'static str {
 pub struct FileData {
     pub bytes: Vec<u8>,
     pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
     pub modified: Option<SystemTime>,
+    /// The link's target as stored, when the path is a symbolic link (the bytes are its target's).
+    pub link: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone)]
@@ -66,14 +99,37 @@ pub struct Host {
     root: PathBuf,
     /// The root, opened once, for kernel-side resolution (see `resolve`).
     root_fd: std::sync::OnceLock<Option<std::sync::Arc<(std::os::fd::OwnedFd, PathBuf)>>>,
+    /// Where the live host's module tree is visible (see [`MODULES_DIR_ENV`]).
+    modules_dir: Option<PathBuf>,
+    /// Who gives a rewritten file its owner back when this process may not.
+    chown_helper: Option<files::Helper>,
 }
+
+/// Under the shipped unit, `ProtectKernelModules=yes` hides `/lib/modules` and
+/// `/usr/lib/modules`; the unit binds the tree read-only elsewhere and names
+/// that place in this variable, so `kernel.modules` and `kernel.dkms` still read it.
+pub const MODULES_DIR_ENV: &str = "RDMA_NODE_AGENT_MODULES_DIR";
 
 impl Host {
     pub fn new(root: impl Into<PathBuf>) -> Self {
+        let root = root.into();
+        let modules_dir = (root == Path::new("/"))
+            .then(|| std::env::var_os(MODULES_DIR_ENV))
+            .flatten()
+            .map(PathBuf::from)
+            .filter(|d| d.is_absolute() && d.is_dir());
         Host {
-            root: root.into(),
+            root,
             root_fd: std::sync::OnceLock::new(),
+            modules_dir,
+            chown_helper: None,
         }
+    }
+
+    /// With a helper for the chown this process may not do (see `files`).
+    pub fn with_chown_helper(mut self, helper: std::sync::Arc<dyn files::Chown>) -> Self {
+        self.chown_helper = Some(files::Helper(helper));
+        self
     }
 
     pub fn root(&self) -> &Path {
@@ -87,32 +143,21 @@ impl Host {
 
     /// The real path of a host-absolute path under the root. `..` cannot climb above the root.
     pub fn path(&self, host_path: &Path) -> PathBuf {
+        let normal = normalize(host_path);
+        if let Some(dir) = &self.modules_dir {
+            for tree in ["/lib/modules", "/usr/lib/modules"] {
+                if let Ok(rest) = normal.strip_prefix(tree) {
+                    return dir.join(rest);
+                }
+            }
+        }
         let mut out = self.root.clone();
-        for c in normalize(host_path).components() {
+        for c in normal.components() {
             if let Component::Normal(n) = c {
                 out.push(n);
             }
         }
         out
-    }
-
-    pub fn read(&self, p: &Path) -> Result<Option<FileData>> {
-        let real = self.path(p);
-        match fs::read(&real) {
-            Ok(bytes) => {
-                let meta = fs::metadata(&real).map_err(|source| HostError::Read {
-                    path: real.clone(),
-                    source,
-                })?;
-                Ok(Some(FileData {
-                    bytes,
-                    mode: meta.mode() & 0o7777,
-                    modified: meta.modified().ok(),
-                }))
-            }
-            Err(e) if missing(&e) => Ok(None),
-            Err(source) => Err(HostError::Read { path: real, source }),
-        }
     }
 
     /// A text file's content, without its metadata: open, read, close. A check
@@ -209,170 +254,6 @@ impl Host {
         }
     }
 
-    /// Follows symbolic links without leaving the root (sysfs is full of relative links).
-    /// Returns the host-absolute target.
-    pub fn resolve(&self, p: &Path) -> Result<PathBuf> {
-        if let Some(r) = self.resolve_in_kernel(p) {
-            return Ok(r);
-        }
-        self.resolve_by_walking(p)
-    }
-
-    /// openat2(RESOLVE_IN_ROOT) follows every link as if the root were `/`, in one
-    /// call instead of a readlink per component (a 1000-device sysfs needs ~20k of
-    /// those). `None` (kernel before 5.6, a path that does not exist): walk instead.
-    fn resolve_in_kernel(&self, p: &Path) -> Option<PathBuf> {
-        use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
-        use std::os::fd::AsRawFd;
-        let root = self
-            .root_fd
-            .get_or_init(|| {
-                let canonical = fs::canonicalize(&self.root).ok()?;
-                let fd = nix::fcntl::open(
-                    &canonical,
-                    OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-                    nix::sys::stat::Mode::empty(),
-                )
-                .ok()?;
-                Some(std::sync::Arc::new((fd, canonical)))
-            })
-            .as_ref()?;
-        let rel = normalize(p);
-        let rel = rel.strip_prefix("/").ok()?;
-        let rel = if rel.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            rel
-        };
-        let how = OpenHow::new()
-            .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
-            .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
-        let fd = openat2(&root.0, rel, how).ok()?;
-        let real = fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
-        let inside = real.strip_prefix(&root.1).ok()?;
-        Some(Path::new("/").join(inside))
-    }
-
-    fn resolve_by_walking(&self, p: &Path) -> Result<PathBuf> {
-        let mut done = PathBuf::from("/");
-        let mut todo: Vec<std::ffi::OsString> = normalize(p)
-            .components()
-            .rev()
-            .filter_map(|c| match c {
-                Component::Normal(n) => Some(n.to_owned()),
-                _ => None,
-            })
-            .collect();
-        let mut hops = 0;
-        while let Some(name) = todo.pop() {
-            if name == OsStr::new("..") {
-                done.pop();
-                continue;
-            }
-            let candidate = done.join(&name);
-            match fs::read_link(self.path(&candidate)) {
-                Ok(target) => {
-                    hops += 1;
-                    if hops > 40 {
-                        return Err(HostError::SymlinkLoop { path: self.path(p) });
-                    }
-                    if target.is_absolute() {
-                        done = PathBuf::from("/");
-                    }
-                    for c in target.components().rev() {
-                        match c {
-                            Component::Normal(n) => todo.push(n.to_owned()),
-                            Component::ParentDir => todo.push("..".into()),
-                            _ => {}
-                        }
-                    }
-                }
-                Err(_) => done = candidate,
-            }
-        }
-        Ok(done)
-    }
-
-    /// Writes a file atomically: temp file in the same directory, fsync, rename, fsync dir.
-    /// A reader (or a crash) sees the old bytes or the new bytes, never a mix.
-    pub fn write_atomic(&self, p: &Path, bytes: &[u8], mode: u32) -> Result<()> {
-        let real = self.path(p);
-        let err = |source| HostError::Write {
-            path: real.clone(),
-            source,
-        };
-        let dir = real.parent().unwrap_or(Path::new("/")).to_path_buf();
-        fs::create_dir_all(&dir).map_err(err)?;
-        let name = real.file_name().unwrap_or_default().to_string_lossy();
-        let prefix = format!(".{name}.rdma-node-agent.");
-        // A run killed mid-write leaves its temp file: never the real one, but litter.
-        if let Ok(entries) = fs::read_dir(&dir) {
-            for e in entries.flatten() {
-                if e.file_name().to_string_lossy().starts_with(&prefix) {
-                    let _ = fs::remove_file(e.path());
-                }
-            }
-        }
-        let tmp = dir.join(format!("{prefix}{}", std::process::id()));
-        let result = (|| {
-            let mut f = OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(mode)
-                .open(&tmp)?;
-            f.write_all(bytes)?;
-            // The umask may have narrowed the mode given to open().
-            f.set_permissions(fs::Permissions::from_mode(mode))?;
-            f.sync_all()?;
-            fs::rename(&tmp, &real)?;
-            File::open(&dir)?.sync_all()
-        })();
-        if result.is_err() {
-            let _ = fs::remove_file(&tmp);
-        }
-        result.map_err(err)
-    }
-
-    /// Appends to a log file (the journal): one write, then fsync.
-    pub fn append(&self, p: &Path, bytes: &[u8]) -> Result<()> {
-        let real = self.path(p);
-        let err = |source| HostError::Write {
-            path: real.clone(),
-            source,
-        };
-        if let Some(dir) = real.parent() {
-            fs::create_dir_all(dir).map_err(err)?;
-        }
-        let mut f = OpenOptions::new()
-            .append(true)
-            .create(true)
-            .mode(0o600)
-            .open(&real)
-            .map_err(err)?;
-        f.write_all(bytes).and_then(|_| f.sync_data()).map_err(err)
-    }
-
-    /// Removes a file; a file that is already gone is not an error.
-    pub fn remove(&self, p: &Path) -> Result<()> {
-        let real = self.path(p);
-        match fs::remove_file(&real) {
-            Ok(()) => {
-                if let Some(dir) = real.parent() {
-                    let _ = File::open(dir).and_then(|d| d.sync_all());
-                }
-                Ok(())
-            }
-            Err(e) if missing(&e) => Ok(()),
-            Err(source) => Err(HostError::Remove { path: real, source }),
-        }
-    }
-
-    /// Removes a directory if it is empty (so `revert` leaves no trace of what it created).
-    pub fn remove_dir_if_empty(&self, p: &Path) {
-        let _ = fs::remove_dir(self.path(p));
-    }
-
     /// Runs a program of the host, only when acting on the live machine: a fixture
     /// tree has no binaries we could trust to match it. `None` when not live or absent.
     pub fn run(&self, program: &str, args: &[&str]) -> Option<io::Result<Output>> {
@@ -403,7 +284,7 @@ impl Host {
     }
 }
 
-fn missing(e: &io::Error) -> bool {
+pub(crate) fn missing(e: &io::Error) -> bool {
     matches!(
         e.kind(),
         io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
@@ -411,7 +292,7 @@ fn missing(e: &io::Error) -> bool {
 }
 
 /// Lexically removes `.` and resolves `..` without touching the filesystem.
-fn normalize(p: &Path) -> PathBuf {
+pub(crate) fn normalize(p: &Path) -> PathBuf {
     let mut out = PathBuf::from("/");
     for c in p.components() {
         match c {
@@ -428,7 +309,6 @@ fn normalize(p: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::symlink;
 
     #[test]
     fn read_string_reads_small_and_large_files_whole() {
@@ -473,62 +353,6 @@ mod tests {
         assert_eq!(
             h.path(Path::new("/../../etc/x")),
             PathBuf::from("/tmp/r/etc/x")
-        );
-    }
-
-    #[test]
-    fn atomic_write_replaces_and_keeps_mode() {
-        let t = tempfile::tempdir().unwrap();
-        let h = Host::new(t.path());
-        h.write_atomic(Path::new("/a/b.txt"), b"one", 0o640)
-            .unwrap();
-        h.write_atomic(Path::new("/a/b.txt"), b"two", 0o600)
-            .unwrap();
-        let d = h.read(Path::new("/a/b.txt")).unwrap().unwrap();
-        assert_eq!(d.bytes, b"two");
-        assert_eq!(d.mode, 0o600);
-        assert_eq!(h.list_dir(Path::new("/a")).unwrap(), vec!["b.txt"]);
-    }
-
-    #[test]
-    fn resolves_relative_links_inside_the_root() {
-        let t = tempfile::tempdir().unwrap();
-        let h = Host::new(t.path());
-        fs::create_dir_all(t.path().join("sys/devices/pci0/infiniband/mlx5_0")).unwrap();
-        fs::create_dir_all(t.path().join("sys/class/infiniband")).unwrap();
-        symlink(
-            "../../devices/pci0/infiniband/mlx5_0",
-            t.path().join("sys/class/infiniband/mlx5_0"),
-        )
-        .unwrap();
-        // An absolute link must not escape to the real /.
-        symlink("/sys/devices", t.path().join("sys/abs")).unwrap();
-        assert_eq!(
-            h.resolve(Path::new("/sys/class/infiniband/mlx5_0"))
-                .unwrap(),
-            PathBuf::from("/sys/devices/pci0/infiniband/mlx5_0")
-        );
-        assert_eq!(
-            h.resolve(Path::new("/sys/abs/pci0")).unwrap(),
-            PathBuf::from("/sys/devices/pci0")
-        );
-        // The kernel's openat2 answer and the fallback walk agree.
-        for p in [
-            "/sys/class/infiniband/mlx5_0",
-            "/sys/abs/pci0",
-            "/sys/abs/../class",
-        ] {
-            assert_eq!(
-                h.resolve_in_kernel(Path::new(p)),
-                Some(h.resolve_by_walking(Path::new(p)).unwrap()),
-                "{p}"
-            );
-        }
-        // A path that does not exist falls back to the walk.
-        assert_eq!(h.resolve_in_kernel(Path::new("/sys/nope")), None);
-        assert_eq!(
-            h.resolve(Path::new("/sys/nope")).unwrap(),
-            PathBuf::from("/sys/nope")
         );
     }
 

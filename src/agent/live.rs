@@ -20,6 +20,34 @@ struct System {
     rdma: RdmaConfig,
 }
 
+/// The unit has no CAP_CHOWN: a rewritten file that is not root:root gets its
+/// owner back from a one-shot transient unit, as the initramfs rebuild does.
+pub struct SystemdChown {
+    pub manager: Arc<dyn ServiceManager>,
+    pub chown: PathBuf,
+}
+
+pub const CHOWN_UNIT: &str = "rdma-node-agent-chown.service";
+
+impl crate::host::files::Chown for SystemdChown {
+    fn chown(&self, path: &Path, uid: u32, gid: u32) -> Result<(), String> {
+        let argv = vec![
+            self.chown.display().to_string(),
+            "-h".to_owned(),
+            format!("{uid}:{gid}"),
+            path.display().to_string(),
+        ];
+        self.manager
+            .run_transient(
+                CHOWN_UNIT,
+                &argv,
+                std::time::Duration::from_secs(30),
+                &crate::host::stop::Stop::new(),
+            )
+            .map_err(|e| format!("{e} (see `journalctl -u {CHOWN_UNIT}`)"))
+    }
+}
+
 /// Connects to the live host: systemd over D-Bus when its bus answers (without
 /// it restarts are reported as pending and checks rely on files and /proc).
 pub fn connect(host: &Host, rdma: &RdmaConfig) -> Live {

@@ -74,6 +74,16 @@ impl Agent {
     /// On the live host: with systemd, containerd's CRI probe and RDMA netlink.
     pub fn live(host: Host, config: Config) -> Self {
         let live = live::connect(&host, &config.rdma);
+        // Where this process may not chown (the unit), systemd does it.
+        let host = match (&live.manager, host.which("chown")) {
+            (Some(m), Some(chown)) => {
+                host.with_chown_helper(std::sync::Arc::new(live::SystemdChown {
+                    manager: m.clone(),
+                    chown,
+                }))
+            }
+            _ => host,
+        };
         Agent {
             live: Some(live),
             ..Agent::new(host, config)

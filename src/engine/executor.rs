@@ -249,7 +249,8 @@ impl Executor<'_> {
         // The run converged: record the agent's own state (e.g. the kernel it saw).
         let mut notes = plan.notes.clone();
         for r in &plan.records {
-            self.host.write_atomic(&r.path, &r.bytes, 0o644)?;
+            // The agent's own state: never through a link (see host::state).
+            self.host.state_write(&r.path, &r.bytes, 0o644)?;
             notes.extend(r.note.clone());
         }
         Ok(ApplyOutcome {

@@ -12,7 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::host::{Host, HostError};
+use crate::host::{Host, HostError, Ownership};
 use crate::plan::{FileChange, Plan};
 
 pub const STATE_DIR: &str = "/var/lib/rdma-node-agent";
@@ -41,6 +41,16 @@ pub struct Ledger {
 pub struct Original {
     pub existed: bool,
     pub mode: u32,
+    /// The file's owner and group before the agent first changed it (absent in
+    /// ledgers from before they were recorded: then they are left as they are).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid: Option<u32>,
+    /// The path was a symbolic link with this stored target: `revert` puts the
+    /// link back and the original bytes at its target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<PathBuf>,
     pub owner: String,
     /// Directories the agent created to hold the file, outermost first.
     #[serde(default)]
@@ -122,9 +132,9 @@ fn now() -> u64 {
 impl Ledger {
     pub fn load(host: &Host) -> Result<Ledger, LedgerError> {
         let p = state_path("ledger.json");
-        match host.read(&p)? {
+        match host.state_read(&p)? {
             None => Ok(Ledger::default()),
-            Some(d) => serde_json::from_slice(&d.bytes).map_err(|e| LedgerError::Corrupt {
+            Some(bytes) => serde_json::from_slice(&bytes).map_err(|e| LedgerError::Corrupt {
                 path: host.path(&p),
                 message: e.to_string(),
             }),
@@ -143,7 +153,7 @@ impl Ledger {
     fn save(&self, host: &Host) -> Result<(), LedgerError> {
         let mut bytes = serde_json::to_vec_pretty(self).expect("ledger serializes");
         bytes.push(b'\n');
-        host.write_atomic(&state_path("ledger.json"), &bytes, 0o600)?;
+        host.state_write(&state_path("ledger.json"), &bytes, 0o600)?;
         Ok(())
     }
 
@@ -158,7 +168,7 @@ impl Ledger {
         let mut line = serde_json::to_vec(&entry).expect("journal entry serializes");
         line.push(b'\n');
         // The journal is history, not state: failing to append must not undo a change.
-        if let Err(e) = host.append(&state_path("journal.jsonl"), &line) {
+        if let Err(e) = host.state_append(&state_path("journal.jsonl"), &line) {
             tracing::warn!("could not append to the journal: {e}");
         }
     }
@@ -171,7 +181,7 @@ impl Ledger {
         }
         let current = host.read(&change.path)?;
         if let Some(d) = &current {
-            host.write_atomic(&backup_path(&change.path), &d.bytes, 0o600)?;
+            host.state_write(&backup_path(&change.path), &d.bytes, 0o600)?;
         }
         let created_dirs = if current.is_none() {
             missing_dirs(host, &change.path)
@@ -183,6 +193,9 @@ impl Ledger {
             Original {
                 existed: current.is_some(),
                 mode: current.as_ref().map_or(change.mode, |d| d.mode),
+                uid: current.as_ref().map(|d| d.uid),
+                gid: current.as_ref().map(|d| d.gid),
+                link: current.as_ref().and_then(|d| d.link.clone()),
                 owner: change.owner.to_owned(),
                 created_dirs,
                 written_sha256: None,
@@ -254,8 +267,8 @@ impl Ledger {
             let untouched = match (&current, orig.existed) {
                 (None, false) => true,
                 (Some(d), true) => host
-                    .read(&backup_path(&path))?
-                    .is_some_and(|b| b.bytes == d.bytes),
+                    .state_read(&backup_path(&path))?
+                    .is_some_and(|b| b == d.bytes),
                 _ => false,
             };
             if !force && !untouched && current_sha != orig.written_sha256 {
@@ -270,15 +283,32 @@ impl Ledger {
             }
             if orig.existed {
                 let backup = backup_path(&path);
-                let bytes = host
-                    .read(&backup)?
-                    .ok_or_else(|| LedgerError::MissingOriginal {
-                        path: path.clone(),
-                        backup: host.path(&backup),
-                    })?
-                    .bytes;
-                host.write_atomic(&path, &bytes, orig.mode)?;
-                host.remove(&backup)?;
+                let bytes =
+                    host.state_read(&backup)?
+                        .ok_or_else(|| LedgerError::MissingOriginal {
+                            path: path.clone(),
+                            backup: host.path(&backup),
+                        })?;
+                // A link goes back as the link, its target gets the original bytes.
+                if let Some(target) = &orig.link {
+                    host.restore_link(&path, target)?;
+                }
+                // Ledgers from before owners were recorded: keep the current ones.
+                let (uid, gid) = match (orig.uid, orig.gid, &current) {
+                    (Some(uid), Some(gid), _) => (uid, gid),
+                    (_, _, Some(d)) => (d.uid, d.gid),
+                    _ => (
+                        nix::unistd::geteuid().as_raw(),
+                        nix::unistd::getegid().as_raw(),
+                    ),
+                };
+                let own = Ownership {
+                    mode: orig.mode,
+                    uid,
+                    gid,
+                };
+                host.write_exact(&path, &bytes, &own)?;
+                host.state_remove(&backup)?;
                 self.journal(host, "restore", &path, &orig.owner, "revert");
                 out.restored.push(path);
             } else {
@@ -294,8 +324,8 @@ impl Ledger {
             host.remove_dir_if_empty(&dir);
         }
         if self.files.is_empty() {
-            host.remove(&state_path("ledger.json"))?;
-            host.remove_dir_if_empty(&state_path("originals"));
+            host.state_remove(&state_path("ledger.json"))?;
+            host.state_remove_dir_if_empty(&state_path("originals"));
         } else {
             self.save(host)?;
         }
@@ -358,10 +388,12 @@ mod tests {
         assert_eq!(a.mode, 0o640);
         assert!(!host.exists(Path::new("/etc/new")));
         assert!(!host.exists(&state_path("ledger.json")));
-        let journal = host
-            .read_string(&state_path("journal.jsonl"))
-            .unwrap()
-            .unwrap();
+        let journal = String::from_utf8(
+            host.state_read(&state_path("journal.jsonl"))
+                .unwrap()
+                .unwrap(),
+        )
+        .unwrap();
         assert_eq!(journal.lines().count(), 6);
     }
 

@@ -19,6 +19,7 @@ pub mod ledger;
 pub mod observe;
 pub mod outcome;
 pub mod plan;
+pub mod redact;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;

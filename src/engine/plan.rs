@@ -42,17 +42,16 @@ impl FileChange {
     }
 
     /// A unified diff; binary-safe (lossy) since every file we own is text.
+    /// Credential values are masked on both sides, context lines included.
     pub fn diff(&self) -> String {
-        let old = self
-            .old
-            .as_deref()
-            .map(String::from_utf8_lossy)
-            .unwrap_or_default();
-        let new = self
-            .new
-            .as_deref()
-            .map(String::from_utf8_lossy)
-            .unwrap_or_default();
+        let text = |b: &Option<Vec<u8>>| {
+            let t = b
+                .as_deref()
+                .map(String::from_utf8_lossy)
+                .unwrap_or_default();
+            super::redact::redact(&t).into_owned()
+        };
+        let (old, new) = (text(&self.old), text(&self.new));
         let p = self.path.display().to_string();
         let a = if self.old.is_some() {
             p.clone()
@@ -64,7 +63,7 @@ impl FileChange {
         } else {
             "/dev/null".into()
         };
-        TextDiff::from_lines(old.as_ref(), new.as_ref())
+        TextDiff::from_lines(&old, &new)
             .unified_diff()
             .context_radius(3)
             .header(&a, &b)

@@ -1,7 +1,6 @@
 //! One agent at a time: `apply`, `revert` and the daemon's reconciles take an
 //! exclusive lock, so a shell `apply` cannot race the daemon.
 
-use std::fs::OpenOptions;
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -14,11 +13,8 @@ pub const LOCK_PATH: &str = "/run/rdma-node-agent/agent.lock";
 
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
-    #[error("cannot open lock file {path}: {source}")]
-    Open {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error("cannot open lock file: {0}")]
+    Open(#[from] crate::host::HostError),
     #[error(
         "another rdma-node-agent (pid {holder}) is changing this host (lock {path}); try again when it is done"
     )]
@@ -33,22 +29,10 @@ pub struct Lock {
 /// Takes the named lock under the root, waiting up to `wait` for a holder to finish.
 pub fn acquire(host: &Host, name: &Path, wait: Duration) -> Result<Lock, LockError> {
     let path = host.path(name);
-    let open = |source| LockError::Open {
-        path: path.clone(),
-        source,
-    };
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(open)?;
-    }
     let deadline = Instant::now() + wait;
     loop {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(open)?;
+        // Never through a link planted at the lock's path (see host::state).
+        let file = host.state_lock_file(name)?;
         match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(mut locked) => {
                 // The holder's pid, for the message another instance prints.

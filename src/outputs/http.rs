@@ -3,7 +3,6 @@
 //! whatever the host is doing. Bounded: a connection limit, header size and
 //! header-read timeouts, so idle or slow clients cannot starve a probe.
 
-use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -13,16 +12,13 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use serde_json::json;
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpListener, UnixListener};
-use tokio::sync::Semaphore;
 
 use crate::outputs::Cycle;
 use crate::outputs::exposition::Format;
 use crate::outputs::metrics::Rendered;
+
+pub use super::listen::{HttpError, Limits, Listen, Listener, bind, connection_limit, serve};
 
 /// What a reconcile publishes for the endpoint.
 pub struct Published {
@@ -146,99 +142,3 @@ async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> Response {
             .expect("static response"),
     }
 }
-
-/// Where the endpoint listens: `127.0.0.1:9470`, `[::1]:9470` or `unix:/path`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Listen {
-    Tcp(String),
-    Unix(PathBuf),
-}
-
-impl Listen {
-    pub fn parse(s: &str) -> Listen {
-        match s.strip_prefix("unix:") {
-            Some(p) => Listen::Unix(p.into()),
-            None => Listen::Tcp(s.to_owned()),
-        }
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum HttpError {
-    #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        addr: String,
-        source: std::io::Error,
-    },
-}
-
-/// Limits that keep one client from starving another.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    pub max_connections: usize,
-    pub header_timeout: Duration,
-    pub max_header_bytes: usize,
-}
-
-pub async fn bind(listen: &Listen) -> Result<Listener, HttpError> {
-    let err = |source| HttpError::Bind {
-        addr: match listen {
-            Listen::Tcp(a) => a.clone(),
-            Listen::Unix(p) => format!("unix:{}", p.display()),
-        },
-        source,
-    };
-    match listen {
-        Listen::Tcp(a) => Ok(Listener::Tcp(TcpListener::bind(a).await.map_err(err)?)),
-        Listen::Unix(p) => {
-            // A socket left by a previous run would make bind fail.
-            let _ = std::fs::remove_file(p);
-            Ok(Listener::Unix(UnixListener::bind(p).map_err(err)?))
-        }
-    }
-}
-
-pub enum Listener {
-    Tcp(TcpListener),
-    Unix(UnixListener),
-}
-
-/// Accepts connections forever. Over the connection limit a new connection is
-/// closed at once rather than queued, so the ones being served stay fast.
-pub async fn serve(listener: Listener, app: Router, limits: Limits) {
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
-    loop {
-        let accepted: std::io::Result<Box<dyn Io>> = match &listener {
-            Listener::Tcp(l) => l.accept().await.map(|(s, _)| {
-                let _ = s.set_nodelay(true);
-                Box::new(s) as Box<dyn Io>
-            }),
-            Listener::Unix(l) => l.accept().await.map(|(s, _)| Box::new(s) as Box<dyn Io>),
-        };
-        let stream = match accepted {
-            Ok(s) => s,
-            Err(e) => {
-                // EMFILE and friends: back off instead of spinning.
-                tracing::warn!("accept failed: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            continue;
-        };
-        let app = app.clone();
-        tokio::spawn(async move {
-            let mut http = hyper::server::conn::http1::Builder::new();
-            http.timer(TokioTimer::new())
-                .header_read_timeout(limits.header_timeout)
-                .max_buf_size(limits.max_header_bytes);
-            let service = TowerToHyperService::new(app);
-            let _ = http.serve_connection(TokioIo::new(stream), service).await;
-            drop(permit);
-        });
-    }
-}
-
-trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}

@@ -3,6 +3,7 @@
 
 pub mod exposition;
 pub mod http;
+pub mod listen;
 pub mod metrics;
 pub mod nfd;
 

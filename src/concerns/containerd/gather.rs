@@ -58,7 +58,7 @@ pub fn gather(
         .filter_map(|f| host.read(&f.path).ok().flatten()?.modified)
         .max();
     for p in spec_paths {
-        let data = host.read(&p)?;
+        let data = host.read_trusted(&p, "a base runtime spec")?;
         if let Some(d) = data.as_ref().filter(|_| referenced.contains(&p)) {
             newest = newest.max(d.modified);
         }

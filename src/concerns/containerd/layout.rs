@@ -211,7 +211,8 @@ fn major_of(v: &str) -> Option<u32> {
 }
 
 fn read_file(host: &Host, path: &Path) -> Result<ConfigFile, ContainerdError> {
-    let data = host.read(path)?;
+    // It names the files the agent edits and the spec paths it writes.
+    let data = host.read_trusted(path, "a containerd config file")?;
     let (text, mode) = match data {
         None => (None, 0o644),
         Some(d) => (
@@ -332,7 +333,10 @@ pub(super) fn load_rancher_template(
             host.path(&dir.join("config.toml.tmpl")).display()
         )));
     };
-    let text = host.read_string(&tmpl)?.unwrap_or_default();
+    let text = host
+        .read_trusted(&tmpl, "the k3s/rke2 containerd template")?
+        .map(|d| String::from_utf8_lossy(&d.bytes).into_owned())
+        .unwrap_or_default();
     if text.contains("{{") {
         let done = super::Merge::ALL.iter().all(|m| {
             Effective::of(set, *m)

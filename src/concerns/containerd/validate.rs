@@ -104,6 +104,7 @@ fn dump(binary: &Path, files: &[String]) -> io::Result<Result<String, String>> {
         let msg = String::from_utf8_lossy(&out.stderr)
             .trim()
             .replace(dir.path().to_string_lossy().as_ref(), "<candidate>");
-        Ok(Err(msg))
+        // containerd may quote a line of the file: never a credential.
+        Ok(Err(crate::engine::redact::redact(&msg).into_owned()))
     }
 }

@@ -124,5 +124,5 @@ pub fn check_change(f: &Facts) -> Check {
 pub fn record(host: &Host, state: &KernelState) -> Result<(), HostError> {
     let mut bytes = serde_json::to_vec_pretty(state).expect("state serializes");
     bytes.push(b'\n');
-    host.write_atomic(&state_path(), &bytes, 0o644)
+    host.state_write(&state_path(), &bytes, 0o644)
 }

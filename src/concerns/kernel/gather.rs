@@ -31,8 +31,8 @@ pub fn gather(host: &Host, cfg: &KernelConfig) -> Result<Facts, HostError> {
     let release = trimmed("/proc/sys/kernel/osrelease")?;
     let boot_id = trimmed("/proc/sys/kernel/random/boot_id")?;
     let state = host
-        .read(&state_path())?
-        .and_then(|d| serde_json::from_slice(&d.bytes).ok());
+        .state_read(&state_path())?
+        .and_then(|d| serde_json::from_slice(&d).ok());
     let loaded = host.read_string(Path::new("/proc/modules"))?.map(|t| {
         t.lines()
             .filter_map(|l| l.split_whitespace().next())
@@ -143,9 +143,10 @@ fn module_tree(
     for name in required {
         let resolved = match (chosen.get(name), builtin.contains_key(name)) {
             (Some(path), _) => {
+                // Module files may be links (RHEL's weak-updates): not managed files.
                 let info = host
-                    .read(&base.join(path))?
-                    .map(|d| modinfo::parse_file(path, &d.bytes))
+                    .read_any(&base.join(path))?
+                    .map(|d| modinfo::parse_file(path, &d))
                     .unwrap_or(Err(modinfo::ModinfoError::Absent));
                 let (built_for, version) = match info {
                     Ok(m) => (
@@ -246,7 +247,7 @@ fn compare_installed(
     let mut missing = Vec::new();
     let mut differ = Vec::new();
     for f in files {
-        let ours = host.read(&built.join(f))?.map(|d| Sha256::digest(&d.bytes));
+        let ours = host.read_any(&built.join(f))?.map(|d| Sha256::digest(&d));
         let installed = DKMS_DESTS
             .iter()
             .map(|d| Path::new(MODULES).join(kernel).join(d).join(f))
@@ -254,7 +255,7 @@ fn compare_installed(
         match installed {
             None => missing.push(f.clone()),
             Some(p) => {
-                let theirs = host.read(&p)?.map(|d| Sha256::digest(&d.bytes));
+                let theirs = host.read_any(&p)?.map(|d| Sha256::digest(&d));
                 if theirs != ours {
                     differ.push(p.to_string_lossy().into_owned());
                 }
