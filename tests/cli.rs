@@ -25,7 +25,7 @@ fn the_summary_counts_each_status_apart() {
     assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
     assert_eq!(
         stdout(&o).lines().next().unwrap(),
-        "RDMA host ready: 1 warn, 1 ok, 6 skipped"
+        "RDMA host ready: 1 warn, 2 ok, 7 skipped"
     );
 }
 

@@ -34,6 +34,9 @@ _rdma__node__agent() {
             rdma__node__agent,revert)
                 cmd="rdma__node__agent__subcmd__revert"
                 ;;
+            rdma__node__agent,selftest)
+                cmd="rdma__node__agent__subcmd__selftest"
+                ;;
             rdma__node__agent,serve)
                 cmd="rdma__node__agent__subcmd__serve"
                 ;;
@@ -58,6 +61,9 @@ _rdma__node__agent() {
             rdma__node__agent__subcmd__help,revert)
                 cmd="rdma__node__agent__subcmd__help__subcmd__revert"
                 ;;
+            rdma__node__agent__subcmd__help,selftest)
+                cmd="rdma__node__agent__subcmd__help__subcmd__selftest"
+                ;;
             rdma__node__agent__subcmd__help,serve)
                 cmd="rdma__node__agent__subcmd__help__subcmd__serve"
                 ;;
@@ -71,7 +77,7 @@ _rdma__node__agent() {
 
     case "${cmd}" in
         rdma__node__agent)
-            opts="-h -V --root --config --help --version check plan apply serve status generate-assets revert help"
+            opts="-h -V --root --config --help --version check plan apply serve status selftest generate-assets revert help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -163,7 +169,7 @@ _rdma__node__agent() {
             return 0
             ;;
         rdma__subcmd__node__subcmd__agent__subcmd__help)
-            opts="check plan apply serve status generate-assets revert help"
+            opts="check plan apply serve status selftest generate-assets revert help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -260,6 +266,20 @@ _rdma__node__agent() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        rdma__subcmd__node__subcmd__agent__subcmd__help__subcmd__selftest)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         rdma__subcmd__node__subcmd__agent__subcmd__help__subcmd__serve)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -317,6 +337,40 @@ _rdma__node__agent() {
                 return 0
             fi
             case "${prev}" in
+                --root)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        rdma__subcmd__node__subcmd__agent__subcmd__selftest)
+            opts="-h --device --size --json --min-percent --no-control --root --config --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --device)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --size)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --min-percent)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --root)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

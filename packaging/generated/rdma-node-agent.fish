@@ -25,7 +25,7 @@ function __fish_rdma_node_agent_using_subcommand
 end
 
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_needs_command" -l root -d 'Act on the tree under DIR instead of the live host (like `systemctl --root`)' -r -F
-complete -c rdma-node-agent -n "__fish_rdma_node_agent_needs_command" -l config -d 'The agent\'s config, resolved under --root' -r -F
+complete -c rdma-node-agent -n "__fish_rdma_node_agent_needs_command" -l config -d 'The agent\'s config, resolved under --root [default: /etc/rdma-node-agent/config.toml, which may be absent (built-in defaults); a FILE given here must exist]' -r -F
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_needs_command" -s h -l help -d 'Print help'
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_needs_command" -s V -l version -d 'Print version'
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_needs_command" -f -a "check" -d 'Read-only checks. Exit 0 ok, 1 a check failed, 2 could not tell (node-problem-detector\'s convention)'
@@ -33,46 +33,56 @@ complete -c rdma-node-agent -n "__fish_rdma_node_agent_needs_command" -f -a "pla
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_needs_command" -f -a "apply" -d 'Converge the host; a second run changes nothing'
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_needs_command" -f -a "serve" -d 'Run as a daemon: keep the node converged (or only report, with mode = "report") and serve /healthz, /readyz, /status and /metrics'
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_needs_command" -f -a "status" -d 'Ask the running daemon for its last report (the same checks as `check`)'
+complete -c rdma-node-agent -n "__fish_rdma_node_agent_needs_command" -f -a "selftest" -d 'For each ACTIVE RDMA port, perftest\'s ib_write_bw loopback with the memlock pods get (and no CAP_IPC_LOCK), then with 64 KiB as a control; the bandwidth against the port\'s rate. Exit 0 every port passed, 1 one failed, 2 nothing could be tested (no RDMA, no ACTIVE port, no perftest). Never run by the daemon'
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_needs_command" -f -a "generate-assets" -d 'Write the man page and shell completions generated from this CLI into DIR (for packaging)'
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_needs_command" -f -a "revert" -d 'Restore every file the agent changed to its original bytes and remove what it created'
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand check" -l only -d 'Report only this check (repeatable), e.g. for one node-problem-detector rule per check' -r
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand check" -l root -d 'Act on the tree under DIR instead of the live host (like `systemctl --root`)' -r -F
-complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand check" -l config -d 'The agent\'s config, resolved under --root' -r -F
+complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand check" -l config -d 'The agent\'s config, resolved under --root [default: /etc/rdma-node-agent/config.toml, which may be absent (built-in defaults); a FILE given here must exist]' -r -F
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand check" -l json
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand check" -s h -l help -d 'Print help'
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand plan" -l root -d 'Act on the tree under DIR instead of the live host (like `systemctl --root`)' -r -F
-complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand plan" -l config -d 'The agent\'s config, resolved under --root' -r -F
+complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand plan" -l config -d 'The agent\'s config, resolved under --root [default: /etc/rdma-node-agent/config.toml, which may be absent (built-in defaults); a FILE given here must exist]' -r -F
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand plan" -l json
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand plan" -l exit-code -d 'Exit 2 when there are changes (0 when converged)'
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand plan" -s h -l help -d 'Print help'
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand apply" -l root -d 'Act on the tree under DIR instead of the live host (like `systemctl --root`)' -r -F
-complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand apply" -l config -d 'The agent\'s config, resolved under --root' -r -F
+complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand apply" -l config -d 'The agent\'s config, resolved under --root [default: /etc/rdma-node-agent/config.toml, which may be absent (built-in defaults); a FILE given here must exist]' -r -F
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand apply" -l json
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand apply" -l no-restart -d 'Change files only; leave restarts for later'
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand apply" -s h -l help -d 'Print help'
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand serve" -l listen -d 'Where the health endpoint listens (`host:port` or `unix:/path`); default from the config' -r
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand serve" -l root -d 'Act on the tree under DIR instead of the live host (like `systemctl --root`)' -r -F
-complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand serve" -l config -d 'The agent\'s config, resolved under --root' -r -F
+complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand serve" -l config -d 'The agent\'s config, resolved under --root [default: /etc/rdma-node-agent/config.toml, which may be absent (built-in defaults); a FILE given here must exist]' -r -F
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand serve" -s h -l help -d 'Print help'
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand status" -l listen -d 'The daemon\'s endpoint; default from the config' -r
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand status" -l root -d 'Act on the tree under DIR instead of the live host (like `systemctl --root`)' -r -F
-complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand status" -l config -d 'The agent\'s config, resolved under --root' -r -F
+complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand status" -l config -d 'The agent\'s config, resolved under --root [default: /etc/rdma-node-agent/config.toml, which may be absent (built-in defaults); a FILE given here must exist]' -r -F
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand status" -l json
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand status" -s h -l help -d 'Print help'
+complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand selftest" -l device -d 'Only this RDMA device\'s ports (e.g. mlx5_0)' -r
+complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand selftest" -l size -d 'Message size in bytes' -r
+complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand selftest" -l min-percent -d 'The share of the port\'s rate the average must reach' -r
+complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand selftest" -l root -d 'Act on the tree under DIR instead of the live host (like `systemctl --root`)' -r -F
+complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand selftest" -l config -d 'The agent\'s config, resolved under --root [default: /etc/rdma-node-agent/config.toml, which may be absent (built-in defaults); a FILE given here must exist]' -r -F
+complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand selftest" -l json
+complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand selftest" -l no-control -d 'Skip the low-memlock control run'
+complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand selftest" -s h -l help -d 'Print help'
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand generate-assets" -l root -d 'Act on the tree under DIR instead of the live host (like `systemctl --root`)' -r -F
-complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand generate-assets" -l config -d 'The agent\'s config, resolved under --root' -r -F
+complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand generate-assets" -l config -d 'The agent\'s config, resolved under --root [default: /etc/rdma-node-agent/config.toml, which may be absent (built-in defaults); a FILE given here must exist]' -r -F
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand generate-assets" -s h -l help -d 'Print help'
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand revert" -l root -d 'Act on the tree under DIR instead of the live host (like `systemctl --root`)' -r -F
-complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand revert" -l config -d 'The agent\'s config, resolved under --root' -r -F
+complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand revert" -l config -d 'The agent\'s config, resolved under --root [default: /etc/rdma-node-agent/config.toml, which may be absent (built-in defaults); a FILE given here must exist]' -r -F
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand revert" -l json
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand revert" -l force -d 'Also restore files that were edited by someone else since the agent wrote them'
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand revert" -s h -l help -d 'Print help'
-complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand help; and not __fish_seen_subcommand_from check plan apply serve status generate-assets revert help" -f -a "check" -d 'Read-only checks. Exit 0 ok, 1 a check failed, 2 could not tell (node-problem-detector\'s convention)'
-complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand help; and not __fish_seen_subcommand_from check plan apply serve status generate-assets revert help" -f -a "plan" -d 'Show what `apply` would change, files as unified diffs'
-complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand help; and not __fish_seen_subcommand_from check plan apply serve status generate-assets revert help" -f -a "apply" -d 'Converge the host; a second run changes nothing'
-complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand help; and not __fish_seen_subcommand_from check plan apply serve status generate-assets revert help" -f -a "serve" -d 'Run as a daemon: keep the node converged (or only report, with mode = "report") and serve /healthz, /readyz, /status and /metrics'
-complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand help; and not __fish_seen_subcommand_from check plan apply serve status generate-assets revert help" -f -a "status" -d 'Ask the running daemon for its last report (the same checks as `check`)'
-complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand help; and not __fish_seen_subcommand_from check plan apply serve status generate-assets revert help" -f -a "generate-assets" -d 'Write the man page and shell completions generated from this CLI into DIR (for packaging)'
-complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand help; and not __fish_seen_subcommand_from check plan apply serve status generate-assets revert help" -f -a "revert" -d 'Restore every file the agent changed to its original bytes and remove what it created'
-complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand help; and not __fish_seen_subcommand_from check plan apply serve status generate-assets revert help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand help; and not __fish_seen_subcommand_from check plan apply serve status selftest generate-assets revert help" -f -a "check" -d 'Read-only checks. Exit 0 ok, 1 a check failed, 2 could not tell (node-problem-detector\'s convention)'
+complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand help; and not __fish_seen_subcommand_from check plan apply serve status selftest generate-assets revert help" -f -a "plan" -d 'Show what `apply` would change, files as unified diffs'
+complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand help; and not __fish_seen_subcommand_from check plan apply serve status selftest generate-assets revert help" -f -a "apply" -d 'Converge the host; a second run changes nothing'
+complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand help; and not __fish_seen_subcommand_from check plan apply serve status selftest generate-assets revert help" -f -a "serve" -d 'Run as a daemon: keep the node converged (or only report, with mode = "report") and serve /healthz, /readyz, /status and /metrics'
+complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand help; and not __fish_seen_subcommand_from check plan apply serve status selftest generate-assets revert help" -f -a "status" -d 'Ask the running daemon for its last report (the same checks as `check`)'
+complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand help; and not __fish_seen_subcommand_from check plan apply serve status selftest generate-assets revert help" -f -a "selftest" -d 'For each ACTIVE RDMA port, perftest\'s ib_write_bw loopback with the memlock pods get (and no CAP_IPC_LOCK), then with 64 KiB as a control; the bandwidth against the port\'s rate. Exit 0 every port passed, 1 one failed, 2 nothing could be tested (no RDMA, no ACTIVE port, no perftest). Never run by the daemon'
+complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand help; and not __fish_seen_subcommand_from check plan apply serve status selftest generate-assets revert help" -f -a "generate-assets" -d 'Write the man page and shell completions generated from this CLI into DIR (for packaging)'
+complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand help; and not __fish_seen_subcommand_from check plan apply serve status selftest generate-assets revert help" -f -a "revert" -d 'Restore every file the agent changed to its original bytes and remove what it created'
+complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand help; and not __fish_seen_subcommand_from check plan apply serve status selftest generate-assets revert help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

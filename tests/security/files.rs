@@ -209,6 +209,11 @@ fn linked_imports_and_base_specs_stay_links() {
     )
     .unwrap();
     symlink("specs/base.json", c.join("cri-base.json")).unwrap();
+    // No containerd binary in the tree: say how its imports merge (the drop-in
+    // holds a CRI table, which 1.x and 2.x read differently).
+    let a = t.path().join("etc/rdma-node-agent");
+    fs::create_dir_all(&a).unwrap();
+    fs::write(a.join("config.toml"), "[containerd]\ndaemon_version = 2\n").unwrap();
     let before = snapshot(t.path());
     ok(&agent(t.path(), &["apply"]));
     for (link, target) in [
