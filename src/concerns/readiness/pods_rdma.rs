@@ -38,8 +38,8 @@ pub struct Process {
     /// `None`: its fds could not be read (the reason).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fds_unreadable: Option<String>,
-    /// `CapEff` of /proc/<pid>/status; `None` when unreadable.
-    #[serde(skip)]
+    /// `CapEff` of /proc/<pid>/status (shown as there, in hex); `None` when unreadable.
+    #[serde(serialize_with = "opt_hex")]
     pub cap_eff: Option<u64>,
     #[serde(serialize_with = "opt_display")]
     pub memlock_soft: Option<Limit>,
@@ -50,6 +50,13 @@ pub struct Process {
 impl Process {
     pub fn has_ipc_lock(&self) -> Option<bool> {
         self.cap_eff.map(|c| c & (1 << CAP_IPC_LOCK) != 0)
+    }
+}
+
+fn opt_hex<S: serde::Serializer>(c: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+    match c {
+        Some(c) => s.collect_str(&format_args!("{c:016x}")),
+        None => s.serialize_none(),
     }
 }
 
