@@ -238,7 +238,7 @@ fn real_processes_with_and_without_ipc_lock() {
     assert!(
         msg.contains(&format!(
             "pod a-{} container {} (sleep, pid {a_pid}) opens /dev/infiniband/uverbs0 but lacks CAP_IPC_LOCK: \
-             NCCL will crash registering memory; add IPC_LOCK to securityContext.capabilities.add and memlock 64KiB",
+             NCCL will crash registering memory; add IPC_LOCK to securityContext.capabilities.add; and its memlock 64KiB",
             pods.tag,
             &a[..12]
         )),

@@ -341,12 +341,12 @@ pub fn explain(f: &Finding, target: Limit) -> String {
             .memlock_hard
             .map_or_else(|| "?".to_owned(), |h| h.to_string());
         what.push(format!(
-            "memlock {soft} (hard {hard}) is below {target} without CAP_IPC_LOCK: \
+            "its memlock {soft} (hard {hard}) is below {target} without CAP_IPC_LOCK: \
              ibv_reg_mr fails (\"Couldn't allocate MR\") past it; run `rdma-node-agent apply` \
              and recreate the pod"
         ));
     }
-    format!("{} {} but {}", name(f), f.evidence, what.join(" and "))
+    format!("{} {} but {}", name(f), f.evidence, what.join("; and "))
 }
 
 pub fn check(containers: &[Container], target: Limit, severity: Severity) -> Check {
