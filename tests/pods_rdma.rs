@@ -229,12 +229,16 @@ fn real_processes_with_and_without_ipc_lock() {
     assert_eq!(fa["evidence"], "opens /dev/infiniband/uverbs0");
     assert_eq!(fa["process"]["pid"], a_pid);
     assert_eq!(fa["process"]["memlock_soft"], "64KiB");
+    // CapEff as /proc shows it: this machine's full set without bit 14.
+    let caps = u64::from_str_radix(fa["process"]["cap_eff"].as_str().unwrap(), 16).unwrap();
+    assert_eq!(caps & (1 << 14), 0, "{fa}");
+    assert_ne!(caps, 0, "{fa}");
     assert_eq!(fa["pod_uid"], format!("a-{}", pods.tag));
     let msg = check["message"].as_str().unwrap();
     assert!(
         msg.contains(&format!(
             "pod a-{} container {} (sleep, pid {a_pid}) opens /dev/infiniband/uverbs0 but lacks CAP_IPC_LOCK: \
-             NCCL will crash registering memory; add IPC_LOCK to securityContext.capabilities.add and memlock 64KiB",
+             NCCL will crash registering memory; add IPC_LOCK to securityContext.capabilities.add; and its memlock 64KiB",
             pods.tag,
             &a[..12]
         )),

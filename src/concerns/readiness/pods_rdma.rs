@@ -38,8 +38,8 @@ pub struct Process {
     /// `None`: its fds could not be read (the reason).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fds_unreadable: Option<String>,
-    /// `CapEff` of /proc/<pid>/status; `None` when unreadable.
-    #[serde(skip)]
+    /// `CapEff` of /proc/<pid>/status (shown as there, in hex); `None` when unreadable.
+    #[serde(serialize_with = "opt_hex")]
     pub cap_eff: Option<u64>,
     #[serde(serialize_with = "opt_display")]
     pub memlock_soft: Option<Limit>,
@@ -50,6 +50,13 @@ pub struct Process {
 impl Process {
     pub fn has_ipc_lock(&self) -> Option<bool> {
         self.cap_eff.map(|c| c & (1 << CAP_IPC_LOCK) != 0)
+    }
+}
+
+fn opt_hex<S: serde::Serializer>(c: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+    match c {
+        Some(c) => s.collect_str(&format_args!("{c:016x}")),
+        None => s.serialize_none(),
     }
 }
 
@@ -334,12 +341,12 @@ pub fn explain(f: &Finding, target: Limit) -> String {
             .memlock_hard
             .map_or_else(|| "?".to_owned(), |h| h.to_string());
         what.push(format!(
-            "memlock {soft} (hard {hard}) is below {target} without CAP_IPC_LOCK: \
+            "its memlock {soft} (hard {hard}) is below {target} without CAP_IPC_LOCK: \
              ibv_reg_mr fails (\"Couldn't allocate MR\") past it; run `rdma-node-agent apply` \
              and recreate the pod"
         ));
     }
-    format!("{} {} but {}", name(f), f.evidence, what.join(" and "))
+    format!("{} {} but {}", name(f), f.evidence, what.join("; and "))
 }
 
 pub fn check(containers: &[Container], target: Limit, severity: Severity) -> Check {

@@ -95,7 +95,7 @@ fn low_memlock_counts_only_without_ipc_lock() {
     );
     assert!(
         explain(&f[0], Limit::UNLIMITED).contains(
-            "memlock 64KiB (hard 64KiB) is below unlimited without CAP_IPC_LOCK: ibv_reg_mr fails"
+            "; and its memlock 64KiB (hard 64KiB) is below unlimited without CAP_IPC_LOCK: ibv_reg_mr fails"
         ),
         "{}",
         explain(&f[0], Limit::UNLIMITED)
