@@ -92,18 +92,20 @@ impl ConfigFile {
         let crlf = text.as_deref().is_some_and(|t| t.contains("\r\n"));
         let doc = match &text {
             None => DocumentMut::new(),
-            Some(t) => t
-                .trim_start_matches('\u{feff}')
-                .parse::<DocumentMut>()
-                .map_err(|e| {
-                    let (line, column) = e.span().map(|s| line_col(t, s.start)).unwrap_or((1, 1));
+            Some(t) => {
+                // Spans count from after the byte-order mark, as does the parser.
+                let body = t.strip_prefix('\u{feff}').unwrap_or(t);
+                body.parse::<DocumentMut>().map_err(|e| {
+                    let (line, column) =
+                        e.span().map(|s| line_col(body, s.start)).unwrap_or((1, 1));
                     ContainerdError::Syntax {
                         path: shown.to_owned(),
                         line,
                         column,
                         message: e.message().trim().to_owned(),
                     }
-                })?,
+                })?
+            }
         };
         Ok(ConfigFile {
             path: path.to_owned(),
@@ -276,4 +278,29 @@ fn sibling_indent(t: &dyn TableLike) -> Option<String> {
         .next()
         .filter(|p| p.chars().all(|c| c == ' ' || c == '\t'))
         .map(str::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn syntax_error_after_a_byte_order_mark_has_its_line_and_column() {
+        let t = "\u{feff}version = 2\nbroken = [\n";
+        let e =
+            ConfigFile::parse(Path::new("/c"), Path::new("/c"), Some(t.into()), 0o644).unwrap_err();
+        assert!(e.to_string().starts_with("/c:2:11: "), "{e}");
+    }
+
+    #[test]
+    fn crlf_bom_and_literal_strings_are_kept_on_edit() {
+        let t = "\u{feff}version = 2\r\n[a]\r\n  x = 'y'\r\n";
+        let mut f =
+            ConfigFile::parse(Path::new("/c"), Path::new("/c"), Some(t.into()), 0o644).unwrap();
+        f.set_str(&["a", "z"], "/p").unwrap();
+        assert_eq!(
+            f.rendered(),
+            "\u{feff}version = 2\r\n[a]\r\n  x = 'y'\r\n  z = '/p'\r\n"
+        );
+    }
 }
