@@ -102,32 +102,41 @@ fn a_link_to_an_unexpected_file_is_refused_without_printing_it() {
         "root:$6$SHADOWHASH$abcdef:19000:0:99999:7:::\n",
     )
     .unwrap();
+    // The drop-in the agent replaces whole (its old lines would be a diff's
+    // removed lines), then containerd's config itself.
+    let dropin = "etc/systemd/system/containerd.service.d/50-rdma-node-agent.conf";
+    fs::create_dir_all(t.path().join(dropin).parent().unwrap()).unwrap();
+    symlink("/etc/shadow", t.path().join(dropin)).unwrap();
     let cfg = t.path().join(CONFIG);
-    fs::remove_file(&cfg).unwrap();
-    symlink("/etc/shadow", &cfg).unwrap();
-    for args in [
-        &["plan"][..],
-        &["plan", "--json"],
-        &["check", "--json"],
-        &["apply"],
-    ] {
-        let o = agent(t.path(), args);
-        let all = format!("{}{}", stdout(&o), stderr(&o));
+    for (managed, link) in [(dropin, None), (CONFIG, Some(&cfg))] {
+        if let Some(cfg) = link {
+            fs::remove_file(t.path().join(dropin)).unwrap();
+            fs::remove_file(cfg).unwrap();
+            symlink("/etc/shadow", cfg).unwrap();
+        }
+        for args in [
+            &["plan"][..],
+            &["plan", "--json"],
+            &["check", "--json"],
+            &["apply"],
+        ] {
+            let o = agent(t.path(), args);
+            let all = format!("{}{}", stdout(&o), stderr(&o));
+            assert!(
+                !all.contains("SHADOWHASH"),
+                "{args:?} printed the target: {all}"
+            );
+            assert!(
+                all.contains(managed) && all.contains("symbolic link to /etc/shadow"),
+                "{args:?}: {all}"
+            );
+        }
         assert!(
-            !all.contains("SHADOWHASH"),
-            "{args:?} printed the target: {all}"
-        );
-        assert!(
-            all.contains("etc/containerd/config.toml")
-                && all.contains("symbolic link to /etc/shadow"),
-            "{args:?}: {all}"
+            fs::read_to_string(t.path().join("etc/shadow"))
+                .unwrap()
+                .contains("SHADOWHASH")
         );
     }
-    assert!(
-        fs::read_to_string(t.path().join("etc/shadow"))
-            .unwrap()
-            .contains("SHADOWHASH")
-    );
     assert!(cfg.is_symlink());
     // A link into a config directory to something that is not a file, or
     // dangling, is refused too; so is a relative link that climbs out.

@@ -132,9 +132,26 @@ fn a_unix_listener_removes_only_a_stale_socket() {
     let t = node("v100");
     let victim = t.path().join("etc/important");
     fs::write(&victim, "keep\n").unwrap();
-    let o = agent(
-        t.path(),
-        &["serve", "--listen", &format!("unix:{}", victim.display())],
+    let mut d = std::process::Command::new(env!("CARGO_BIN_EXE_rdma-node-agent"))
+        .arg("--root")
+        .arg(t.path())
+        .args(["serve", "--listen", &format!("unix:{}", victim.display())])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // It must give up at once; one that serves was given the file's place.
+    let start = std::time::Instant::now();
+    while d.try_wait().unwrap().is_none() && start.elapsed().as_secs() < 10 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let running = d.try_wait().unwrap().is_none();
+    let _ = d.kill();
+    let o = d.wait_with_output().unwrap();
+    assert!(
+        !running,
+        "serve replaced {} with its socket",
+        victim.display()
     );
     assert_ne!(code(&o), 0);
     assert!(

@@ -1,6 +1,7 @@
 //! Attacks on the agent, each on a `--root` tree through the real binary: what a
 //! careful admin or someone with a foothold on the node would try. Each of these
-//! failed on the code before the security work (commit 65c19aa) and passes now.
+//! failed on the code before the security work (commit 65c19aa) and passes now,
+//! but for one guard that says so.
 //! The real-systemd side (the sandboxed rewrite keeping a group, journald, the
 //! exposure) is in `tests/system_systemd.rs`.
 

@@ -20,27 +20,45 @@ const PLANTED: &[&str] = &[
 fn plant_secrets(root: &Path) {
     let cfg = root.join(CONFIG);
     let text = fs::read_to_string(&cfg).unwrap();
-    // Right before and after the runtime table the agent edits, so they are
-    // diff context; an inline auth table and a header array besides.
-    let registry = r#"
-    [plugins."io.containerd.grpc.v1.cri".registry.configs."registry.example.com".auth]
-      username = "robot"
+    // The agent adds `base_runtime_spec` after a handler's `runtime_type`, and a
+    // diff shows the 3 lines after an edit: each handler here is followed by a
+    // credential table, so every kind of credential is diff context.
+    let after = |name: &str, secrets: &str| {
+        format!(
+            "        [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.{name}]\n          runtime_type = \"io.containerd.runc.v2\"\n{secrets}"
+        )
+    };
+    let marker = "          runtime_type = \"io.containerd.runc.v2\"\n";
+    assert!(text.contains(marker));
+    let runc = r#"    [plugins."io.containerd.grpc.v1.cri".registry.configs."registry.example.com".auth]
       password = "PLANTED-password"
       auth = "PLANTED-auth-b64"
+      username = "robot"
+"#;
+    // runc gets a base spec from the agent (an edit of config.toml), and so do
+    // a, b and c; nvidia uses the operator's spec, which the agent patches.
+    let text = text.replacen(marker, &format!("{marker}{runc}"), 1)
+        + &after(
+            "a",
+            r#"    [plugins."io.containerd.grpc.v1.cri".registry.configs."a.example".auth]
       identitytoken = "PLANTED-identitytoken"
-    [plugins."io.containerd.grpc.v1.cri".registry.configs."other.example.com"]
+      username = "u"
+"#,
+        )
+        + &after(
+            "b",
+            r#"    [plugins."io.containerd.grpc.v1.cri".registry.configs."b.example"]
       auth = { username = "u", password = "PLANTED-password", token = "PLANTED-token" }
-    [plugins."io.containerd.grpc.v1.cri".registry.headers]
+"#,
+        )
+        + &after(
+            "c",
+            r#"    [plugins."io.containerd.grpc.v1.cri".registry.headers]
       Authorization = [
         "Bearer PLANTED-header",
       ]
-"#;
-    // Right after the line the agent's edit follows: the lines it shows as context.
-    let marker = "          runtime_type = \"io.containerd.runc.v2\"\n";
-    assert!(text.contains(marker));
-    // runc gets a base spec from the agent (an edit of config.toml); a second
-    // handler uses the operator's spec, which the agent patches.
-    let text = text.replacen(marker, &format!("{marker}{registry}"), 1)
+"#,
+        )
         + r#"
         [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
           runtime_type = "io.containerd.runc.v2"
@@ -166,7 +184,7 @@ fn secrets_never_leave_the_file() {
 }
 
 /// A syntax error in a line holding a credential: the error names the place,
-/// never the value.
+/// never the value. (A guard: the code before this work did not quote it either.)
 #[test]
 fn a_broken_line_with_a_secret_is_not_quoted() {
     let t = node("v100");
