@@ -1,88 +1,117 @@
 #!/usr/bin/env bash
-# The agent's `serve` (on the bundled V100 sample node) side by side with Debian's
-# prometheus-node-exporter, both on loopback, measured in one run: startup time,
-# idle RSS, wake-ups while idle, wrk throughput and latency, RSS after load.
-# On demand (not in CI): `sudo scripts/bench-vs-node-exporter.sh`.
-# IDLE_SECS (default 10), WAKE_SECS (30) and LOAD_SECS (10) shorten it.
+# rdma-node-agent side by side with Debian's prometheus-node-exporter, measured in
+# one run, printed as one table:
+#  1. the RDMA inventory at 64, 1024 and 4096 devices (synthetic SR-IOV sysfs
+#     trees): `check --only rdma.devices --json` as a whole process, against a bare
+#     open/read/close pass over exactly the files that check reads (the floor,
+#     taken from strace of the check itself) and against one scrape of
+#     node_exporter's infiniband collector over the same tree (--path.sysfs);
+#     system calls (strace -c) and user-space instructions (valgrind) beside the
+#     times, as they do not move with the machine's load;
+#  2. both daemons on the bundled V100 sample node: start to READY=1 (the agent's
+#     sd_notify, received the way systemd receives it, after the first reconcile)
+#     and to the first answer, idle RSS, wake-ups while idle, /metrics req/s and
+#     latency under the same bounded wrk load, RSS after it.
+# On demand (not in CI), as root: `sudo scripts/bench-vs-node-exporter.sh`.
+# RUNS (default 9: medians), SIZES ("64 1024 4096"), IDLE_SECS (10), WAKE_SECS (30)
+# and LOAD_SECS (10) tune it. Times move with the load of the machine: take the
+# figures for the README on a quiet one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+runs="${RUNS:-9}"
+sizes="${SIZES:-64 1024 4096}"
 idle_secs="${IDLE_SECS:-10}"
 wake_secs="${WAKE_SECS:-30}"
 load_secs="${LOAD_SECS:-10}"
 agent_addr=127.0.0.1:19470
 ne_addr=127.0.0.1:19100
+ne_ib_addr=127.0.0.1:19101
 
 need=()
 command -v wrk >/dev/null || need+=(wrk)
 command -v prometheus-node-exporter >/dev/null || need+=(prometheus-node-exporter)
 command -v curl >/dev/null || need+=(curl)
+command -v strace >/dev/null || need+=(strace)
+command -v valgrind >/dev/null || need+=(valgrind)
+command -v python3 >/dev/null || need+=(python3)
 if ((${#need[@]})); then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/rdma-node-agent/target}"
-# The binary the packages ship (static glibc).
+# The binary the packages ship (static glibc), and the tree generator and floor.
 agent=$(bash scripts/release-build.sh)
+cargo build --quiet --example bench_sysfs
+helper="$CARGO_TARGET_DIR/debug/examples/bench_sysfs"
 
-root=$(mktemp -d)
+work=$(mktemp -d)
 pids=()
 cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    rm -rf "$root"
+    rm -rf "$work"
 }
 trap cleanup EXIT
-cp -a tests/fixtures/nodes/v100/. "$root/"
 
-now_ms() { date +%s%3N; }
-wait_200() { # url -> ms until it answers 200
-    local start=$(now_ms)
+# `timed RUNS CMD...` -> "wall_ms cpu_ms": medians over RUNS runs after one warm-up
+# (page cache), CPU = user + system time of the process and its threads.
+timed() {
+    python3 - "$@" <<'EOF'
+import resource, statistics, subprocess, sys, time
+runs, cmd = int(sys.argv[1]), sys.argv[2:]
+walls, cpus = [], []
+for i in range(runs + 1):
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    code = subprocess.run(cmd, stdout=subprocess.DEVNULL).returncode
+    t1 = time.perf_counter()
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if code != 0:
+        sys.exit(f"{cmd} exited {code}")
+    if i:
+        walls.append((t1 - t0) * 1e3)
+        cpus.append((r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime) * 1e3)
+print(f"{statistics.median(walls):.1f} {statistics.median(cpus):.1f}")
+EOF
+}
+
+# `scraped RUNS URL PID` -> "wall_ms cpu_ms": median scrape time and the server's
+# CPU per scrape (from /proc/PID/stat), after one warm-up scrape.
+scraped() {
+    python3 - "$@" <<'EOF'
+import os, statistics, sys, time, urllib.request
+runs, url, pid = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+tick = os.sysconf("SC_CLK_TCK")
+def cpu():
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / tick
+urllib.request.urlopen(url).read()
+c0, walls = cpu(), []
+for _ in range(runs):
+    t0 = time.perf_counter()
+    urllib.request.urlopen(url).read()
+    walls.append((time.perf_counter() - t0) * 1e3)
+print(f"{statistics.median(walls):.1f} {(cpu() - c0) * 1e3 / runs:.1f}")
+EOF
+}
+
+syscalls() { # CMD... -> total system calls of the process and its threads
+    strace -f -c -o "$work/strace-c" "$@" >/dev/null
+    awk '$NF == "total" {print $4}' "$work/strace-c"
+}
+instructions() { # CMD... -> user-space instructions, in millions
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null "$@" 2>&1 >/dev/null |
+        awk '/Collected :/ {printf "%.1f", $NF / 1e6}'
+}
+wait_200() { # url: until it answers 200
     until [ "$(curl -s -o /dev/null -w '%{http_code}' "$1")" = 200 ]; do sleep 0.005; done
-    echo $(($(now_ms) - start))
 }
 rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 switches() { # context switches of every thread of a process (each one a wake-up)
     cat /proc/"$1"/task/*/status | awk '/ctxt_switches/ {n += $2} END {print n}'
 }
-
-start=$(now_ms)
-"$agent" --root "$root" serve --listen "$agent_addr" 2>/dev/null &
-pids+=($!)
-agent_pid=$!
-# /healthz answers once the first reconcile is done, when the unit would be READY
-# (/readyz stays 503 on the fixture: its containerd predates the change).
-wait_200 "http://$agent_addr/healthz" >/dev/null
-agent_start=$(( $(now_ms) - start ))
-
-start=$(now_ms)
-prometheus-node-exporter --web.listen-address="$ne_addr" >/dev/null 2>&1 &
-pids+=($!)
-ne_pid=$!
-wait_200 "http://$ne_addr/metrics" >/dev/null
-ne_start=$(( $(now_ms) - start ))
-
-sleep "$idle_secs"
-agent_idle=$(rss_kb "$agent_pid")
-ne_idle=$(rss_kb "$ne_pid")
-
-a0=$(switches "$agent_pid"); n0=$(switches "$ne_pid")
-sleep "$wake_secs"
-agent_wake=$(( $(switches "$agent_pid") - a0 ))
-ne_wake=$(( $(switches "$ne_pid") - n0 ))
-
-bench() { # url -> "req/s p50 p99"
-    wrk -t2 -c32 -d"${load_secs}s" --latency "$1" 2>/dev/null | awk '
-        /Requests\/sec/ {rps = $2}
-        /^ +50%/ {p50 = $2}
-        /^ +99%/ {p99 = $2}
-        END {print rps, p50, p99}'
-}
-read -r a_ready_rps a_ready_p50 a_ready_p99 < <(bench "http://$agent_addr/readyz")
-read -r a_rps a_p50 a_p99 < <(bench "http://$agent_addr/metrics")
-read -r n_rps n_p50 n_p99 < <(bench "http://$ne_addr/metrics")
-agent_load=$(rss_kb "$agent_pid")
-ne_load=$(rss_kb "$ne_pid")
-
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
+at_most() { if awk -v v="$1" -v t="$2" 'BEGIN {exit !(v + 0 <= t + 0)}'; then echo met; else echo "NOT met"; fi; }
+at_least() { if awk -v v="$1" -v t="$2" 'BEGIN {exit !(v + 0 >= t + 0)}'; then echo met; else echo "NOT met"; fi; }
 ms() { # wrk latency ("1.23ms", "850.00us", "2.1s") in milliseconds
     awk -v v="$1" 'BEGIN {
         if (v ~ /us$/) {sub(/us$/, "", v); printf "%.2f", v / 1000}
@@ -90,22 +119,142 @@ ms() { # wrk latency ("1.23ms", "850.00us", "2.1s") in milliseconds
         else {sub(/s$/, "", v); printf "%.2f", v * 1000}
     }'
 }
-at_most() { if awk -v v="$1" -v t="$2" 'BEGIN {exit !(v + 0 <= t + 0)}'; then echo met; else echo "NOT met"; fi; }
-at_least() { if awk -v v="$1" -v t="$2" 'BEGIN {exit !(v + 0 >= t + 0)}'; then echo met; else echo "NOT met"; fi; }
 
-rss_ratio=$(ratio "$agent_idle" "$ne_idle")
-tput_ratio=$(ratio "$a_rps" "$n_rps")
-p99=$(ms "$a_p99")
-echo "rdma-node-agent vs prometheus-node-exporter ($(prometheus-node-exporter --version 2>&1 | head -n1 | awk '{print $3}')), $(nproc) cores, one run"
-printf '%-40s %18s %18s\n' "" "rdma-node-agent" "node_exporter"
-printf '%-40s %18s %18s\n' "start to first answer (ms)" "$agent_start" "$ne_start"
-printf '%-40s %18s %18s\n' "idle RSS after ${idle_secs}s (KiB)" "$agent_idle" "$ne_idle"
-printf '%-40s %18s %18s\n' "wake-ups while idle, ${wake_secs}s" "$agent_wake" "$ne_wake"
-printf '%-40s %18s %18s\n' "/metrics req/s (wrk -t2 -c32 ${load_secs}s)" "$a_rps" "$n_rps"
-printf '%-40s %18s %18s\n' "/metrics latency p50 / p99" "$a_p50 / $a_p99" "$n_p50 / $n_p99"
-printf '%-40s %18s %18s\n' "/readyz req/s, p50 / p99" "$a_ready_rps, $a_ready_p50 / $a_ready_p99" "-"
-printf '%-40s %18s %18s\n' "RSS after load (KiB)" "$agent_load" "$ne_load"
+# 1. The inventory at each size.
+declare -A wall cpu
+inventory=()
+for n in $sizes; do
+    # 8 physical functions, the rest virtual ones, as on an SR-IOV node.
+    vfs=$((n / 8 - 1))
+    tree="$work/tree-$n"
+    "$helper" tree "$tree" 8 "$vfs"
+    check=("$agent" --root "$tree" check --only rdma.devices --json)
+    # The files the check reads, from its own system calls: the floor reads exactly those.
+    strace -f -qq -e trace=openat -o "$work/opens" "${check[@]}" >/dev/null
+    grep -v -e O_DIRECTORY -e O_PATH -e '= -1 ' "$work/opens" |
+        sed -n "s|.*openat([^\"]*\"\($tree/[^\"]*\)\".*|\1|p" >"$work/files-$n"
+    files=$(wc -l <"$work/files-$n")
+    floor=("$helper" floor "$work/files-$n")
+
+    read -r a_wall a_cpu < <(timed "$runs" "${check[@]}")
+    read -r f_wall f_cpu < <(timed "$runs" "${floor[@]}")
+    prometheus-node-exporter --web.listen-address="$ne_ib_addr" --path.sysfs="$tree/sys" \
+        --collector.disable-defaults --collector.infiniband >/dev/null 2>&1 &
+    ne_ib=$!
+    pids+=("$ne_ib")
+    wait_200 "http://$ne_ib_addr/metrics"
+    ne_ports=$(curl -s "http://$ne_ib_addr/metrics" | grep -c '^node_infiniband_info' || true)
+    ne_ok=$(curl -s "http://$ne_ib_addr/metrics" |
+        awk '/^node_scrape_collector_success\{collector="infiniband"\}/ {print $2}')
+    read -r n_wall n_cpu < <(scraped "$runs" "http://$ne_ib_addr/metrics" "$ne_ib")
+    kill "$ne_ib"
+    wait "$ne_ib" 2>/dev/null || true
+
+    a_sys=$(syscalls "${check[@]}")
+    f_sys=$(syscalls "${floor[@]}")
+    a_ins=$(instructions "${check[@]}")
+    wall[$n]=$a_wall
+    cpu[$n]=$a_cpu
+    inventory+=("$(printf '%-8s %9s %9s %9s %9s %8s %9s %9s %8s %11s %8s %8s' \
+        "$n" "$a_wall" "$a_cpu" "$f_wall" "$f_cpu" "$(ratio "$a_wall" "$f_wall")" \
+        "$n_wall" "$n_cpu" "$(ratio "$a_wall" "$n_wall")" "$a_sys/$f_sys" "$files" "$a_ins")")
+    if [ "$ne_ok" != 1 ] || [ "$ne_ports" -lt "$n" ]; then
+        inventory+=("         node_exporter's infiniband collector did not read the tree (success=$ne_ok, $ne_ports devices)")
+    fi
+done
+
+# 2. The daemons on the sample node.
+root="$work/v100"
+cp -a tests/fixtures/nodes/v100/. "$root/"
+now_ms() { date +%s%3N; }
+# Start to READY=1: a notify socket like systemd's (Type=notify), after the first reconcile.
+read -r agent_ready agent_pid < <(python3 - "$work/notify" "$agent" --root "$root" serve --listen "$agent_addr" <<'EOF'
+import os, socket, subprocess, sys, time
+path, cmd = sys.argv[1], sys.argv[2:]
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(path)
+t0 = time.perf_counter()
+p = subprocess.Popen(cmd, env=dict(os.environ, NOTIFY_SOCKET=path),
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+s.settimeout(30)
+while b"READY=1" not in s.recv(65536).split(b"\n"):
+    pass
+print(f"{(time.perf_counter() - t0) * 1e3:.1f} {p.pid}")
+EOF
+)
+pids+=("$agent_pid")
+start=$(now_ms)
+wait_200 "http://$agent_addr/healthz"
+agent_answer=$(($(now_ms) - start))
+
+start=$(now_ms)
+prometheus-node-exporter --web.listen-address="$ne_addr" >/dev/null 2>&1 &
+ne_pid=$!
+pids+=("$ne_pid")
+wait_200 "http://$ne_addr/metrics"
+ne_start=$(($(now_ms) - start))
+
+sleep "$idle_secs"
+agent_idle=$(rss_kb "$agent_pid")
+ne_idle=$(rss_kb "$ne_pid")
+
+a0=$(switches "$agent_pid")
+n0=$(switches "$ne_pid")
+sleep "$wake_secs"
+agent_wake=$(($(switches "$agent_pid") - a0))
+ne_wake=$(($(switches "$ne_pid") - n0))
+
+load() { # url -> "req/s p50 p99"
+    wrk -t2 -c32 -d"${load_secs}s" --latency "$1" 2>/dev/null | awk '
+        /Requests\/sec/ {rps = $2}
+        /^ +50%/ {p50 = $2}
+        /^ +99%/ {p99 = $2}
+        END {print rps, p50, p99}'
+}
+read -r a_ready_rps a_ready_p50 a_ready_p99 < <(load "http://$agent_addr/readyz")
+read -r a_rps a_p50 a_p99 < <(load "http://$agent_addr/metrics")
+read -r n_rps n_p50 n_p99 < <(load "http://$ne_addr/metrics")
+agent_load=$(rss_kb "$agent_pid")
+ne_load=$(rss_kb "$ne_pid")
+
+ne_version=$(prometheus-node-exporter --version 2>&1 | head -n1 | awk '{print $3}')
+echo "rdma-node-agent vs prometheus-node-exporter $ne_version; $(date -u +%F), $(nproc) cores, $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg); medians of $runs"
 echo
-echo "targets: idle RSS <= 1/3 of node_exporter's: ratio $rss_ratio -> $(at_most "$rss_ratio" 0.3334)"
-echo "         /metrics throughput >= 50x: ratio $tput_ratio -> $(at_least "$tput_ratio" 50)"
-echo "         /metrics p99 <= 2 ms: ${p99} ms -> $(at_most "$p99" 2)"
+echo "RDMA inventory: \`check --only rdma.devices --json\` (whole process) vs a bare"
+echo "open/read/close of the same files vs one node_exporter infiniband scrape (ms)"
+printf '%-8s %9s %9s %9s %9s %8s %9s %9s %8s %11s %8s %8s\n' devices "check" "cpu" floor "cpu" "x floor" \
+    "n_e" "cpu" "x n_e" "syscalls" files "Minstr"
+printf '%s\n' "${inventory[@]}"
+set -- $sizes
+if (($# >= 2)); then
+    # Growth: the cost of each added device, between consecutive sizes.
+    prev=$1
+    shift
+    for n in "$@"; do
+        printf '  per added device %s -> %s: %s µs\n' "$prev" "$n" \
+            "$(awk -v a="${wall[$prev]}" -v b="${wall[$n]}" -v m="$prev" -v n="$n" 'BEGIN {printf "%.1f", (b - a) * 1000 / (n - m)}')"
+        prev=$n
+    done
+fi
+echo
+printf '%-44s %18s %18s\n' "daemons on the V100 sample node" "rdma-node-agent" "node_exporter"
+printf '%-44s %18s %18s\n' "start to READY=1 (sd_notify) (ms)" "$agent_ready" "-"
+printf '%-44s %18s %18s\n' "start to first 200 (ms)" "$agent_answer (after READY)" "$ne_start"
+printf '%-44s %18s %18s\n' "idle RSS after ${idle_secs}s (KiB)" "$agent_idle" "$ne_idle"
+printf '%-44s %18s %18s\n' "wake-ups while idle, ${wake_secs}s" "$agent_wake" "$ne_wake"
+printf '%-44s %18s %18s\n' "/metrics req/s (wrk -t2 -c32 ${load_secs}s)" "$a_rps" "$n_rps"
+printf '%-44s %18s %18s\n' "/metrics latency p50 / p99" "$a_p50 / $a_p99" "$n_p50 / $n_p99"
+printf '%-44s %18s %18s\n' "/readyz req/s, p50 / p99" "$a_ready_rps, $a_ready_p50 / $a_ready_p99" "-"
+printf '%-44s %18s %18s\n' "RSS after load (KiB)" "$agent_load" "$ne_load"
+echo
+big=${sizes##* }
+mid=1024
+[ -n "${wall[$mid]:-}" ] || mid=$big
+x_floor=$(printf '%s\n' "${inventory[@]}" | awk -v n="$mid" '$1 == n {print $6}')
+x_ne=$(printf '%s\n' "${inventory[@]}" | awk -v n="$mid" '$1 == n {print $9}')
+echo "targets: check at $mid devices <= 1.5x the floor: ${x_floor}x -> $(at_most "$x_floor" 1.5)"
+echo "         check at $mid devices <= 1/3 of a node_exporter scrape: ${x_ne}x -> $(at_most "$x_ne" 0.3334)"
+echo "         idle RSS <= 1/3 of node_exporter's: $(ratio "$agent_idle" "$ne_idle") -> $(at_most "$(ratio "$agent_idle" "$ne_idle")" 0.3334)"
+echo "         start to READY <= 100 ms: $agent_ready ms -> $(at_most "$agent_ready" 100)"
+echo "         /metrics throughput >= 50x: $(ratio "$a_rps" "$n_rps")x -> $(at_least "$(ratio "$a_rps" "$n_rps")" 50)"
+echo "         /metrics p99 <= 2 ms: $(ms "$a_p99") ms -> $(at_most "$(ms "$a_p99")" 2)"

@@ -133,10 +133,12 @@ fn load(cli: &Cli) -> anyhow::Result<Agent> {
     })
 }
 
+/// One write for the whole document: stdout is line-buffered, and a report of
+/// 1024 devices is thousands of lines.
 fn print_json(v: &impl serde::Serialize) {
-    let mut out = std::io::stdout().lock();
-    let _ = serde_json::to_writer_pretty(&mut out, v);
-    let _ = writeln!(out);
+    let mut buf = serde_json::to_vec_pretty(v).unwrap_or_default();
+    buf.push(b'\n');
+    let _ = std::io::stdout().lock().write_all(&buf);
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {

@@ -77,7 +77,36 @@ fn function(root: &Path, bus: u8, func: &str, ibdev: &str, netdev: &str, physfn:
         &format!("{p}/gid_attrs/ndevs/0"),
         &format!("{netdev}\n"),
     );
+    // The port's PMA counters, named as drivers/infiniband/core/sysfs.c names them:
+    // the agent does not read them, node_exporter's infiniband collector needs them.
+    for c in COUNTERS {
+        write(root, &format!("{p}/counters/{c}"), "0\n");
+    }
 }
+
+const COUNTERS: [&str; 21] = [
+    "symbol_error",
+    "link_error_recovery",
+    "link_downed",
+    "port_rcv_errors",
+    "port_rcv_remote_physical_errors",
+    "port_rcv_switch_relay_errors",
+    "port_xmit_discards",
+    "port_xmit_constraint_errors",
+    "port_rcv_constraint_errors",
+    "local_link_integrity_errors",
+    "excessive_buffer_overrun_errors",
+    "VL15_dropped",
+    "port_xmit_data",
+    "port_rcv_data",
+    "port_xmit_packets",
+    "port_rcv_packets",
+    "port_xmit_wait",
+    "unicast_xmit_packets",
+    "unicast_rcv_packets",
+    "multicast_xmit_packets",
+    "multicast_rcv_packets",
+];
 
 /// `pfs` physical functions with `vfs` virtual functions each: `pfs * (1 + vfs)`
 /// devices named mlx5_0… (PFs first, as mlx5_core numbers them).
