@@ -432,6 +432,15 @@ fn reconcile_once(
 fn watch_dirs(host: &Host, files: &[PathBuf]) -> BTreeSet<PathBuf> {
     files
         .iter()
+        .flat_map(|f| {
+            // A linked file is edited at its target: watch where that lives too.
+            let target = host
+                .resolve_managed(f)
+                .ok()
+                .filter(|r| r.link.is_some())
+                .map(|r| r.real);
+            std::iter::once(f.clone()).chain(target)
+        })
         .filter_map(|f| {
             f.ancestors()
                 .skip(1)

@@ -97,6 +97,35 @@ fn converges_at_start_and_repairs_hand_edits_within_a_second() {
     assert!(took < Duration::from_secs(1), "stop took {took:?}");
 }
 
+/// A config.toml that is a link (config management): a hand edit at its target,
+/// in another directory, is seen and repaired there, and the link stays.
+#[test]
+fn a_hand_edit_behind_a_linked_config_is_repaired() {
+    let t = node("v100");
+    let root = t.path();
+    let dir = root.join("etc/containerd");
+    std::fs::create_dir_all(dir.join("managed")).unwrap();
+    std::fs::rename(dir.join("config.toml"), dir.join("managed/config.toml")).unwrap();
+    std::os::unix::fs::symlink("managed/config.toml", dir.join("config.toml")).unwrap();
+    let _d = Serve::start(root);
+    wait_for("the first reconcile", Duration::from_secs(10), || {
+        has_spec(root)
+    });
+    // Past the reconcile that follows new watches: only a watch sees the edit now.
+    std::thread::sleep(Duration::from_millis(800));
+    let target = dir.join("managed/config.toml");
+    let edited = std::fs::read_to_string(&target)
+        .unwrap()
+        .replace("base_runtime_spec", "# removed by hand:");
+    std::fs::write(&target, edited).unwrap();
+    let took = wait_for("the repair", Duration::from_secs(5), || has_spec(root));
+    assert!(took <= Duration::from_secs(1), "repair took {took:?}");
+    assert!(
+        dir.join("config.toml").is_symlink(),
+        "the link was replaced"
+    );
+}
+
 #[test]
 fn report_mode_never_writes() {
     let t = node("v100");
