@@ -211,8 +211,22 @@ fn handlers_in_dump(dump: &str) -> BTreeMap<String, String> {
     out
 }
 
+/// A host path's file under `root`, following links as containerd on that node
+/// would: an absolute target is under the root too.
+fn in_root(root: &Path, path: &str) -> PathBuf {
+    let mut p = root.join(path.trim_start_matches('/'));
+    for _ in 0..8 {
+        match fs::read_link(&p) {
+            Ok(t) if t.is_absolute() => p = root.join(t.strip_prefix("/").unwrap()),
+            Ok(t) => p = p.parent().unwrap().join(t),
+            Err(_) => break,
+        }
+    }
+    p
+}
+
 fn memlock_of(root: &Path, spec: &str) -> Option<(u64, u64)> {
-    let text = fs::read_to_string(root.join(spec.trim_start_matches('/'))).ok()?;
+    let text = fs::read_to_string(in_root(root, spec)).ok()?;
     let v: Value = serde_json::from_str(&text).ok()?;
     v.pointer("/process/rlimits")?
         .as_array()?
@@ -415,43 +429,86 @@ fn every_real_world_case() {
     assert!(report.is_empty(), "\n{}", report.join("\n\n"));
 }
 
-/// kind's config behind a relative symlink, as config management (or NixOS's
-/// /etc/static) leaves it: the agent must edit the target and revert must give
-/// back the link itself. Symlink-preserving writes are the security branch's work.
+/// kind's config behind a relative symlink, as config management leaves it
+/// inside containerd's own directory: the agent edits the target, and revert
+/// gives back the link itself (lstat/readlink compared by `run_case`).
 #[test]
-#[ignore = "needs symlink-preserving writes (security branch)"]
 fn symlinked_config_toml() {
     let fails = run_case("kind", &|root| {
-        let etc = root.join("etc");
-        fs::create_dir_all(etc.join("cm")).unwrap();
-        fs::rename(
-            etc.join("containerd/config.toml"),
-            etc.join("cm/containerd.toml"),
-        )
-        .unwrap();
-        std::os::unix::fs::symlink("../cm/containerd.toml", etc.join("containerd/config.toml"))
-            .unwrap();
+        let c = root.join("etc/containerd");
+        fs::create_dir_all(c.join("managed")).unwrap();
+        fs::rename(c.join("config.toml"), c.join("managed/config.toml")).unwrap();
+        std::os::unix::fs::symlink("managed/config.toml", c.join("config.toml")).unwrap();
     });
     assert!(fails.is_empty(), "\n{}", fails.join("\n\n"));
 }
 
-/// EKS's operator base spec behind an absolute symlink (resolved inside --root).
+/// EKS's operator base spec behind an absolute symlink, resolved inside --root
+/// (never the machine's own /etc/containerd).
 #[test]
-#[ignore = "needs symlink-preserving writes (security branch)"]
 fn symlinked_base_spec() {
     let fails = run_case("eks-al2023", &|root| {
-        let etc = root.join("etc");
-        fs::create_dir_all(etc.join("cm")).unwrap();
+        let c = root.join("etc/containerd");
+        fs::create_dir_all(c.join("managed")).unwrap();
         fs::rename(
-            etc.join("containerd/base-runtime-spec.json"),
-            etc.join("cm/base-runtime-spec.json"),
+            c.join("base-runtime-spec.json"),
+            c.join("managed/base-runtime-spec.json"),
         )
         .unwrap();
         std::os::unix::fs::symlink(
-            "/etc/cm/base-runtime-spec.json",
-            etc.join("containerd/base-runtime-spec.json"),
+            "/etc/containerd/managed/base-runtime-spec.json",
+            c.join("base-runtime-spec.json"),
         )
         .unwrap();
     });
     assert!(fails.is_empty(), "\n{}", fails.join("\n\n"));
+}
+
+/// A link that leaves the directories the agent edits config in (here a config
+/// management tree, /etc/cm) is refused naming the link and its target, and
+/// nothing in the tree changes (SECURITY.md: the link rule).
+#[test]
+fn symlinks_out_of_the_config_dirs_are_refused_naming_both_ends() {
+    for (case, file, target) in [
+        ("kind", "config.toml", "/etc/cm/containerd.toml"),
+        (
+            "eks-al2023",
+            "base-runtime-spec.json",
+            "/etc/cm/base-runtime-spec.json",
+        ),
+    ] {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path();
+        copy_tree(&corpus().join(case).join("root"), root);
+        fs::create_dir_all(root.join("etc/cm")).unwrap();
+        let link = root.join("etc/containerd").join(file);
+        fs::rename(&link, root.join(&target[1..])).unwrap();
+        std::os::unix::fs::symlink(target, &link).unwrap();
+        write(
+            root,
+            "/etc/rdma-node-agent/config.toml",
+            "[systemd]\nenabled = false\n[containerd]\ndaemon_version = 2\n",
+        );
+        let before = lstat_tree(root);
+        for cmd in ["plan", "apply"] {
+            let o = agent(
+                root,
+                &[cmd, "--no-restart"][..if cmd == "plan" { 1 } else { 2 }],
+            );
+            let text = format!("{}{}", stdout(&o), stderr(&o));
+            assert_ne!(o.status.code(), Some(0), "{case} {cmd}: {text}");
+            assert!(
+                text.contains(
+                    &format!("{} : it is a symbolic link to {target}", link.display())
+                        .replace(" :", ":")
+                ),
+                "{case} {cmd}: {text}"
+            );
+            assert!(
+                text.contains("its content was not read"),
+                "{case} {cmd}: {text}"
+            );
+        }
+        assert_eq!(lstat_tree(root), before, "{case}: the tree changed");
+    }
 }
