@@ -3,7 +3,7 @@
 use std::fs;
 
 use super::support::*;
-use super::{code, stdout_of};
+use super::{Daemon, code, stdout_of};
 
 /// 2000 simultaneous loopback connections against a daemon whose open-files
 /// limit (512) is far below `max_connections` (4096): every connection is served or answered
@@ -32,7 +32,7 @@ fn two_thousand_connections_get_an_answer_or_a_clean_503() {
     unsafe {
         cmd.pre_exec(|| setrlimit(Resource::RLIMIT_NOFILE, 512, 512).map_err(std::io::Error::from));
     }
-    let d = cmd.spawn().unwrap();
+    let d = Daemon::spawn(&mut cmd);
     let start = Instant::now();
     while !http_get_opt(&addr, "/healthz").is_some_and(|r| r.starts_with("HTTP/1.1 200")) {
         assert!(start.elapsed() < Duration::from_secs(20), "no answer");
@@ -95,12 +95,7 @@ fn two_thousand_connections_get_an_answer_or_a_clean_503() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(d.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let log = stdout_of(&d.wait_with_output().unwrap().stderr);
+    let log = stdout_of(&d.stop().stderr);
     assert!(!log.contains("Too many open files"), "{log}");
     let overload = log.lines().filter(|l| l.contains("over the limit")).count();
     assert!(

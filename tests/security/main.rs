@@ -30,3 +30,33 @@ pub fn ok(o: &std::process::Output) -> String {
 pub fn stdout_of(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
+
+/// A daemon a test started: stopped with SIGTERM when the test is done, killed
+/// if the test fails first (never left running).
+pub struct Daemon(Option<std::process::Child>);
+
+impl Daemon {
+    pub fn spawn(cmd: &mut std::process::Command) -> Daemon {
+        Daemon(Some(cmd.spawn().unwrap()))
+    }
+
+    /// SIGTERM, then everything it wrote.
+    pub fn stop(mut self) -> std::process::Output {
+        let child = self.0.take().unwrap();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        child.wait_with_output().unwrap()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

@@ -4,7 +4,7 @@ use std::fs;
 use std::path::Path;
 
 use super::support::*;
-use super::{CONFIG, STATE, stdout_of};
+use super::{CONFIG, Daemon, STATE, stdout_of};
 
 /// Credentials planted next to every table and file the agent edits.
 const PLANTED: &[&str] = &[
@@ -145,14 +145,14 @@ fn secrets_never_leave_the_file() {
 
     // The daemon: its logs (what journald gets) and every endpoint.
     let addr = free_addr();
-    let d = std::process::Command::new(env!("CARGO_BIN_EXE_rdma-node-agent"))
-        .arg("--root")
-        .arg(t.path())
-        .args(["serve", "--listen", &addr])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let d = Daemon::spawn(
+        std::process::Command::new(env!("CARGO_BIN_EXE_rdma-node-agent"))
+            .arg("--root")
+            .arg(t.path())
+            .args(["serve", "--listen", &addr])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped()),
+    );
     let start = std::time::Instant::now();
     let status = loop {
         assert!(start.elapsed().as_secs() < 20, "the daemon did not answer");
@@ -168,12 +168,7 @@ fn secrets_never_leave_the_file() {
     for p in ["/readyz", "/metrics", "/healthz"] {
         assert_no_secret(p, &http_get(&addr, p));
     }
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(d.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let out = d.wait_with_output().unwrap();
+    let out = d.stop();
     assert_no_secret(
         "the daemon's log",
         &format!("{}{}", stdout_of(&out.stdout), stdout_of(&out.stderr)),
