@@ -33,16 +33,25 @@ done
 dpkg -s busybox-static >/dev/null 2>&1 || missing+=(busybox-static)
 # Packaging and fleet tests: rpm to inspect the .rpm, ansible-core and ansible-lint.
 command -v rpm >/dev/null 2>&1 || missing+=(rpm)
+# The real-kernel tier (tests/vm_rxe.rs) boots Debian's kernel with Soft-RoCE in QEMU.
+# qemu-utils comes from the same release as qemu-system-x86: a newer one (a
+# backport) Breaks its qemu-system-common, and apt then installs neither.
+command -v mkfs.ext4 >/dev/null 2>&1 || missing+=(e2fsprogs)
+qemu=()
+if [ "${RDMA_AGENT_VM:-1}" != 0 ] && ! command -v qemu-system-x86_64 >/dev/null 2>&1; then
+    qemu=(qemu-system-x86 "qemu-utils/$(. /etc/os-release && echo "$VERSION_CODENAME")")
+fi
 # libFuzzer, built by cargo-fuzz, is C++.
 command -v g++ >/dev/null 2>&1 || missing+=(g++)
 command -v ansible-playbook >/dev/null 2>&1 || missing+=(ansible-core)
 command -v ansible-lint >/dev/null 2>&1 || missing+=(ansible-lint)
 # A real Prometheus parser for the metrics test, and YAML for the alert rules (Debian's python3).
 /usr/bin/python3 -c 'import prometheus_client, yaml' >/dev/null 2>&1 || missing+=(python3-prometheus-client python3-yaml)
-if ((${#missing[@]})); then
-    echo "installing: ${missing[*]}"
+if ((${#missing[@]} + ${#qemu[@]})); then
+    echo "installing: ${missing[*]} ${qemu[*]}"
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        --allow-downgrades "${missing[@]}" "${qemu[@]}" >/dev/null
 fi
 if ! command -v cargo >/dev/null 2>&1; then
     echo "cargo is not installed: install a Rust toolchain (rustup) first" >&2
@@ -65,6 +74,13 @@ bash scripts/package.sh --deb-version "$version-2" >/dev/null
 export RDMA_AGENT_DEB="$CARGO_TARGET_DIR/dist/rdma-node-agent_${version}-1_amd64.deb"
 export RDMA_AGENT_DEB_UPGRADE="$CARGO_TARGET_DIR/dist/rdma-node-agent_${version}-2_amd64.deb"
 export RDMA_AGENT_RPM="$CARGO_TARGET_DIR/dist/rdma-node-agent-${version}-1.x86_64.rpm"
+# The real-kernel tier runs the binary we ship (package.sh built it): the VM is TCG,
+# where a debug build is slow. RDMA_AGENT_VM=0 turns the tier off (it says so).
+RDMA_AGENT_VM_BIN="$CARGO_TARGET_DIR/$(rustc -vV | sed -n 's/^host: //p')/release/rdma-node-agent"
+export RDMA_AGENT_VM_BIN
+if [ "${RDMA_AGENT_VM:-1}" = 0 ]; then
+    echo "RDMA_AGENT_VM=0: the real-kernel tier (QEMU + Soft-RoCE) is turned off"
+fi
 
 # Every failing test binary is reported, not only the first.
 cargo test --all-targets --no-fail-fast -- --include-ignored
