@@ -237,6 +237,19 @@ boot1() {
     blocked bindmount
     umount /run/bound-ns
     step settle-bindmount settle_netns
+
+    # Held by an open file only (its /run/netns entry deleted): nothing names it
+    # but the kernel, so the agent asks, and the kernel's EBUSY comes back.
+    ip netns add fdheld
+    sleep 600 3</run/netns/fdheld &
+    holder=$!
+    ip netns delete fdheld
+    step apply-fd "$AGENT" apply --json --no-restart
+    step kernel-fd rdma system set netns exclusive
+    step mode-after-fd live_mode
+    kill "$holder"
+    wait "$holder" 2>/dev/null
+    step settle-fd settle_netns
     # Live shared, exclusive persisted: the next boot comes up exclusive from
     # modprobe.d alone.
     sh_step modprobe-persisted "cat /etc/modprobe.d/rdma-node-agent.conf"
