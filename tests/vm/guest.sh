@@ -109,11 +109,12 @@ capture_sysfs() {
     copy_attr /sys/module/ib_core/parameters/netns_mode "$out/sys/module/ib_core/parameters/netns_mode"
     copy_attr /proc/sys/kernel/osrelease "$out/proc/sys/kernel/osrelease"
 }
-# One attribute, line by line; one the kernel refuses to read (EINVAL: an unused
-# GID's type, write-only files) is left out, as the agent would find it unreadable.
+# One attribute, line by line. One the kernel refuses to read (EINVAL: an unused
+# GID entry's type and netdev) reads as nothing, where every readable attribute
+# has at least its newline: it is left out, as the agent finds it unreadable.
 copy_attr() {
-    { while IFS= read -r line || [ -n "$line" ]; do printf '%s\n' "$line"; done <"$1"; } >"$2" 2>/dev/null \
-        || rm -f "$2"
+    { while IFS= read -r line || [ -n "$line" ]; do printf '%s\n' "$line"; done <"$1"; } >"$2" 2>/dev/null
+    [ -s "$2" ] || rm -f "$2"
 }
 
 # ib_write_bw over rxe0 on loopback: a server, then a client, 5 iterations of
