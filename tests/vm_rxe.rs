@@ -163,15 +163,14 @@ fn live_mode(dir: &Path, name: &str) -> &'static str {
     s.ok();
     let sysfs = s.out.lines().find_map(|l| l.strip_prefix("sysfs "));
     let netlink = s.out.lines().find_map(|l| l.strip_prefix("netlink "));
-    let mode = match (sysfs, netlink) {
+    match (sysfs, netlink) {
         (Some("Y"), Some(n)) if n.starts_with("netns shared") => "shared",
         (Some("N"), Some(n)) if n.starts_with("netns exclusive") => "exclusive",
         _ => panic!(
             "{name}: sysfs and netlink disagree or are unreadable:\n{}",
             s.text()
         ),
-    };
-    mode
+    }
 }
 
 /// The netns switch of an `apply --json` step: (status, detail).
