@@ -357,7 +357,7 @@ fn ebusy_from_the_kernel_with_an_invisible_namespace_becomes_pending_reboot() {
 
 #[test]
 #[ignore = "needs root and QEMU (minutes under TCG): run via scripts/test.sh"]
-fn persisted_exclusive_applies_at_the_next_boot_and_revert_removes_it() {
+fn persisted_exclusive_applies_at_the_next_boot_then_revert_and_shared_again() {
     let Some(d) = vm() else { return };
     assert_eq!(
         step(d, "modprobe-persisted").ok().out.lines().last(),
@@ -384,6 +384,13 @@ fn persisted_exclusive_applies_at_the_next_boot_and_revert_removes_it() {
         "{}",
         listing.out
     );
+    // revert restores files only: the live mode stays exclusive until the next
+    // boot (the kernel default, shared, with the file gone) or an apply of
+    // "shared", which switches it back live.
+    assert_eq!(live_mode(d, "boot2-mode-after-revert"), "exclusive");
+    let (status, detail) = netns_action(d, "boot2-apply-shared");
+    assert_eq!(status, "done", "{detail}");
+    assert_eq!(live_mode(d, "boot2-mode-after-apply-shared"), "shared");
 }
 
 /// ib_write_bw's two sides, as recorded: (exit code, text).

@@ -8,7 +8,8 @@
 #   memlock failure and its fix (setpriv without CAP_IPC_LOCK, then runc from the
 #   agent's base spec), the live netns switch both ways, and the kernel's EBUSY
 #   with each kind of other namespace; ends with exclusive persisted, not live.
-# Boot 2: the persisted mode applies at boot (modprobe.d alone); revert.
+# Boot 2: the persisted mode applies at boot (modprobe.d alone); revert; shared
+#   again, live.
 set -u
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 R=/results
@@ -266,6 +267,10 @@ boot2() {
     step boot2-revert "$AGENT" revert --json
     sh_step boot2-modprobe-after-revert 'ls -l /etc/modprobe.d/'
     step boot2-mode-after-revert live_mode
+    # revert leaves the live mode alone; apply with "shared" switches it back.
+    config shared
+    step boot2-apply-shared "$AGENT" apply --json --no-restart
+    step boot2-mode-after-apply-shared live_mode
 }
 
 echo "guest: boot $boot, kernel $(uname -r), init at $(cat "$R/boot$boot-init-uptime") s"
