@@ -47,16 +47,25 @@ dpkg -s busybox-static >/dev/null 2>&1 || missing+=(busybox-static)
 command -v rpm >/dev/null 2>&1 || missing+=(rpm)
 command -v lintian >/dev/null 2>&1 || missing+=(lintian)
 command -v rpmlint >/dev/null 2>&1 || missing+=(rpmlint)
+# The real-kernel tier (tests/vm_rxe.rs) boots Debian's kernel with Soft-RoCE in QEMU.
+# qemu-utils comes from the same release as qemu-system-x86: a newer one (a
+# backport) Breaks its qemu-system-common, and apt then installs neither.
+command -v mkfs.ext4 >/dev/null 2>&1 || missing+=(e2fsprogs)
+qemu=()
+if [ "${RDMA_AGENT_VM:-1}" != 0 ] && ! command -v qemu-system-x86_64 >/dev/null 2>&1; then
+    qemu=(qemu-system-x86 "qemu-utils/$(. /etc/os-release && echo "$VERSION_CODENAME")")
+fi
 # libFuzzer, built by cargo-fuzz, is C++.
 command -v g++ >/dev/null 2>&1 || missing+=(g++)
 command -v ansible-playbook >/dev/null 2>&1 || missing+=(ansible-core)
 command -v ansible-lint >/dev/null 2>&1 || missing+=(ansible-lint)
 # A real Prometheus parser for the metrics test, and YAML for the alert rules (Debian's python3).
 /usr/bin/python3 -c 'import prometheus_client, yaml' >/dev/null 2>&1 || missing+=(python3-prometheus-client python3-yaml)
-if ((${#missing[@]})); then
-    echo "installing: ${missing[*]}"
+if ((${#missing[@]} + ${#qemu[@]})); then
+    echo "installing: ${missing[*]} ${qemu[*]}"
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        --allow-downgrades "${missing[@]}" "${qemu[@]}" >/dev/null
 fi
 phase_end install
 if ! command -v cargo >/dev/null 2>&1; then
@@ -99,6 +108,13 @@ lane packages packages_lane
 phase clippy cargo clippy --all-targets --quiet -- -D warnings
 phase test-build cargo test --all-targets --no-run --quiet
 wait_lanes
+# The real-kernel tier runs the binary we ship (package.sh built it): the VM is TCG,
+# where a debug build is slow. RDMA_AGENT_VM=0 turns the tier off (it says so).
+RDMA_AGENT_VM_BIN="$release_dir/$(rustc -vV | sed -n 's/^host: //p')/release/rdma-node-agent"
+export RDMA_AGENT_VM_BIN
+if [ "${RDMA_AGENT_VM:-1}" = 0 ]; then
+    echo "RDMA_AGENT_VM=0: the real-kernel tier (QEMU + Soft-RoCE) is turned off"
+fi
 
 # containerd 1.7 and 2.x from Debian's trixie and sid packages (unpacked into the
 # cache, not installed), for the real-world corpus test's `containerd config dump`.

@@ -64,15 +64,40 @@ pub fn namespaces(host: &Snapshot) -> Result<Vec<Namespace>, HostError> {
             });
         }
     }
+    // A namespace bind-mounted outside /run/netns (Docker's /run/docker/netns,
+    // `unshare --net=FILE`) lives on with no process in it: PID 1's mount table
+    // names it. One a process already holds is named by that process.
+    let mounts = host
+        .read_string(Path::new("/proc/1/mountinfo"))
+        .ok()
+        .flatten()
+        .map(|m| nsfs_net_mounts(&m))
+        .unwrap_or_default();
     let mut out: Vec<Namespace> = by_ns
-        .into_iter()
-        .map(|(id, holders)| Namespace { id, holders })
+        .iter()
+        .map(|(id, holders)| Namespace {
+            id: id.clone(),
+            holders: holders.clone(),
+        })
         .collect();
     out.extend(
         host.list_dir(Path::new(NAMED_NETNS))?
             .into_iter()
             .map(|n| Namespace {
                 id: format!("{NAMED_NETNS}/{n}"),
+                holders: Vec::new(),
+            }),
+    );
+    out.extend(
+        mounts
+            .into_iter()
+            .filter(|(point, ns)| {
+                !Path::new(point).starts_with(NAMED_NETNS)
+                    && !Path::new(point).starts_with("/var/run/netns")
+                    && !by_ns.contains_key(ns)
+            })
+            .map(|(point, _)| Namespace {
+                id: point,
                 holders: Vec::new(),
             }),
     );

@@ -49,7 +49,7 @@ pub enum Live {
 /// A network namespace other than the initial one, and who holds it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Namespace {
-    /// `net:[4026532451]`, or `/run/netns/<name>`.
+    /// `net:[4026532451]`, `/run/netns/<name>`, or where else it is bind-mounted.
     pub id: String,
     pub holders: Vec<Holder>,
 }
@@ -139,6 +139,50 @@ pub fn cgroup_leaf(cgroup: &str) -> Option<String> {
         .next()
         .filter(|s| !s.is_empty())
         .map(str::to_owned)
+}
+
+/// Network namespaces bind-mounted somewhere, from a `mountinfo` text: (mount
+/// point, `net:[inode]`). nsfs mounts show the namespace as their root field.
+pub fn nsfs_net_mounts(mountinfo: &str) -> Vec<(String, String)> {
+    mountinfo
+        .lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            if right.split_whitespace().next()? != "nsfs" {
+                return None;
+            }
+            let f: Vec<&str> = left.split_whitespace().collect();
+            let (root, point) = (*f.get(3)?, *f.get(4)?);
+            root.starts_with("net:[")
+                .then(|| (unescape_mount(point), root.to_owned()))
+        })
+        .collect()
+}
+
+/// mountinfo escapes space, tab, newline and backslash as octal (`\040`).
+fn unescape_mount(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let oct = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        let byte = oct.and_then(|d| {
+            u8::try_from(d.iter().fold(0u32, |n, c| n * 8 + u32::from(c - b'0'))).ok()
+        });
+        match (b[i], byte) {
+            (b'\\', Some(v)) => {
+                out.push(v);
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Whether a listing holds ib_core (any compression) and the agent's file.

@@ -346,3 +346,39 @@ fn live_set_outcomes() {
         assert!(detail.contains(want), "{errno}: {detail}");
     }
 }
+
+#[test]
+fn bind_mounted_namespaces_are_named_by_their_mount_point() {
+    let mountinfo = "\
+25 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
+40 25 0:4 net:[4026532600] /run/netns/cni-1234 rw shared:5 - nsfs nsfs rw
+41 25 0:4 net:[4026532700] /run/docker/netns/1f2e3d rw shared:6 - nsfs nsfs rw
+42 25 0:4 net:[4026532451] /var/lib/pods/held rw - nsfs nsfs rw
+43 25 0:4 mnt:[4026532800] /run/some-mnt-ns rw - nsfs nsfs rw
+44 25 0:4 net:[4026532900] /run/with\\040space rw - nsfs nsfs rw
+";
+    assert_eq!(
+        nsfs_net_mounts(mountinfo),
+        vec![
+            ("/run/netns/cni-1234".into(), "net:[4026532600]".into()),
+            ("/run/docker/netns/1f2e3d".into(), "net:[4026532700]".into()),
+            ("/var/lib/pods/held".into(), "net:[4026532451]".into()),
+            ("/run/with space".into(), "net:[4026532900]".into()),
+        ]
+    );
+    // /run/netns is listed by name, and a namespace a process holds is named by
+    // the process: only the Docker-style mount is added.
+    let t = proc_node();
+    std::fs::write(t.path().join("proc/1/mountinfo"), mountinfo).unwrap();
+    let host = Snapshot::new(Host::new(t.path()));
+    assert_eq!(
+        describe(&namespaces(&host).unwrap()),
+        "net:[4026532451] (pid 4301 ib_write_bw in cri-containerd-0f3a.scope); \
+         /run/netns/cni-1234; /run/docker/netns/1f2e3d; /run/with space"
+    );
+    // Escapes that are not bytes stay as written.
+    assert_eq!(
+        nsfs_net_mounts("1 1 0:4 net:[1] /a\\777 rw - nsfs nsfs rw")[0].0,
+        "/a\\777"
+    );
+}

@@ -1,0 +1,281 @@
+#!/bin/sh
+# The real-kernel tier, inside the VM (run by /sbin/vm-init as PID 1's child).
+# Every step leaves NAME.out, NAME.err and NAME.rc under /results; the host
+# (tests/vm_rxe.rs) asserts on them. Nothing here decides pass or fail: it only
+# does things to a real kernel and records what the kernel and the agent said.
+#
+# Boot 1: Soft-RoCE up, sysfs captured, rdma.devices and rdma.netns live, the
+#   memlock failure and its fix (setpriv without CAP_IPC_LOCK, then runc from the
+#   agent's base spec), the live netns switch both ways, and the kernel's EBUSY
+#   with each kind of other namespace; ends with exclusive persisted, not live.
+# Boot 2: the persisted mode applies at boot (modprobe.d alone); revert; shared
+#   again, live.
+set -u
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+R=/results
+AGENT=/payload/rdma-node-agent
+CONF=/etc/rdma-node-agent/config.toml
+mkdir -p "$R" /var/lib/vm-test
+boot=$(($(cat /var/lib/vm-test/boot 2>/dev/null || echo 0) + 1))
+echo "$boot" >/var/lib/vm-test/boot
+cut -d' ' -f1 /proc/uptime >"$R/boot$boot-init-uptime"
+rm -f "$R/reboot"
+
+up() { cut -d' ' -f1 /proc/uptime; }
+# step NAME COMMAND...: runs it, recording its output, exit code and duration.
+step() {
+    name=$1
+    shift
+    s=$(up)
+    "$@" >"$R/$name.out" 2>"$R/$name.err"
+    echo $? >"$R/$name.rc"
+    e=$(up)
+    awk -v n="$name" -v s="$s" -v e="$e" 'BEGIN { printf "%-40s %6.1f s\n", n, e - s }' | tee -a "$R/times"
+}
+sh_step() {
+    name=$1
+    shift
+    step "$name" sh -c "$*"
+}
+finish() {
+    trap - EXIT
+    dmesg >"$R/dmesg-boot$boot.txt"
+    up >"$R/boot$boot-end-uptime"
+    echo "$boot" >"$R/boots"
+    tar -cf /dev/vdc -C "$R" .
+    sync
+}
+trap finish EXIT
+config() {
+    mkdir -p "$(dirname "$CONF")"
+    printf '[rdma]\nnetns_mode = "%s"\n' "$1" >"$CONF"
+}
+# The kernel frees a dead network namespace asynchronously (cleanup_net): wait
+# until a live switch succeeds again (and switch back), so that each blocker is
+# tried alone, and its removal is proven to lift the kernel's EBUSY.
+settle_netns() {
+    i=0
+    until rdma system set netns exclusive 2>/dev/null; do
+        i=$((i + 1))
+        [ $i -lt 100 ] || { echo "still EBUSY 20 s after the blocker went away"; return 1; }
+        sleep 0.2
+    done
+    rdma system set netns shared
+}
+rxe_up() {
+    # Loopback: perftest's client and server meet over TCP on 127.0.0.1.
+    ip link set lo up || return 1
+    modprobe rdma_rxe || return 1
+    ip link add veth0 type veth peer name veth1 || return 1
+    ip link set veth0 up && ip link set veth1 up || return 1
+    rdma link add rxe0 type rxe netdev veth0 || return 1
+    i=0
+    until grep -q ACTIVE /sys/class/infiniband/rxe0/ports/1/state 2>/dev/null; do
+        i=$((i + 1))
+        [ $i -lt 100 ] || { echo "rxe0 port 1 not ACTIVE after 20 s"; return 1; }
+        sleep 0.2
+    done
+}
+live_mode() {
+    echo "sysfs $(cat /sys/module/ib_core/parameters/netns_mode)"
+    echo "netlink $(rdma system show)"
+}
+
+# Copies what the agent reads of rxe0 into a node tree for the fast tests: the
+# device as the kernel wrote it, minus the long GID and P_Key tables (entries 0-3
+# kept), plus its netdev, the ib_core parameter and the kernel release.
+capture_sysfs() {
+    out=$1
+    dev=$(readlink -f /sys/class/infiniband/rxe0)
+    [ -d "$dev" ] || return 1
+    # Shell builtins only (read, printf): a fork per file costs ~50 ms under TCG.
+    find "$dev" -type d ! -path '*/power' | sed "s|^|$out|" | xargs mkdir -p
+    find "$dev" -type l | while IFS= read -r f; do
+        ln -s "$(readlink "$f")" "$out$f"
+    done
+    find "$dev" -type f | while IFS= read -r f; do
+        case "$f" in
+        */gids/[4-9] | */gids/[0-9][0-9]* | */ndevs/[4-9] | */ndevs/[0-9][0-9]* | \
+            */types/[4-9] | */types/[0-9][0-9]* | */pkeys/[1-9]* | */power/*) continue ;;
+        esac
+        copy_attr "$f" "$out$f"
+    done
+    mkdir -p "$out/sys/devices/virtual/net/veth0" "$out/sys/class/infiniband" "$out/sys/class/net" \
+        "$out/sys/module/ib_core/parameters" "$out/proc/sys/kernel"
+    for f in ifindex address operstate mtu type; do
+        copy_attr "/sys/devices/virtual/net/veth0/$f" "$out/sys/devices/virtual/net/veth0/$f"
+    done
+    ln -s "$(readlink /sys/class/infiniband/rxe0)" "$out/sys/class/infiniband/rxe0"
+    ln -s "$(readlink /sys/class/net/veth0)" "$out/sys/class/net/veth0"
+    copy_attr /sys/module/ib_core/parameters/netns_mode "$out/sys/module/ib_core/parameters/netns_mode"
+    copy_attr /proc/sys/kernel/osrelease "$out/proc/sys/kernel/osrelease"
+}
+# One attribute, line by line. One the kernel refuses to read (EINVAL: an unused
+# GID entry's type and netdev) reads as nothing, where every readable attribute
+# has at least its newline: it is left out, as the agent finds it unreadable.
+copy_attr() {
+    { while IFS= read -r line || [ -n "$line" ]; do printf '%s\n' "$line"; done <"$1"; } >"$2" 2>/dev/null
+    [ -s "$2" ] || rm -f "$2"
+}
+
+# ib_write_bw over rxe0 on loopback: a server, then a client, 5 iterations of
+# 8 MiB (perftest's default 5000 would take minutes under TCG). $1 wraps both.
+write_bw() {
+    wrap=$1
+    sh -c "$wrap timeout 60 ib_write_bw -d rxe0 -s 8388608 -n 5 -F" >"$R/bw-server.tmp" 2>&1 &
+    server=$!
+    sleep 2
+    sh -c "$wrap timeout 60 ib_write_bw -d rxe0 -s 8388608 -n 5 -F 127.0.0.1" 2>&1
+    rc=$?
+    wait $server
+    src=$?
+    echo "--- server (exit $src) ---"
+    cat "$R/bw-server.tmp"
+    rm -f "$R/bw-server.tmp"
+    [ $rc = 0 ] && [ $src = 0 ]
+}
+# The way container runtimes run a pod's processes: root, but CAP_IPC_LOCK gone
+# from the bounding and inheritable sets (so RLIMIT_MEMLOCK applies to it).
+NOLOCK='setpriv --bounding-set=-ipc_lock --inh-caps=-ipc_lock'
+
+# A runc bundle from the base spec the agent wrote: the spec as is (rlimits,
+# capabilities, mounts), with the guest's / as a read-only rootfs, the host's
+# network (as a hostNetwork pod) and the uverbs device (as the RDMA device
+# plugins add it).
+bundle() {
+    spec=$1 dir=$2 memlock=${3:-}
+    mkdir -p "$dir/rootfs"
+    mountpoint -q "$dir/rootfs" || mount --bind / "$dir/rootfs"
+    uv=/dev/infiniband/uverbs0
+    [ -c $uv ] || { echo "no $uv"; return 1; }
+    # jq 1.6 turns 18446744073709551615 (unlimited) into a float that runc
+    # rejects: the agent's rlimits go into config.json as the agent wrote them.
+    rlimits=$(perl -0777 -ne 'print $1 if /"rlimits"\s*:\s*(\[[^\]]*\])/' "$spec")
+    [ -n "$rlimits" ] || { echo "no process.rlimits in $spec"; return 1; }
+    jq --arg root "$dir/rootfs" --arg memlock "$memlock" \
+        --argjson uvmaj "$((0x$(stat -c %t $uv)))" --argjson uvmin "$((0x$(stat -c %T $uv)))" '
+        .root = {path: $root, readonly: true}
+        | .process.terminal = false
+        | .process.env = ["PATH=/usr/sbin:/usr/bin:/sbin:/bin"]
+        | .process.args = ["sh", "-c", "grep \"Max locked memory\" /proc/self/limits; grep Cap /proc/self/status; ib_write_bw -d rxe0 -s 8388608 -n 5 -F >/tmp/server.log 2>&1 & sleep 2; ib_write_bw -d rxe0 -s 8388608 -n 5 -F 127.0.0.1; rc=$?; wait $!; src=$?; echo \"--- server (exit $src) ---\"; cat /tmp/server.log; [ $rc = 0 ] && [ $src = 0 ]"]
+        | .mounts += [{destination: "/tmp", type: "tmpfs", source: "tmpfs", options: ["nosuid", "nodev"]}]
+        | .linux.namespaces |= map(select(.type != "network"))
+        | .linux.devices = (.linux.devices // []) + [
+            {path: "/dev/infiniband/uverbs0", type: "c", major: $uvmaj, minor: $uvmin, fileMode: 438, uid: 0, gid: 0}]
+        | .linux.resources.devices = (.linux.resources.devices // []) + [
+            {allow: true, type: "c", major: $uvmaj, minor: $uvmin, access: "rwm"}]
+        | if $memlock == "" then .process.rlimits = "@AGENT_RLIMITS@" else
+            .process.rlimits = ((.process.rlimits // []) | map(select(.type != "RLIMIT_MEMLOCK"))
+                + [{type: "RLIMIT_MEMLOCK", hard: ($memlock | tonumber), soft: ($memlock | tonumber)}])
+          end
+        ' "$spec" >"$dir/config.tmp" || return 1
+    RLIMITS=$rlimits perl -0777 -pe 's/"\@AGENT_RLIMITS\@"/$ENV{RLIMITS}/' "$dir/config.tmp" >"$dir/config.json"
+    grep -A3 '"rlimits"' "$dir/config.json"
+}
+
+blocked() {
+    step "apply-$1" "$AGENT" apply --json --no-restart
+    step "netns-$1" "$AGENT" check --json --only rdma.netns
+    step "kernel-$1" rdma system set netns exclusive
+    step "mode-after-$1" live_mode
+}
+
+boot1() {
+    step uname uname -r
+    step rxe-up rxe_up
+    sh_step rdma-link 'rdma link show; rdma dev show; ibv_devinfo -d rxe0'
+    step capture-sysfs capture_sysfs "$R/fixture-rxe"
+    # rdma.devices: live, and on the captured tree (which must say the same).
+    step devices-live "$AGENT" check --json --only rdma.devices
+    step devices-fixture "$AGENT" --root "$R/fixture-rxe" check --json --only rdma.devices
+
+    # rdma.netns, unmanaged: the mode the agent reads against the kernel's answer.
+    step netns-initial "$AGENT" check --json --only rdma.netns
+    step mode-initial live_mode
+
+    # The memlock failure the product exists to prevent, outside any container.
+    step bw-root write_bw 'ulimit -l 64;'
+    step bw-nolock-64k write_bw "ulimit -l 64; $NOLOCK"
+    step bw-nolock-8m write_bw "ulimit -l 8192; $NOLOCK"
+    step bw-nolock-unlimited write_bw "ulimit -l unlimited; $NOLOCK"
+
+    # apply, exclusive, with no other network namespace: the live switch.
+    config exclusive
+    step apply-exclusive "$AGENT" apply --json --no-restart
+    step mode-after-apply-exclusive live_mode
+    sh_step modprobe-after-apply-exclusive "cat /etc/modprobe.d/rdma-node-agent.conf"
+
+    # The base spec the agent wrote, through runc: at its limit, and a control.
+    sh_step base-spec 'cat /etc/containerd/rdma-node-agent/base-spec.json'
+    step runc-bundle-agent bundle /etc/containerd/rdma-node-agent/base-spec.json /run/bundle-agent
+    step runc-agent-spec timeout 180 runc run --bundle /run/bundle-agent bw-agent
+    step runc-bundle-64k bundle /etc/containerd/rdma-node-agent/base-spec.json /run/bundle-64k 65536
+    step runc-64k timeout 180 runc run --bundle /run/bundle-64k bw-64k
+
+    # And back to shared, live.
+    config shared
+    step apply-shared "$AGENT" apply --json --no-restart
+    step mode-after-apply-shared live_mode
+
+    # The kernel refuses while another namespace exists; one kind at a time:
+    # the agent's apply, its check, then the kernel asked directly (iproute2).
+    config exclusive
+    ip netns add blocker
+    blocked ipnetns
+    ip netns delete blocker
+    step settle-ipnetns settle_netns
+
+    unshare --net sleep 600 &
+    holder=$!
+    sleep 1
+    echo "$holder" >"$R/unshare-pid"
+    blocked unshare
+    kill "$holder"
+    wait "$holder" 2>/dev/null
+    step settle-unshare settle_netns
+
+    touch /run/bound-ns
+    unshare --net=/run/bound-ns true
+    blocked bindmount
+    umount /run/bound-ns
+    step settle-bindmount settle_netns
+
+    # Held by an open file only (its /run/netns entry deleted): nothing names it
+    # but the kernel, so the agent asks, and the kernel's EBUSY comes back.
+    ip netns add fdheld
+    sleep 600 3</run/netns/fdheld &
+    holder=$!
+    ip netns delete fdheld
+    step apply-fd "$AGENT" apply --json --no-restart
+    step kernel-fd rdma system set netns exclusive
+    step mode-after-fd live_mode
+    kill "$holder"
+    wait "$holder" 2>/dev/null
+    step settle-fd settle_netns
+    # Live shared, exclusive persisted: the next boot comes up exclusive from
+    # modprobe.d alone.
+    sh_step modprobe-persisted "cat /etc/modprobe.d/rdma-node-agent.conf"
+    step mode-before-reboot live_mode
+    touch "$R/reboot"
+}
+
+boot2() {
+    step boot2-uname uname -r
+    step boot2-rxe-up rxe_up
+    step boot2-mode live_mode
+    step boot2-netns "$AGENT" check --json --only rdma.netns
+    step boot2-revert "$AGENT" revert --json
+    sh_step boot2-modprobe-after-revert 'ls -l /etc/modprobe.d/'
+    step boot2-mode-after-revert live_mode
+    # revert leaves the live mode alone; apply with "shared" switches it back.
+    config shared
+    step boot2-apply-shared "$AGENT" apply --json --no-restart
+    step boot2-mode-after-apply-shared live_mode
+}
+
+echo "guest: boot $boot, kernel $(uname -r), init at $(cat "$R/boot$boot-init-uptime") s"
+case $boot in
+1) boot1 ;;
+2) boot2 ;;
+esac
+finish

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The VM image of the real-kernel tier, built once and cached by its recipe:
+# a minimal Debian bookworm (mmdebstrap --variant=apt) with Debian's kernel and
+# its modules (rdma_rxe: Soft-RoCE), rdma-core, perftest, runc and containerd, as
+# an ext4 image next to the kernel and initrd that boot it.
+#
+#   tests/vm/image.sh     -> prints the cache directory: rootfs.ext4 vmlinuz initrd.img
+#
+# Needs root, mmdebstrap and e2fsprogs, and a Debian mirror on first use (~3 min).
+set -euo pipefail
+
+CACHE=${RDMA_AGENT_VM_CACHE:-/var/cache/rdma-node-agent/vm}
+SUITE=bookworm
+PACKAGES=(
+    linux-image-amd64 kmod mount iproute2 procps
+    rdma-core ibverbs-providers ibverbs-utils perftest
+    # A container from the agent's base OCI spec (runc), and the containerd whose
+    # config the agent edits and validates (`containerd config dump`).
+    runc containerd jq
+)
+# Bump when the recipe below changes (init, hooks), so old images are not reused.
+RECIPE=vm-1
+
+here=$(cd "$(dirname "$0")" && pwd)
+key=$( { echo "$RECIPE $SUITE"; printf '%s\n' "${PACKAGES[@]}"; cat "$here/init"; } \
+    | sha256sum | cut -c1-16)
+dir="$CACHE/$SUITE-$key"
+# A complete image only ever appears by rename, so its presence is enough.
+if [ -f "$dir/rootfs.ext4" ]; then
+    echo "$dir"
+    exit 0
+fi
+
+[ "$(id -u)" = 0 ] || { echo "image.sh: building the VM image needs root" >&2; exit 1; }
+for tool in mmdebstrap mkfs.ext4; do
+    command -v "$tool" >/dev/null || { echo "image.sh: $tool is not installed: run scripts/test.sh" >&2; exit 1; }
+done
+mkdir -p "$CACHE"
+exec 9>"$CACHE/.lock"
+flock 9
+if [ -f "$dir/rootfs.ext4" ]; then echo "$dir"; exit 0; fi
+
+start=$(date +%s)
+tmp="$CACHE/.build-$key"
+rm -rf "$tmp"
+mkdir -p "$tmp"
+trap 'rm -rf "$tmp"' EXIT
+include=$(IFS=,; echo "${PACKAGES[*]}")
+# Documentation and locales are a third of a minimal system and nothing reads them.
+mmdebstrap --variant=apt --format=directory --include="$include" \
+    --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
+    --dpkgopt='path-exclude=/usr/share/info/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
+    --customize-hook='rm -f "$1/etc/hostname"' \
+    "$SUITE" "$tmp/root" >"$tmp/mmdebstrap.log" 2>&1 \
+    || { tail -n 30 "$tmp/mmdebstrap.log" >&2; echo "image.sh: mmdebstrap failed (is deb.debian.org reachable?)" >&2; exit 1; }
+install -m 0755 "$here/init" "$tmp/root/sbin/vm-init"
+echo rxe-vm >"$tmp/root/etc/hostname"
+printf '/dev/vda / ext4 rw 0 1\n' >"$tmp/root/etc/fstab"
+# The kernel and initrd boot the VM from outside (-kernel/-initrd); the guest keeps
+# its copies in /boot, as a node has them.
+cp -L "$tmp/root/vmlinuz" "$tmp/vmlinuz"
+cp -L "$tmp/root/initrd.img" "$tmp/initrd.img"
+size_mb=$(( $(du -sm "$tmp/root" | cut -f1) + 768 ))
+mkfs.ext4 -q -F -L rxe-root -d "$tmp/root" "$tmp/rootfs.ext4" "${size_mb}M"
+rm -rf "$tmp/root"
+{ echo "recipe $RECIPE suite $SUITE"; printf '%s\n' "${PACKAGES[@]}"; date -u; } >"$tmp/KEY"
+trap - EXIT
+mv "$tmp" "$dir"
+echo "image.sh: built $dir in $(( $(date +%s) - start )) s" >&2
+echo "$dir"

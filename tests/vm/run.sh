@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Boots the test VM on a payload and collects its results.
+#
+#   tests/vm/run.sh PAYLOAD_DIR RESULTS_DIR
+#
+# PAYLOAD_DIR holds guest.sh (run by the image's /sbin/vm-init) and whatever it
+# needs (the agent binary); it reaches the guest as a tar on a second disk, so a
+# new build needs no new image. The guest writes a tar of its /results to a third
+# disk at each poweroff; it lands in RESULTS_DIR. When the guest leaves a file
+# `reboot` there, the same disk is booted again (up to VM_BOOTS times): state on
+# the root disk survives, as on a rebooted node. Each run boots a fresh qcow2
+# overlay of the cached image, which is never modified.
+#
+# TCG, 1 vCPU, 2 GiB: KVM cannot boot a stock kernel on the CI machines (the guest
+# hangs after "Probing EDD"). RDMA_AGENT_VM_ACCEL=kvm tries it anyway.
+set -euo pipefail
+
+payload=${1:?usage: run.sh PAYLOAD_DIR RESULTS_DIR}
+results=${2:?usage: run.sh PAYLOAD_DIR RESULTS_DIR}
+here=$(cd "$(dirname "$0")" && pwd)
+accel=${RDMA_AGENT_VM_ACCEL:-tcg}
+max_boots=${VM_BOOTS:-3}
+# One boot of the whole tier takes about 2 minutes under TCG: 10 is a hung guest.
+boot_limit=${VM_BOOT_LIMIT:-600}
+
+fail() { echo "vm: $*" >&2; exit 1; }
+for tool in qemu-system-x86_64:qemu-system-x86 qemu-img:qemu-utils tar:tar; do
+    command -v "${tool%%:*}" >/dev/null \
+        || fail "${tool%%:*} is not installed (Debian package ${tool##*:}): run scripts/test.sh, or RDMA_AGENT_VM=0 to turn the VM tier off"
+done
+[ -x "$payload/guest.sh" ] || fail "$payload/guest.sh is missing or not executable"
+
+t0=$(date +%s)
+image=$("$here/image.sh") || fail "cannot build the VM image (see above)"
+t_image=$(( $(date +%s) - t0 ))
+
+work=$(mktemp -d /var/tmp/rdma-vm.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+qemu-img create -q -f qcow2 -F raw -b "$image/rootfs.ext4" "$work/root.qcow2"
+tar -C "$payload" -cf "$work/payload.tar" .
+mkdir -p "$results"
+
+boot=0
+while :; do
+    boot=$((boot + 1))
+    truncate -s 0 "$work/results.img"
+    truncate -s 512M "$work/results.img"
+    tb=$(date +%s)
+    # -no-reboot: a panic or a reboot ends QEMU; this loop does the reboots.
+    status=0
+    nice -n 5 timeout --kill-after=10 "$boot_limit" qemu-system-x86_64 \
+        -accel "$accel" -cpu max -smp 1 -m 2048 \
+        -nodefaults -display none -no-reboot -monitor none \
+        -serial "file:$results/console-$boot.log" \
+        -kernel "$image/vmlinuz" -initrd "$image/initrd.img" \
+        -append "root=/dev/vda rw console=ttyS0 panic=-1 init=/sbin/vm-init" \
+        -drive "file=$work/root.qcow2,format=qcow2,if=virtio" \
+        -drive "file=$work/payload.tar,format=raw,if=virtio,readonly=on" \
+        -drive "file=$work/results.img,format=raw,if=virtio" \
+        || status=$?
+    secs=$(( $(date +%s) - tb ))
+    [ "$status" = 124 ] && fail "boot $boot did not power off within ${boot_limit} s (console: $results/console-$boot.log)"
+    [ "$status" = 0 ] || fail "qemu-system-x86_64 failed (exit $status) in boot $boot: $(tail -n 5 "$results/console-$boot.log" 2>/dev/null)"
+    rm -f "$results/reboot"
+    # An all-zero disk is an empty tar: the guest's own count tells a finished boot.
+    tar -xf "$work/results.img" -C "$results" 2>/dev/null || true
+    [ "$(cat "$results/boots" 2>/dev/null)" = "$boot" ] \
+        || fail "boot $boot left no results (console: $results/console-$boot.log): $(tail -n 5 "$results/console-$boot.log")"
+    echo "vm: boot $boot: ${secs} s in QEMU ($accel)" >&2
+    echo "$secs" >"$results/qemu-seconds-$boot"
+    [ -e "$results/reboot" ] || break
+    [ "$boot" -lt "$max_boots" ] || fail "the guest asked for boot $((boot + 1)); at most $max_boots"
+done
+echo "vm: image ${t_image} s, total $(( $(date +%s) - t0 )) s for $boot boot(s)" >&2

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Refreshes the fixtures the VM tier records for the fast tests, from a run's
+# results (default: the last one, /var/cache/rdma-node-agent/vm/last-results):
+#   tests/fixtures/nodes/rxe/        rxe0's sysfs as the guest kernel wrote it
+#   tests/fixtures/perftest/rxe/     ib_write_bw's output over rxe, per limit
+# The PROVENANCE files say how they were made; update their dates by hand.
+set -euo pipefail
+results=${1:-/var/cache/rdma-node-agent/vm/last-results}
+here=$(cd "$(dirname "$0")/../.." && pwd)
+nodes=$here/tests/fixtures/nodes/rxe
+perf=$here/tests/fixtures/perftest/rxe
+[ -d "$results/fixture-rxe/sys" ] || { echo "no fixture-rxe in $results" >&2; exit 1; }
+find "$nodes" -mindepth 1 ! -name PROVENANCE -delete 2>/dev/null || true
+mkdir -p "$nodes" "$perf"
+cp -a "$results/fixture-rxe/." "$nodes/"
+# One file per side: client (stdout and stderr as one stream), then the server.
+split() {
+    awk -v c="$perf/$2-client.txt" -v s="$perf/$2-server.txt" '
+        /^--- server \(exit [0-9]+\) ---$/ { out = 1; next }
+        { print > (out ? s : c) }' "$results/$1.out"
+}
+split bw-nolock-64k write-bw-8m-memlock-64k
+split bw-nolock-8m write-bw-8m-memlock-8m
+split bw-nolock-unlimited write-bw-8m-memlock-unlimited
+split runc-64k runc-write-bw-8m-memlock-64k
+split runc-agent-spec runc-write-bw-8m-agent-spec
+grep -h 'rxe_mr_init_user' "$results"/dmesg-boot1.txt | sed 's/^\[ *[0-9.]*\] //' | sort -u >"$perf/kernel-pin-failure.txt"
+echo "saved into $nodes and $perf"
