@@ -233,4 +233,32 @@ mod tests {
             )
         );
     }
+
+    /// Soft-RoCE on Debian's 6.1 kernel, recorded by the VM tier (tests/vm/):
+    /// without CAP_IPC_LOCK a 64 KiB memlock refuses an 8 MiB region on both
+    /// sides, in a plain process and in a runc container; unlimited passes.
+    #[test]
+    fn real_kernel_recordings_from_the_vm_tier() {
+        for side in ["client", "server"] {
+            for run in ["write-bw-8m-memlock-64k", "runc-write-bw-8m-memlock-64k"] {
+                assert_eq!(
+                    parse(&recorded(&format!("rxe/{run}-{side}.txt"))),
+                    Err(Failure::AllocateMr),
+                    "{run}-{side}"
+                );
+            }
+        }
+        for run in [
+            "write-bw-8m-memlock-unlimited",
+            "runc-write-bw-8m-agent-spec",
+        ] {
+            let b = parse(&recorded(&format!("rxe/{run}-client.txt"))).unwrap();
+            assert_eq!((b.bytes, b.iterations), (8_388_608, 5), "{run}");
+            // Soft-RoCE under TCG: tens of MB/s, read as MiB/s.
+            assert!(
+                b.average_gbps > 0.0 && b.average_gbps < 10.0,
+                "{run}: {b:?}"
+            );
+        }
+    }
 }

@@ -13,11 +13,13 @@ perf=$here/tests/fixtures/perftest/rxe
 find "$nodes" -mindepth 1 ! -name PROVENANCE -delete 2>/dev/null || true
 mkdir -p "$nodes" "$perf"
 cp -a "$results/fixture-rxe/." "$nodes/"
-# One file per side: client (stdout and stderr as one stream), then the server.
+# One file per side: the client's stdout then its stderr, and the server's.
 split() {
     awk -v c="$perf/$2-client.txt" -v s="$perf/$2-server.txt" '
         /^--- server \(exit [0-9]+\) ---$/ { out = 1; next }
         { print > (out ? s : c) }' "$results/$1.out"
+    # The client's stderr (inside runc, perftest's failure lands there).
+    cat "$results/$1.err" >>"$perf/$2-client.txt"
 }
 split bw-nolock-64k write-bw-8m-memlock-64k
 split bw-nolock-8m write-bw-8m-memlock-8m
