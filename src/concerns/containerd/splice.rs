@@ -133,6 +133,16 @@ pub fn set_rlimits(text: &str, rlimits: &Value) -> Option<String> {
     };
     let (members, close) = sc.members()?;
     let pretty = body[p_start..close].contains('\n');
+    // A one-line spec keeps its separators: `{"a":1,"b":2}` (Go, serde) or
+    // `{"a": 1, "b": 2}` (Python's json.dumps, as Ansible's copy writes it).
+    let seps = Separators {
+        colon: if body.contains("\": ") { ": " } else { ":" },
+        comma: if body.contains(", \"") || body.contains(", {") {
+            ", "
+        } else {
+            ","
+        },
+    };
     let line_indent = |at: usize| -> String {
         let line_start = body[..at].rfind('\n').map_or(0, |i| i + 1);
         body[line_start..at]
@@ -150,6 +160,7 @@ pub fn set_rlimits(text: &str, rlimits: &Value) -> Option<String> {
                 unit(body),
                 pretty && existing.contains('\n'),
                 nl,
+                &seps,
             );
             (array, *vs, *ve)
         }
@@ -157,16 +168,20 @@ pub fn set_rlimits(text: &str, rlimits: &Value) -> Option<String> {
             let (_, key_at, (_, last_end)) = members.last()?;
             if pretty {
                 let indent = line_indent(*key_at);
-                let array = render(rlimits, &indent, unit(body), true, nl);
+                let array = render(rlimits, &indent, unit(body), true, nl, &seps);
                 (
                     format!(",{nl}{indent}\"rlimits\": {array}"),
                     *last_end,
                     *last_end,
                 )
             } else {
-                let sep = if body.contains("\": ") { ": " } else { ":" };
-                let array = render(rlimits, "", "", false, nl);
-                (format!(",\"rlimits\"{sep}{array}"), *last_end, *last_end)
+                let array = render(rlimits, "", "", false, nl, &seps);
+                let Separators { colon, comma } = seps;
+                (
+                    format!("{comma}\"rlimits\"{colon}{array}"),
+                    *last_end,
+                    *last_end,
+                )
             }
         }
     };
@@ -186,11 +201,53 @@ fn unit(body: &str) -> &str {
         .unwrap_or("    ")
 }
 
+/// How a one-line JSON text separates a key from its value and one item from the next.
+#[derive(Clone, Copy)]
+struct Separators {
+    colon: &'static str,
+    comma: &'static str,
+}
+
+impl serde_json::ser::Formatter for Separators {
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            w.write_all(self.comma.as_bytes())
+        }
+    }
+
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.begin_array_value(w, first)
+    }
+
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(self.colon.as_bytes())
+    }
+}
+
 /// The array rendered at a member whose line is indented by `indent`.
-fn render(v: &Value, indent: &str, unit: &str, pretty: bool, nl: &str) -> String {
+fn render(
+    v: &Value,
+    indent: &str,
+    unit: &str,
+    pretty: bool,
+    nl: &str,
+    seps: &Separators,
+) -> String {
     if !pretty {
-        let compact = serde_json::to_string(v).expect("JSON value serializes");
-        return compact;
+        let mut out = Vec::new();
+        let mut ser = serde_json::Serializer::with_formatter(&mut out, *seps);
+        serde::Serialize::serialize(v, &mut ser).expect("JSON value serializes");
+        return String::from_utf8(out).expect("serde_json writes UTF-8");
     }
     let mut out = Vec::new();
     let fmt = serde_json::ser::PrettyFormatter::with_indent(unit.as_bytes());
@@ -242,6 +299,24 @@ mod tests {
         assert_eq!(
             out,
             r#"{"ociVersion":"1.0.2","process":{"cwd":"/","rlimits":[{"type":"RLIMIT_MEMLOCK","hard":1,"soft":1}]},"root":{}}"#
+        );
+    }
+
+    /// Kubespray's cri-base.json: Ansible's copy writes a dict as Python's
+    /// json.dumps, one line with ", " and ": ".
+    #[test]
+    fn one_line_keeps_python_style_separators() {
+        let text = r#"{"ociVersion": "1.2.1", "process": {"cwd": "/", "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 9, "soft": 9}], "noNewPrivileges": true}, "root": {}}"#;
+        let out = set_rlimits(text, &rl()).unwrap();
+        assert_eq!(
+            out,
+            r#"{"ociVersion": "1.2.1", "process": {"cwd": "/", "rlimits": [{"type": "RLIMIT_MEMLOCK", "hard": 1, "soft": 1}], "noNewPrivileges": true}, "root": {}}"#
+        );
+        let text = r#"{"ociVersion": "1.2.1", "process": {"cwd": "/"}, "root": {}}"#;
+        let out = set_rlimits(text, &rl()).unwrap();
+        assert_eq!(
+            out,
+            r#"{"ociVersion": "1.2.1", "process": {"cwd": "/", "rlimits": [{"type": "RLIMIT_MEMLOCK", "hard": 1, "soft": 1}]}, "root": {}}"#
         );
     }
 
