@@ -21,9 +21,14 @@ fn rxe_port_is_read_as_the_kernel_wrote_it() {
     assert_eq!(rxe["name"], "rxe0");
     let guid = read(&root, "/sys/devices/virtual/infiniband/rxe0/node_guid");
     assert_eq!(rxe["node_guid"].as_str(), Some(guid.trim()));
-    // Nothing of a PCI function: no device link, so no PCI netdevs either.
-    assert_eq!(rxe["netdevs"], serde_json::json!([]), "{c:#}");
+    // A software device, not a PCI function: its netdev is the one `parent`
+    // names; an empty fw_ver is what the driver writes, not an error.
+    assert_eq!(rxe["kind"], "software", "{c:#}");
+    assert_eq!(rxe["pci"], serde_json::Value::Null, "{c:#}");
+    assert_eq!(rxe["netdevs"], serde_json::json!(["veth0"]), "{c:#}");
     assert_eq!(rxe["hca_type"], serde_json::Value::Null, "{c:#}");
+    assert_eq!(rxe["fw_ver"], serde_json::Value::Null, "{c:#}");
+    assert_eq!(c["status"], "ok", "{c:#}");
     let ports = rxe["ports"].as_array().unwrap();
     assert_eq!(ports.len(), 1, "{c:#}");
     let p = &ports[0];

@@ -23,6 +23,8 @@ pub struct RawDevice {
     pub pci: Option<String>,
     /// `device/physfn` exists.
     pub is_vf: bool,
+    /// Under /sys/devices/virtual: a software device (rxe, siw) on a netdev.
+    pub is_software: bool,
     pub node_guid: Read,
     pub fw_ver: Read,
     pub hca_type: Read,
@@ -41,6 +43,7 @@ impl RawDevice {
             broken_link: None,
             pci: None,
             is_vf: false,
+            is_software: false,
             node_guid: Ok(None),
             fw_ver: Ok(None),
             hca_type: Ok(None),
@@ -121,6 +124,15 @@ fn gather_device(host: &Host, name: String) -> RawDevice {
             raw.pci = dev.file_name().map(|n| n.to_string_lossy().into_owned());
             raw.is_vf = host.exists(&dev.join("physfn"));
             raw.netdevs = host.list_dir(&dev.join("net")).unwrap_or_default();
+        }
+    }
+    // The kernel puts software RDMA devices (Soft-RoCE, siw) under
+    // /sys/devices/virtual; they have no `device` link and name their netdev in
+    // `parent` instead.
+    if dir.starts_with("/sys/devices/virtual") {
+        raw.is_software = true;
+        if let Ok(Some(p)) = host.read_string(&dir.join("parent")) {
+            raw.netdevs = p.split_whitespace().map(str::to_owned).collect();
         }
     }
     raw.node_guid = read(host, &dir.join("node_guid"));

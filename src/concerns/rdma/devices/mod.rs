@@ -28,6 +28,8 @@ pub enum Kind {
     Vf,
     /// A RoCE LAG device (`mlx5_bond_*`).
     Bond,
+    /// A software device on a netdev (Soft-RoCE `rxe`, `siw`): /sys/devices/virtual.
+    Software,
 }
 
 /// Why a device listed in /sys/class/infiniband is not a usable device.

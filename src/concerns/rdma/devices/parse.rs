@@ -171,6 +171,8 @@ pub fn parse(raw: RawDevice) -> Device {
         Kind::Bond
     } else if raw.is_vf {
         Kind::Vf
+    } else if raw.is_software {
+        Kind::Software
     } else {
         Kind::Pf
     };
