@@ -7,45 +7,10 @@ mod support;
 
 use std::path::Path;
 
-use serde_json::Value;
+use support::containerd::{handlers_of, memlock_of};
 use support::*;
 
 const SPEC: &str = "/etc/containerd/rdma-node-agent/base-spec.json";
-
-fn code(o: &std::process::Output) -> i32 {
-    o.status.code().unwrap()
-}
-
-fn memlock_of(spec_text: &str) -> Option<(u64, u64)> {
-    let v: Value = serde_json::from_str(spec_text).unwrap();
-    v["process"]["rlimits"]
-        .as_array()?
-        .iter()
-        .find(|r| r["type"] == "RLIMIT_MEMLOCK")
-        .map(|r| (r["soft"].as_u64().unwrap(), r["hard"].as_u64().unwrap()))
-}
-
-fn handlers_of(root: &Path) -> Vec<(String, String)> {
-    let c = json(&agent(root, &["check", "--json"]));
-    let check = c["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["id"] == "containerd.memlock")
-        .unwrap()
-        .clone();
-    check["details"]["handlers"]
-        .as_array()
-        .unwrap_or(&vec![])
-        .iter()
-        .map(|h| {
-            (
-                h["handler"].as_str().unwrap().to_owned(),
-                h["base_runtime_spec"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect()
-}
 
 fn apply_ok(root: &Path) -> String {
     let o = agent(root, &["apply", "--no-restart"]);

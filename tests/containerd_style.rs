@@ -15,10 +15,6 @@ const EKS: &str = "real-world/eks-al2023/root";
 const SPEC: &str = "/etc/containerd/base-runtime-spec.json";
 const CONFIG: &str = "/etc/containerd/config.toml";
 
-fn code(o: &std::process::Output) -> i32 {
-    o.status.code().unwrap()
-}
-
 fn root_from(case: &str) -> tempfile::TempDir {
     let t = tempfile::tempdir().unwrap();
     copy_tree(&fixtures().join(case), t.path());

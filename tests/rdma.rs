@@ -15,10 +15,6 @@ const MODPROBE: &str = "/etc/modprobe.d/rdma-node-agent.conf";
 const SENTINEL: &str = "/var/run/reboot-required";
 const CONFIG: &str = "/etc/rdma-node-agent/config.toml";
 
-fn code(o: &std::process::Output) -> i32 {
-    o.status.code().unwrap()
-}
-
 fn check_of(root: &Path, id: &str) -> (i32, Value) {
     let o = agent(root, &["check", "--json", "--only", id]);
     let v = json(&o);

@@ -4,6 +4,7 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 pub mod artefacts;
+pub mod containerd;
 pub mod cri;
 pub mod nspawn;
 pub mod sysfs;
@@ -144,4 +145,9 @@ pub fn have_containerd() -> bool {
 pub fn free_addr() -> String {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     format!("127.0.0.1:{}", l.local_addr().unwrap().port())
+}
+
+/// A finished process's exit code (tests never see one killed by a signal).
+pub fn code(o: &Output) -> i32 {
+    o.status.code().unwrap()
 }
