@@ -36,6 +36,7 @@ command -v wrk >/dev/null || need+=(wrk)
 command -v prometheus-node-exporter >/dev/null || need+=(prometheus-node-exporter)
 command -v curl >/dev/null || need+=(curl)
 command -v strace >/dev/null || need+=(strace)
+command -v depmod >/dev/null || need+=(kmod)
 command -v valgrind >/dev/null || need+=(valgrind)
 command -v python3 >/dev/null || need+=(python3)
 if ((${#need[@]})); then
@@ -186,6 +187,9 @@ modules_src=$(find "$work/kernel" -mindepth 3 -maxdepth 4 -type d -path '*lib/mo
 mv "$modules_src"/* "$heavy/lib/modules/$release/"
 find "$heavy/lib/modules/$release/kernel/drivers/infiniband" \
     "$heavy/lib/modules/$release/kernel/drivers/net/ethernet/mellanox" -name '*.ko' -exec xz -T0 {} +
+# As the package's install does: modules.dep, which kernel.modules reads to know
+# the file each module loads from (without it the check is unknown, reads none).
+depmod -b "$heavy" "$release"
 modules=$(find "$heavy/lib/modules/$release" -name '*.ko*' | wc -l)
 compressed=$(find "$heavy/lib/modules/$release" -name '*.ko.xz' | wc -l)
 read -r full_wall full_cpu < <(timed "$runs" "$agent" --root "$heavy" check --json)
