@@ -261,26 +261,30 @@ fn service_prepares_containerd_and_keeps_it_working() {
     );
 }
 
-/// An `update-initramfs` that records its arguments in /boot, and an
-/// `lsinitramfs` whose image holds ib_core and, once rebuilt, the agent's file.
-const FAKE_LSINITRAMFS: &str = "#!/bin/sh
-echo usr/lib/modules/$(uname -r)/kernel/drivers/infiniband/core/ib_core.ko
-[ -e /boot/rebuilt ] && echo etc/modprobe.d/rdma-node-agent.conf
-exit 0
+/// An `lsinitramfs` that lists the image it is given (each stand-in image is
+/// its own listing), and an `update-initramfs` that records its arguments in
+/// /boot and, as the real one, writes a new image with the agent's file and
+/// renames it over the old: the agent lists an image again only when it changed.
+/// Each listing is counted in /run (writable in the service's sandbox).
+const FAKE_LSINITRAMFS: &str = "#!/bin/sh\necho \"$1\" >> /run/listings\ncat \"$1\"\n";
+const FAKE_UPDATE_INITRAMFS: &str = "#!/bin/sh
+echo \"$@\" >> /boot/rebuilt
+i=/boot/initrd.img-$(uname -r)
+{ echo usr/lib/modules/$(uname -r)/kernel/drivers/infiniband/core/ib_core.ko
+  echo etc/modprobe.d/rdma-node-agent.conf; } > \"$i.new\" && mv \"$i.new\" \"$i\"
 ";
+/// The image as the kernel package left it: ib_core, without the agent's file.
+const IMAGE_WITHOUT_AGENT_FILE: &str = "i=/boot/initrd.img-$(uname -r); \
+    echo usr/lib/modules/$(uname -r)/kernel/drivers/infiniband/core/ib_core.ko > $i.new && mv $i.new $i";
 
 #[test]
 #[ignore = "needs root, systemd-nspawn and a Debian mirror: run via scripts/test.sh"]
 fn initramfs_rebuild_runs_outside_the_service_sandbox() {
     let m = Machine::boot();
     m.write("/usr/local/sbin/lsinitramfs", FAKE_LSINITRAMFS);
-    m.write(
-        "/usr/local/sbin/update-initramfs",
-        "#!/bin/sh\necho \"$@\" >> /boot/rebuilt\n",
-    );
+    m.write("/usr/local/sbin/update-initramfs", FAKE_UPDATE_INITRAMFS);
     m.sh_ok("chmod 755 /usr/local/sbin/lsinitramfs /usr/local/sbin/update-initramfs");
-    // The image lsinitramfs lists (the stand-in ignores its content).
-    m.sh_ok("touch /boot/initrd.img-$(uname -r)");
+    m.sh_ok(IMAGE_WITHOUT_AGENT_FILE);
     install_agent(
         &m,
         "[containerd]\nenabled = false\n\n[systemd]\nenabled = false\n\n\
@@ -342,15 +346,28 @@ fn initramfs_rebuild_runs_outside_the_service_sandbox() {
     };
     assert_eq!(netns_check(&m)["status"], "ok", "{}", netns_check(&m));
 
-    // Converged: a reconcile rebuilds nothing more.
+    // Converged: a reconcile rebuilds nothing more, and lists nothing: the
+    // image did not change since the agent last listed it.
+    let listings = m.read("/run/listings").lines().count();
     m.sh("systemctl reload rdma-node-agent");
     m.wait("the SIGHUP reconcile", Duration::from_secs(10), |m| {
         status(m)["trigger"] == "SIGHUP"
     });
     assert_eq!(status(&m)["actions"], serde_json::json!([]));
     assert_eq!(m.read("/boot/rebuilt").lines().count(), 1);
+    assert_eq!(
+        m.read("/run/listings").lines().count(),
+        listings,
+        "an unchanged initramfs was listed again"
+    );
+    assert!(
+        m.read("/var/lib/rdma-node-agent/initramfs.json")
+            .contains("\"has_agent_file\": true")
+    );
 
-    // A rebuild that fails is reported, with where to read why.
+    // A rebuild that fails is reported, with where to read why: the image
+    // lacks the agent's file again (another tool rebuilt it without /etc).
+    m.sh_ok(IMAGE_WITHOUT_AGENT_FILE);
     m.sh_ok("rm /boot/rebuilt; printf '#!/bin/sh\\necho try >> /boot/tries\\necho no space left >&2\\nexit 3\\n' > /usr/local/sbin/update-initramfs");
     m.sh("systemctl reload rdma-node-agent");
     // The journal, not /status: a later reconcile may already show it deferred.
@@ -399,12 +416,14 @@ fn initramfs_rebuild_runs_outside_the_service_sandbox() {
         m.read("/boot/tries").lines().count() == 2
     });
 
-    // A listing tool that fails, run inside the service's sandbox, is said.
+    // A listing tool that fails, run inside the service's sandbox, is said: a
+    // damaged image (a changed one: the cached listing of the old one is not used).
     m.write(
         "/usr/local/sbin/lsinitramfs",
         "#!/bin/sh\necho 'lsinitramfs: bad magic' >&2\nexit 1\n",
     );
     m.sh_ok("chmod 755 /usr/local/sbin/lsinitramfs");
+    m.sh_ok("head -c 100 /dev/urandom > /boot/initrd.img-$(uname -r)");
     m.sh("systemctl reload rdma-node-agent");
     let want = format!(
         "cannot tell whether ib_core loads from the initramfs (`lsinitramfs /boot/initrd.img-{release}` failed: lsinitramfs: bad magic)"

@@ -205,6 +205,34 @@ impl Host {
     }
 }
 
+/// Who a file is, for caching what a slow tool said of it: writing it, renaming
+/// another over it or changing its metadata all move its ctime, which no
+/// process can set back.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FileStamp {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+    pub mtime_ns: i128,
+    pub ctime_ns: i128,
+}
+
+impl Host {
+    /// The stamp of a host file (its link's target); `None` when it cannot be read.
+    pub fn stamp(&self, p: &Path) -> Option<FileStamp> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(self.path(p)).ok()?;
+        let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+        Some(FileStamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime_ns: ns(m.mtime(), m.mtime_nsec()),
+            ctime_ns: ns(m.ctime(), m.ctime_nsec()),
+        })
+    }
+}
+
 /// Refuses an agent directory or file someone besides root could have written.
 fn trusted(fd: &impl AsFd, shown: &Path, what: &str) -> Result<()> {
     let st = nix::sys::stat::fstat(fd).map_err(|e| HostError::Read {

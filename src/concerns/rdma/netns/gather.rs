@@ -1,5 +1,6 @@
 //! rdma.netns: the facts, from sysfs, /proc, /run/netns, modprobe.d and the initramfs.
 
+use super::initramfs::initramfs;
 use super::*;
 
 pub fn gather(host: &Snapshot, cfg: &RdmaConfig) -> Result<Facts, HostError> {
@@ -118,57 +119,4 @@ fn plugin_sockets(host: &Host, patterns: &[String]) -> Result<Vec<PathBuf>, Host
         }
     }
     Ok(out)
-}
-
-/// Lists the initramfs of the running kernel with the tool of the distribution
-/// whose image is there (initramfs-tools or dracut). `Err`: the tool failed, so
-/// whether ib_core loads from it is unknown. `Ok(None)`: no image or no tool.
-fn initramfs(host: &Host, release: &str, agent_file: &Path) -> Result<Option<Initramfs>, String> {
-    let kinds: [(&str, String, Vec<String>); 2] = [
-        (
-            "lsinitramfs",
-            format!("/boot/initrd.img-{release}"),
-            vec![
-                "update-initramfs".into(),
-                "-u".into(),
-                "-k".into(),
-                release.into(),
-            ],
-        ),
-        (
-            "lsinitrd",
-            format!("/boot/initramfs-{release}.img"),
-            vec![
-                "dracut".into(),
-                "-f".into(),
-                "--kver".into(),
-                release.into(),
-            ],
-        ),
-    ];
-    for (tool, image, rebuild) in kinds {
-        if !host.exists(Path::new(&image)) {
-            continue;
-        }
-        let out = match host.run(tool, &[image.as_str()]) {
-            None => continue,
-            Some(Ok(out)) => out,
-            Some(Err(e)) => return Err(format!("`{tool} {image}`: {e}")),
-        };
-        if !out.status.success() {
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            return Err(format!(
-                "`{tool} {image}` failed: {}",
-                stderr.lines().next().unwrap_or("no output").trim()
-            ));
-        }
-        let (has_ib_core, has_agent_file) =
-            initramfs_contents(&String::from_utf8_lossy(&out.stdout), agent_file);
-        return Ok(Some(Initramfs {
-            has_ib_core,
-            has_agent_file,
-            rebuild,
-        }));
-    }
-    Ok(None)
 }

@@ -90,6 +90,7 @@ pub struct Facts {
 
 mod decide;
 mod gather;
+mod initramfs;
 mod live;
 
 pub use decide::{Decision, decide};
