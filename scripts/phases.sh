@@ -4,7 +4,12 @@
 #   phase NAME CMD...      run CMD as phase NAME; a failure ends the script (or lane)
 #   phase_start NAME / phase_end NAME   time inline steps
 #   lane NAME FUNCTION     run FUNCTION in the background, its output in a log
+#   wait_lane NAME         wait for that lane; if it failed, show its log and fail
 #   wait_lanes             wait for every lane; a failed one shows its log and fails
+#   finish_lanes           wait for every lane to end, show each failed one's log,
+#                          and return 1 if any did (or if a kept-going phase failed)
+#   phase_keep_going NAME CMD...   like phase, but a failure is only recorded:
+#                          the lanes still finish and report (see finish_lanes)
 
 phases_file=$(mktemp)
 phases_logs=$(mktemp -d)
@@ -31,6 +36,22 @@ phase() {
         exit "$rc"
     fi
     phases_record "$name" "$start" "$(phases_now)" ok
+}
+
+phases_failed=()
+phase_keep_going() {
+    local name=$1 start rc=0
+    shift
+    start=$(phases_now)
+    echo "== $name" >&2
+    "$@" || rc=$?
+    if ((rc)); then
+        phases_record "$name" "$start" "$(phases_now)" "FAILED($rc)"
+        echo "phase $name failed (exit $rc): $*" >&2
+        phases_failed+=("$name")
+    else
+        phases_record "$name" "$start" "$(phases_now)" ok
+    fi
 }
 
 declare -A phases_started=()
@@ -68,6 +89,48 @@ wait_lanes() {
             unset "phases_pids[$i]" "phases_names[$i]"
         done
     done
+}
+
+lane_index() {
+    local i
+    for i in "${!phases_names[@]}"; do
+        [ "${phases_names[$i]}" = "$1" ] && { echo "$i"; return 0; }
+    done
+    return 1
+}
+
+wait_lane() {
+    local i rc=0
+    i=$(lane_index "$1") || return 0
+    wait "${phases_pids[$i]}" || rc=$?
+    if ((rc)); then
+        echo "lane $1 failed; its log (last 60 lines):" >&2
+        tail -n 60 "$phases_logs/$1.log" >&2
+        unset "phases_pids[$i]"
+        exit 1
+    fi
+    unset "phases_pids[$i]" "phases_names[$i]"
+}
+
+# The log of a lane that has ended, to show what it said (also when it passed).
+lane_log() { cat "$phases_logs/$1.log"; }
+
+finish_lanes() {
+    local i rc failed=("${phases_failed[@]}")
+    for i in "${!phases_pids[@]}"; do
+        rc=0
+        wait "${phases_pids[$i]}" || rc=$?
+        if ((rc)); then
+            echo "lane ${phases_names[$i]} failed; its log (last 60 lines):" >&2
+            tail -n 60 "$phases_logs/${phases_names[$i]}.log" >&2
+            failed+=("lane ${phases_names[$i]}")
+        fi
+        unset "phases_pids[$i]" "phases_names[$i]"
+    done
+    if ((${#failed[@]})); then
+        echo "failed: ${failed[*]}" >&2
+        return 1
+    fi
 }
 
 phases_table() {

@@ -90,9 +90,10 @@ export RDMA_AGENT_REQUIRE_ARTEFACTS=1
 
 phase fmt cargo fmt --all -- --check
 
-# Two lanes while everything compiles: the debug builds use both cores most of
-# the time, the release build's single-threaded LTO link and the fuzz build fill
-# the gaps. Each lane's output goes to a log shown when it fails.
+# Lanes beside the main one while everything compiles: the debug builds (main)
+# use both cores most of the time; the release build's single-threaded LTO link
+# and the fuzz build fill the gaps. Each lane's output goes to a log, shown when
+# it fails.
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 dist="$release_dir/dist"
 packages_lane() {
@@ -101,13 +102,28 @@ packages_lane() {
     CARGO_TARGET_DIR="$release_dir" phase package-upgrade bash scripts/package.sh --deb-version "$version-2"
     phase lint-packages bash scripts/lint-packages.sh \
         "$dist/rdma-node-agent_${version}-1_amd64.deb" "$dist/rdma-node-agent-${version}-1.x86_64.rpm"
-    CARGO_TARGET_DIR="$fuzz_dir" phase fuzz-build bash scripts/fuzz.sh build
     phase ansible-lint bash -c 'cd packaging/ansible && ansible-lint --nocolor -q'
 }
+# Every fuzz target, briefly (the seeds plus what a few seconds find), as soon
+# as they are built; longer runs on demand: `scripts/fuzz.sh 600`.
+fuzz_lane() {
+    CARGO_TARGET_DIR="$fuzz_dir" phase fuzz-build bash scripts/fuzz.sh build
+    # Niced: the tests that measure latencies run beside it.
+    CARGO_TARGET_DIR="$fuzz_dir" phase fuzz nice -n 5 bash scripts/fuzz.sh "${FUZZ_SECONDS:-10}"
+}
 lane packages packages_lane
+lane fuzz fuzz_lane
 phase clippy cargo clippy --all-targets --quiet -- -D warnings
 phase test-build cargo test --all-targets --no-run --quiet
-wait_lanes
+# containerd 1.7 and 2.x from Debian's trixie and sid packages (unpacked into the
+# cache, not installed), for the real-world corpus test's `containerd config dump`.
+phase fetch-containerd bash scripts/fetch-containerd.sh
+wait_lane packages
+
+export RDMA_AGENT_DEB="$dist/rdma-node-agent_${version}-1_amd64.deb"
+export RDMA_AGENT_DEB_UPGRADE="$dist/rdma-node-agent_${version}-2_amd64.deb"
+export RDMA_AGENT_RPM="$dist/rdma-node-agent-${version}-1.x86_64.rpm"
+
 # The real-kernel tier runs the binary we ship (package.sh built it): the VM is TCG,
 # where a debug build is slow. RDMA_AGENT_VM=0 turns the tier off (it says so).
 RDMA_AGENT_VM_BIN="$release_dir/$(rustc -vV | sed -n 's/^host: //p')/release/rdma-node-agent"
@@ -115,19 +131,26 @@ export RDMA_AGENT_VM_BIN
 if [ "${RDMA_AGENT_VM:-1}" = 0 ]; then
     echo "RDMA_AGENT_VM=0: the real-kernel tier (QEMU + Soft-RoCE) is turned off"
 fi
+# It runs in a lane of its own beside the other tests: QEMU (TCG, one vCPU,
+# niced) keeps one core busy for minutes, mostly booting and waiting on the
+# guest, and the other tests leave a core to it.
+vm_lane() { phase vm-tier cargo test --test vm_rxe -- --include-ignored --nocapture; }
+lane vm vm_lane
 
-# containerd 1.7 and 2.x from Debian's trixie and sid packages (unpacked into the
-# cache, not installed), for the real-world corpus test's `containerd config dump`.
-phase fetch-containerd bash scripts/fetch-containerd.sh
-
-export RDMA_AGENT_DEB="$dist/rdma-node-agent_${version}-1_amd64.deb"
-export RDMA_AGENT_DEB_UPGRADE="$dist/rdma-node-agent_${version}-2_amd64.deb"
-export RDMA_AGENT_RPM="$dist/rdma-node-agent-${version}-1.x86_64.rpm"
-
-# Every failing test binary is reported, not only the first. Nothing else runs
-# meanwhile: some tests measure latencies.
-phase test cargo test --all-targets --no-fail-fast -- --include-ignored
-
-# Every fuzz target, briefly (the seeds plus what a few seconds find); longer
-# runs on demand: `scripts/fuzz.sh 600`.
-CARGO_TARGET_DIR="$fuzz_dir" phase fuzz bash scripts/fuzz.sh "${FUZZ_SECONDS:-10}"
+# Every other test target. Every failing test binary is reported, not only the
+# first, and the lanes still finish and report before the script fails.
+tests=(--lib --bins --benches --examples)
+while read -r name; do
+    [ "$name" = vm_rxe ] || tests+=(--test "$name")
+done < <(cargo metadata --no-deps --format-version 1 | /usr/bin/python3 -c '
+import json, sys
+for p in json.load(sys.stdin)["packages"]:
+    for t in p["targets"]:
+        if "test" in t["kind"]:
+            print(t["name"])')
+phase_keep_going test cargo test "${tests[@]}" --no-fail-fast -- --include-ignored
+status=0
+finish_lanes || status=$?
+echo "== what the real-kernel tier said (lane vm):"
+lane_log vm | grep -vE '^\s*(Compiling|Finished|Running|Blocking)' | tail -n 60 || true
+exit "$status"
