@@ -1,7 +1,9 @@
 //! The real-kernel tier: the agent on Debian's kernel with Soft-RoCE (rdma_rxe) in
-//! a QEMU VM. One run of `tests/vm/run.sh` (two boots of the same disk) does
-//! everything in `tests/vm/guest.sh` and records what the kernel and the agent
-//! said; each test here asserts one claim on those records.
+//! a QEMU VM. One run of `tests/vm/run.sh` (three boots of the same disk: two of
+//! bookworm's kernel, then a reboot into the newer bookworm-backports kernel
+//! installed next to it) does everything in `tests/vm/guest.sh` and records what
+//! the kernel, Debian's dkms and the agent said; each test here asserts one claim
+//! on those records.
 //!
 //! Needs root, QEMU (qemu-system-x86, qemu-utils), mmdebstrap and a Debian mirror
 //! the first time (the image is cached under /var/cache/rdma-node-agent/vm). Run
@@ -90,7 +92,7 @@ fn run() -> Result<PathBuf, String> {
     if !out.status.success() {
         return Err(log.lines().last().unwrap_or("run.sh failed").to_owned());
     }
-    let boots = [1, 2].map(|b| {
+    let boots = [1, 2, 3].map(|b| {
         let f = |n: &str| {
             fs::read_to_string(results.join(format!("boot{b}-{n}-uptime")))
                 .ok()
@@ -481,4 +483,190 @@ fn assert_no_ipc_lock(status: &str) {
         let bits = u64::from_str_radix(l.split_whitespace().nth(1).unwrap(), 16).unwrap();
         assert_eq!(bits & (1 << 14), 0, "CAP_IPC_LOCK in {l}");
     }
+}
+
+/// One check of a `check --json --only A --only B ...` step, by id.
+fn check_id(dir: &Path, name: &str, id: &str) -> Value {
+    let s = step(dir, name);
+    s.json()["checks"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["id"] == id).cloned())
+        .unwrap_or_else(|| panic!("{name}: no check {id}:\n{}", s.text()))
+}
+
+/// The two kernels: bookworm's (booted first, A) and the newer one the guest
+/// rebooted into (B), as `uname -r` gave them.
+fn kernels(d: &Path) -> (String, String) {
+    let a = step(d, "uname").ok().out.trim().to_owned();
+    let b = fs::read_to_string(d.join("kernel-b"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    assert_eq!(step(d, "boot2-uname").ok().out.trim(), a);
+    assert_ne!(a, b, "the image has one kernel");
+    (a, b)
+}
+
+/// `probe_module` in the guest: modprobe loaded rdma_probe from the running
+/// kernel's tree, from DKMS's place, and its vermagic names that kernel.
+fn assert_probe_loaded(d: &Path, name: &str, release: &str) {
+    let s = step(d, name);
+    s.ok();
+    let lines: Vec<&str> = s.out.lines().collect();
+    assert!(lines[0].starts_with("rdma_probe "), "{name}: {}", s.text());
+    assert!(
+        lines[1].starts_with(&format!(
+            "/lib/modules/{release}/updates/dkms/rdma_probe.ko"
+        )),
+        "{name}: {}",
+        s.text()
+    );
+    assert_eq!(
+        lines[2].split_whitespace().next(),
+        Some(release),
+        "{name}: vermagic: {}",
+        s.text()
+    );
+}
+
+/// The real `dkms status` line of rdma-probe for a kernel.
+fn dkms_line(d: &Path, name: &str, release: &str) -> String {
+    let s = step(d, name);
+    s.ok();
+    let prefix = format!("rdma-probe/1.0, {release}, x86_64: ");
+    s.out
+        .lines()
+        .find(|l| l.starts_with(&prefix))
+        .unwrap_or_else(|| panic!("{name}: no line for {release}:\n{}", s.text()))
+        .to_owned()
+}
+
+#[test]
+#[ignore = "needs root and QEMU (minutes under TCG): run via scripts/test.sh"]
+fn dkms_gate_holds_back_the_reboot_until_dkms_installs_for_the_newer_kernel() {
+    let Some(d) = vm() else { return };
+    let (a, b) = kernels(d);
+    assert_probe_loaded(d, "gate-probe", &a);
+    let installed = format!("DKMS builds installed for {a}, {b}, confirmed by dkms status");
+    // As the image was built: dkms built and installed it for both kernels.
+    for (k, line) in [(&a, "installed"), (&b, "installed")] {
+        assert_eq!(
+            dkms_line(d, "gate-dkms-status", k),
+            format!("rdma-probe/1.0, {k}, x86_64: {line}")
+        );
+    }
+    let c = check_id(d, "gate-installed", "kernel.dkms");
+    assert_eq!(c["status"], "ok", "{c:#}");
+    assert_eq!(c["message"], installed, "{c:#}");
+    assert_eq!(
+        c["details"]["newer_installed"],
+        serde_json::json!([b]),
+        "{c:#}"
+    );
+    let m = check_id(d, "gate-installed", "kernel.modules");
+    assert_eq!(m["status"], "ok", "{m:#}");
+    assert_eq!(
+        m["message"],
+        format!("rdma_probe loaded, files match {a}"),
+        "{m:#}"
+    );
+
+    // `dkms uninstall -k B`: the build stays, B's tree loses the module.
+    step(d, "gate-uninstall").ok();
+    assert_eq!(
+        dkms_line(d, "gate-dkms-status-uninstalled", &b),
+        format!("rdma-probe/1.0, {b}, x86_64: built")
+    );
+    let s = step(d, "gate-uninstalled");
+    assert_eq!(s.rc, 1, "check exits 1 on a failed check:\n{}", s.text());
+    let c = check_id(d, "gate-uninstalled", "kernel.dkms");
+    assert_eq!(c["status"], "fail", "{c:#}");
+    assert_eq!(
+        c["message"],
+        format!(
+            "rebooting into {b} would lose rdma-probe: built by DKMS but not installed: run `dkms install`"
+        ),
+        "{c:#}"
+    );
+
+    // `dkms install -k B` from the existing build (nothing compiled in the guest).
+    let install = step(d, "gate-install");
+    install.ok();
+    assert!(
+        !install.out.contains("Building module"),
+        "{}",
+        install.text()
+    );
+    assert_eq!(
+        dkms_line(d, "gate-dkms-status-reinstalled", &b),
+        format!("rdma-probe/1.0, {b}, x86_64: installed")
+    );
+    let c = check_id(d, "gate-reinstalled", "kernel.dkms");
+    assert_eq!(c["status"], "ok", "{c:#}");
+    assert_eq!(c["message"], installed, "{c:#}");
+    // And the guest asked to reboot into B.
+    assert_eq!(fs::read_to_string(d.join("boots")).unwrap().trim(), "3");
+}
+
+#[test]
+#[ignore = "needs root and QEMU (minutes under TCG): run via scripts/test.sh"]
+fn kernel_change_and_dkms_across_a_reboot_into_the_newer_kernel() {
+    let Some(d) = vm() else { return };
+    let (a, b) = kernels(d);
+    assert_eq!(step(d, "boot3-uname").ok().out.trim(), b);
+    assert_probe_loaded(d, "boot3-probe", &b);
+    for k in [&a, &b] {
+        assert_eq!(
+            dkms_line(d, "boot3-dkms-status", k),
+            format!("rdma-probe/1.0, {k}, x86_64: installed")
+        );
+    }
+    // Before an apply on B: the change from the recorded A, another boot.
+    let c = check_id(d, "boot3-kernel", "kernel.change");
+    assert_eq!(c["status"], "warn", "{c:#}");
+    assert_eq!(
+        c["message"],
+        format!(
+            "kernel changed from {a} to {b} since the last run: the host preparation is re-applied at the next apply"
+        ),
+        "{c:#}"
+    );
+    assert_eq!(c["details"]["release"], b.as_str(), "{c:#}");
+    assert_eq!(c["details"]["changed_from"], a.as_str(), "{c:#}");
+    assert_eq!(c["details"]["recorded"]["release"], a.as_str(), "{c:#}");
+    assert_ne!(
+        c["details"]["boot_id"], c["details"]["recorded"]["boot_id"],
+        "{c:#}"
+    );
+    // No kernel newer than B: the gate covers B alone.
+    let k = check_id(d, "boot3-kernel", "kernel.dkms");
+    assert_eq!(k["status"], "ok", "{k:#}");
+    assert_eq!(
+        k["message"],
+        format!("DKMS builds installed for {b}, confirmed by dkms status"),
+        "{k:#}"
+    );
+    assert_eq!(
+        k["details"]["newer_installed"],
+        serde_json::json!([]),
+        "{k:#}"
+    );
+    let m = check_id(d, "boot3-kernel", "kernel.modules");
+    assert_eq!(m["status"], "ok", "{m:#}");
+    assert_eq!(
+        m["message"],
+        format!("rdma_probe loaded, files match {b}"),
+        "{m:#}"
+    );
+    // apply records B (and A before it); the change is then reported once, as done.
+    step(d, "boot3-apply").ok();
+    let c = check(d, "boot3-change-after-apply");
+    assert_eq!(c["status"], "ok", "{c:#}");
+    assert_eq!(
+        c["message"],
+        format!("kernel changed from {a} to {b} at this boot; host preparation re-applied"),
+        "{c:#}"
+    );
+    assert_eq!(c["details"]["recorded"]["release"], b.as_str(), "{c:#}");
+    assert_eq!(c["details"]["recorded"]["previous"], a.as_str(), "{c:#}");
 }
