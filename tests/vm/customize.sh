@@ -5,8 +5,9 @@
 # A second, newer kernel, the way a Debian node gets one: bookworm-backports'
 # linux-image-amd64 and linux-headers-amd64 (`apt install -t bookworm-backports`),
 # next to bookworm's kernel the image already boots. Then a tiny module added to
-# Debian's real dkms and built and installed by it for both kernels, so the guest
-# only uninstalls/installs (copies, depmod) and never compiles under TCG.
+# Debian's real dkms and built by it for both kernels, installed for the older
+# (the one the VM boots first) only: the newer kernel's build waits for the
+# guest's `dkms install` (a copy and depmod), so nothing compiles under TCG.
 set -eu
 root=$1
 chr() { chroot "$root" "$@"; }
@@ -38,9 +39,9 @@ printf '%s\n' 'PACKAGE_NAME="rdma-probe"' 'PACKAGE_VERSION="1.0"' \
     'BUILT_MODULE_NAME[0]="rdma_probe"' 'DEST_MODULE_LOCATION[0]="/updates/dkms"' \
     'AUTOINSTALL="yes"' >"$src/dkms.conf"
 chr dkms add -m rdma-probe -v 1.0
-for k in $(ls "$root/lib/modules"); do
-    [ -d "$root/usr/src/linux-headers-$k" ] || continue
+kernels=$(ls "$root/lib/modules" | sort -V)
+for k in $kernels; do
     chr dkms build -m rdma-probe -v 1.0 -k "$k"
-    chr dkms install -m rdma-probe -v 1.0 -k "$k"
 done
+chr dkms install -m rdma-probe -v 1.0 -k "$(echo "$kernels" | head -n 1)"
 chr dkms status
