@@ -404,3 +404,61 @@ fn dkms_gap_holds_back_the_reboot_sentinel() {
         "sentinel once the install exists"
     );
 }
+
+/// What Debian's dkms 3.0.10 printed in the VM tier (tests/fixtures/dkms/vm,
+/// saved by tests/vm/save-fixtures.sh) on bookworm's kernel next to
+/// bookworm-backports' (a `+deb12` release): every line is understood, the
+/// states are the ones the guest put the builds in, and the backports release
+/// sorts after bookworm's, as the reboot gate needs it to.
+#[test]
+fn real_dkms_status_across_the_vm_reboot_into_a_backports_kernel() {
+    use rdma_node_agent::kernel::compare_releases;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/dkms/vm");
+    let text = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+    let (a, b) = (text("booted-kernel"), text("newer-kernel"));
+    let (a, b) = (a.trim(), b.trim());
+    assert!(b.contains("+deb12"), "{b}");
+    assert_eq!(compare_releases(b, a), std::cmp::Ordering::Greater);
+    for (file, want_a, want_b) in [
+        (
+            "status-newer-built.txt",
+            DkmsState::Installed,
+            DkmsState::Built,
+        ),
+        (
+            "status-newer-installed.txt",
+            DkmsState::Installed,
+            DkmsState::Installed,
+        ),
+        (
+            "status-after-reboot.txt",
+            DkmsState::Installed,
+            DkmsState::Installed,
+        ),
+    ] {
+        let lines = parse_dkms_status(&text(file));
+        let states: Vec<(&str, &str, Option<&str>, &DkmsState)> = lines
+            .iter()
+            .map(|l| {
+                (
+                    l.module.as_str(),
+                    l.version.as_str(),
+                    l.kernel.as_deref(),
+                    &l.state,
+                )
+            })
+            .collect();
+        assert_eq!(
+            states,
+            [
+                ("rdma-probe", "1.0", Some(a), &want_a),
+                ("rdma-probe", "1.0", Some(b), &want_b)
+            ],
+            "{file}"
+        );
+        assert!(
+            lines.iter().all(|l| l.notes.is_empty()),
+            "{file}: {lines:?}"
+        );
+    }
+}

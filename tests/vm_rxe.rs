@@ -1,7 +1,9 @@
 //! The real-kernel tier: the agent on Debian's kernel with Soft-RoCE (rdma_rxe) in
-//! a QEMU VM. One run of `tests/vm/run.sh` (two boots of the same disk) does
-//! everything in `tests/vm/guest.sh` and records what the kernel and the agent
-//! said; each test here asserts one claim on those records.
+//! a QEMU VM. One run of `tests/vm/run.sh` (three boots of the same disk: two of
+//! bookworm's kernel, then a reboot into the newer bookworm-backports kernel
+//! installed next to it) does everything in `tests/vm/guest.sh` and records what
+//! the kernel, Debian's dkms and the agent said; each test here asserts one claim
+//! on those records.
 //!
 //! Needs root, QEMU (qemu-system-x86, qemu-utils), mmdebstrap and a Debian mirror
 //! the first time (the image is cached under /var/cache/rdma-node-agent/vm). Run
@@ -20,6 +22,10 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use serde_json::Value;
+
+// The kernel change and the DKMS gate across the reboot into the newer kernel.
+#[path = "vm/kernel.rs"]
+mod kernel;
 
 const MODPROBE: &str = "/etc/modprobe.d/rdma-node-agent.conf";
 
@@ -90,7 +96,7 @@ fn run() -> Result<PathBuf, String> {
     if !out.status.success() {
         return Err(log.lines().last().unwrap_or("run.sh failed").to_owned());
     }
-    let boots = [1, 2].map(|b| {
+    let boots = [1, 2, 3].map(|b| {
         let f = |n: &str| {
             fs::read_to_string(results.join(format!("boot{b}-{n}-uptime")))
                 .ok()

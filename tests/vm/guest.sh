@@ -9,12 +9,19 @@
 #   agent's base spec), the live netns switch both ways, and the kernel's EBUSY
 #   with each kind of other namespace; ends with exclusive persisted, not live.
 # Boot 2: the persisted mode applies at boot (modprobe.d alone); revert; shared
-#   again, live.
+#   again, live. Then the DKMS gate before a reboot into the newer installed
+#   kernel (bookworm-backports'): its rdma-probe build not installed, then
+#   `dkms install`ed; ends asking for a reboot into that kernel.
+# Boot 3, on the newer kernel: kernel.change, kernel.dkms and kernel.modules
+#   there, before and after the apply that records the change.
 set -u
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 R=/results
 AGENT=/payload/rdma-node-agent
 CONF=/etc/rdma-node-agent/config.toml
+# The kernel steps' config: the tiny DKMS module is the one required module (the
+# default list is Mellanox's), RDMA netns unmanaged.
+KCONF=/etc/rdma-node-agent/kernel.toml
 mkdir -p "$R" /var/lib/vm-test
 boot=$(($(cat /var/lib/vm-test/boot 2>/dev/null || echo 0) + 1))
 echo "$boot" >/var/lib/vm-test/boot
@@ -46,9 +53,11 @@ finish() {
     sync
 }
 trap finish EXIT
+# The netns steps' config. The kernel concern is off there: it runs `dkms status`
+# (3 s under TCG) in every apply, and kernel_gate checks it with its own config.
 config() {
     mkdir -p "$(dirname "$CONF")"
-    printf '[rdma]\nnetns_mode = "%s"\n' "$1" >"$CONF"
+    printf '[rdma]\nnetns_mode = "%s"\n\n[kernel]\nenabled = false\n' "$1" >"$CONF"
 }
 # The kernel frees a dead network namespace asynchronously (cleanup_net): wait
 # until a live switch succeeds again (and switch back), so that each blocker is
@@ -271,11 +280,56 @@ boot2() {
     config shared
     step boot2-apply-shared "$AGENT" apply --json --no-restart
     step boot2-mode-after-apply-shared live_mode
+    kernel_gate
+}
+
+# check --json of the three kernel checks, with KCONF.
+kernel_check() {
+    step "$1" "$AGENT" --config "$KCONF" check --json --only kernel.change --only kernel.dkms --only kernel.modules
+}
+# The tiny module loaded from the running kernel's tree, as modprobe finds it.
+probe_module() {
+    modprobe rdma_probe || return 1
+    grep '^rdma_probe ' /proc/modules
+    modinfo -F filename rdma_probe
+    modinfo -F vermagic rdma_probe
+}
+
+# Bookworm's kernel (A, running) and the newer one installed next to it (B),
+# whose rdma-probe build the image left uninstalled (tests/vm/customize.sh).
+kernel_gate() {
+    mkdir -p "$(dirname "$KCONF")"
+    printf '[kernel]\nrequired_modules = ["rdma_probe"]\n' >"$KCONF"
+    kb=$(ls /boot | sed -n 's/^vmlinuz-//p' | sort -V | tail -n 1)
+    echo "$kb" >"$R/kernel-b"
+    step gate-probe probe_module
+    # The agent records the kernel it converged on: kernel.change's reference.
+    step gate-apply "$AGENT" --config "$KCONF" apply --json --no-restart
+    step gate-dkms-status dkms status
+    kernel_check gate-built
+    step gate-install dkms install -m rdma-probe -v 1.0 -k "$kb"
+    step gate-dkms-status-installed dkms status
+    kernel_check gate-installed
+    # With direct kernel boot (-kernel/-initrd) QEMU is the boot loader: the
+    # guest names the kernel of its next boot here, as `grub-reboot` would, and
+    # run.sh boots that kernel's vmlinuz and initrd on the same disk.
+    echo "$kb" >"$R/reboot"
+}
+
+boot3() {
+    step boot3-uname uname -r
+    step boot3-probe probe_module
+    step boot3-dkms-status dkms status
+    # Before any apply on this kernel: the change is seen, not yet recorded.
+    kernel_check boot3-kernel
+    step boot3-apply "$AGENT" --config "$KCONF" apply --json --no-restart
+    step boot3-change-after-apply "$AGENT" --config "$KCONF" check --json --only kernel.change
 }
 
 echo "guest: boot $boot, kernel $(uname -r), init at $(cat "$R/boot$boot-init-uptime") s"
 case $boot in
 1) boot1 ;;
 2) boot2 ;;
+3) boot3 ;;
 esac
 finish

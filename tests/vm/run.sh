@@ -11,6 +11,13 @@
 # the root disk survives, as on a rebooted node. Each run boots a fresh qcow2
 # overlay of the cached image, which is never modified.
 #
+# Which kernel: the first boot boots the image's oldest (bookworm's, RELEASES'
+# first line). The kernel boots from outside the disk (-kernel/-initrd), so QEMU
+# is the boot loader: a reboot into another installed kernel is the guest naming
+# its release in `reboot` (as `grub-reboot` picks a node's next entry) and this
+# loop booting that kernel's vmlinuz and initrd, both copies of the guest's own
+# /boot files, on the same disk. An empty `reboot` boots the same kernel again.
+#
 # TCG, 1 vCPU, 2 GiB: KVM cannot boot a stock kernel on the CI machines (the guest
 # hangs after "Probing EDD"). RDMA_AGENT_VM_ACCEL=kvm tries it anyway.
 set -euo pipefail
@@ -39,6 +46,7 @@ trap 'rm -rf "$work"' EXIT
 qemu-img create -q -f qcow2 -F raw -b "$image/rootfs.ext4" "$work/root.qcow2"
 tar -C "$payload" -cf "$work/payload.tar" .
 mkdir -p "$results"
+kernel=$(head -n 1 "$image/RELEASES")
 
 boot=0
 while :; do
@@ -52,7 +60,7 @@ while :; do
         -accel "$accel" -cpu max -smp 1 -m 2048 \
         -nodefaults -display none -no-reboot -monitor none \
         -serial "file:$results/console-$boot.log" \
-        -kernel "$image/vmlinuz" -initrd "$image/initrd.img" \
+        -kernel "$image/vmlinuz-$kernel" -initrd "$image/initrd.img-$kernel" \
         -append "root=/dev/vda rw console=ttyS0 panic=-1 init=/sbin/vm-init" \
         -drive "file=$work/root.qcow2,format=qcow2,if=virtio" \
         -drive "file=$work/payload.tar,format=raw,if=virtio,readonly=on" \
@@ -66,9 +74,15 @@ while :; do
     tar -xf "$work/results.img" -C "$results" 2>/dev/null || true
     [ "$(cat "$results/boots" 2>/dev/null)" = "$boot" ] \
         || fail "boot $boot left no results (console: $results/console-$boot.log): $(tail -n 5 "$results/console-$boot.log")"
-    echo "vm: boot $boot: ${secs} s in QEMU ($accel)" >&2
+    echo "vm: boot $boot ($kernel): ${secs} s in QEMU ($accel)" >&2
     echo "$secs" >"$results/qemu-seconds-$boot"
     [ -e "$results/reboot" ] || break
     [ "$boot" -lt "$max_boots" ] || fail "the guest asked for boot $((boot + 1)); at most $max_boots"
+    next=$(cat "$results/reboot")
+    if [ -n "$next" ]; then
+        grep -qxF -- "$next" "$image/RELEASES" \
+            || fail "the guest asked to reboot into kernel $next; the image has $(tr '\n' ' ' <"$image/RELEASES")"
+        kernel=$next
+    fi
 done
 echo "vm: image ${t_image} s, total $(( $(date +%s) - t0 )) s for $boot boot(s)" >&2

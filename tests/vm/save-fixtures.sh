@@ -3,6 +3,8 @@
 # results (default: the last one, /var/cache/rdma-node-agent/vm/last-results):
 #   tests/fixtures/nodes/rxe/        rxe0's sysfs as the guest kernel wrote it
 #   tests/fixtures/perftest/rxe/     ib_write_bw's output over rxe, per limit
+#   tests/fixtures/dkms/vm/          Debian's dkms status in the guest, across the
+#                                    DKMS gate and the reboot into the newer kernel
 # The PROVENANCE files say how they were made; update their dates by hand.
 set -euo pipefail
 results=${1:-/var/cache/rdma-node-agent/vm/last-results}
@@ -27,4 +29,11 @@ split bw-nolock-unlimited write-bw-8m-memlock-unlimited
 split runc-64k runc-write-bw-8m-memlock-64k
 split runc-agent-spec runc-write-bw-8m-agent-spec
 grep -h 'rxe_mr_init_user' "$results"/dmesg-boot1.txt | sed 's/^\[ *[0-9.]*\] //' | sort -u >"$perf/kernel-pin-failure.txt"
-echo "saved into $nodes and $perf"
+dkms=$here/tests/fixtures/dkms/vm
+mkdir -p "$dkms"
+cp "$results/kernel-b" "$dkms/newer-kernel"
+head -n 1 "$results/uname.out" >"$dkms/booted-kernel"
+cp "$results/gate-dkms-status.out" "$dkms/status-newer-built.txt"
+cp "$results/gate-dkms-status-installed.out" "$dkms/status-newer-installed.txt"
+cp "$results/boot3-dkms-status.out" "$dkms/status-after-reboot.txt"
+echo "saved into $nodes, $perf and $dkms"
