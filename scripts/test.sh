@@ -152,5 +152,5 @@ phase_keep_going test cargo test "${tests[@]}" --no-fail-fast -- --include-ignor
 status=0
 finish_lanes || status=$?
 echo "== what the real-kernel tier said (lane vm):"
-lane_log vm | grep -vE '^\s*(Compiling|Finished|Running|Blocking)' | tail -n 60 || true
+lane_log vm | grep -vE '^\s*(Compiling|Finished|Running|Blocking)|^[a-z0-9-]+ +[0-9.]+ s$' | tail -n 40 || true
 exit "$status"
