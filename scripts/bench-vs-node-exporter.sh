@@ -134,9 +134,13 @@ for n in $sizes; do
     "$helper" tree "$tree" 8 "$vfs"
     check=("$agent" --root "$tree" check --only rdma.devices --json)
     # The files the check reads, from its own system calls: the floor reads exactly those.
-    strace -f -qq -e trace=openat -o "$work/opens" "${check[@]}" >/dev/null
-    grep -v -e O_DIRECTORY -e O_PATH -e '= -1 ' "$work/opens" |
-        sed -n "s|.*openat([^\"]*\"\($tree/[^\"]*\)\".*|\1|p" >"$work/files-$n"
+    # Opens are relative to a directory's descriptor (openat2): -y names what each
+    # returned descriptor is (its real path); one file per thread keeps lines whole.
+    rm -rf "$work/opens"
+    mkdir "$work/opens"
+    strace -f -ff -qq -y -e trace=openat,openat2 -o "$work/opens/t" "${check[@]}" >/dev/null
+    cat "$work"/opens/t.* | grep -v -e O_DIRECTORY -e O_PATH -e '= -1 ' |
+        sed -n "s|.*) = [0-9]*<\($tree/[^>]*\)>\$|\1|p" >"$work/files-$n"
     files=$(wc -l <"$work/files-$n")
     floor=("$helper" floor "$work/files-$n")
 

@@ -21,7 +21,19 @@ impl Host {
     /// call instead of a readlink per component (a 1000-device sysfs needs ~20k of
     /// those). `None` (kernel before 5.6, a path that does not exist): walk instead.
     pub(super) fn resolve_in_kernel(&self, p: &Path) -> Option<PathBuf> {
-        use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
+        use rustix::fs::OFlags;
+        self.open_in_root(p, OFlags::PATH | OFlags::CLOEXEC)
+            .map(|(_, path)| path)
+    }
+
+    /// Opens `p` with `flags`, links followed inside the root; with the
+    /// host-absolute path it resolved to. `None` when it cannot (see above).
+    pub(super) fn open_in_root(
+        &self,
+        p: &Path,
+        flags: rustix::fs::OFlags,
+    ) -> Option<(std::os::fd::OwnedFd, PathBuf)> {
+        use rustix::fs::{Mode, ResolveFlags, openat2};
         use std::os::fd::AsRawFd;
         let root = self
             .root_fd
@@ -29,7 +41,9 @@ impl Host {
                 let canonical = fs::canonicalize(&self.root).ok()?;
                 let fd = nix::fcntl::open(
                     &canonical,
-                    OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+                    nix::fcntl::OFlag::O_PATH
+                        | nix::fcntl::OFlag::O_DIRECTORY
+                        | nix::fcntl::OFlag::O_CLOEXEC,
                     nix::sys::stat::Mode::empty(),
                 )
                 .ok()?;
@@ -43,13 +57,11 @@ impl Host {
         } else {
             rel
         };
-        let how = OpenHow::new()
-            .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
-            .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
-        let fd = openat2(&root.0, rel, how).ok()?;
+        let resolve = ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS;
+        let fd = openat2(&root.0, rel, flags, Mode::empty(), resolve).ok()?;
         let real = fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
         let inside = real.strip_prefix(&root.1).ok()?;
-        Some(Path::new("/").join(inside))
+        Some((fd, Path::new("/").join(inside)))
     }
 
     pub(super) fn resolve_by_walking(&self, p: &Path) -> Result<PathBuf> {
