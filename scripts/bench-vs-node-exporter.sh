@@ -271,8 +271,10 @@ sleep "$wake_secs"
 agent_wake=$(($(switches "$agent_pid") - a0))
 ne_wake=$(($(switches "$ne_pid") - n0))
 
-load() { # url -> "req/s p50 p99"
-    wrk -t2 -c32 -d"${load_secs}s" --latency "$1" 2>/dev/null | awk '
+load() { # url [wrk options] -> "req/s p50 p99"
+    local url=$1
+    shift
+    wrk "${@:--t2}" -c"${conns:-32}" -d"${load_secs}s" --latency "$url" 2>/dev/null | awk '
         /Requests\/sec/ {rps = $2}
         /^ +50%/ {p50 = $2}
         /^ +99%/ {p99 = $2}
@@ -281,6 +283,10 @@ load() { # url -> "req/s p50 p99"
 read -r a_ready_rps a_ready_p50 a_ready_p99 < <(load "http://$agent_addr/readyz")
 read -r a_rps a_p50 a_p99 < <(load "http://$agent_addr/metrics")
 read -r n_rps n_p50 n_p99 < <(load "http://$ne_addr/metrics")
+# One connection, one request at a time: nothing queues, so what is left in the
+# tail is the server descheduled (load generator and server share the 2 cores).
+read -r a1_rps a1_p50 a1_p99 < <(conns=1 load "http://$agent_addr/metrics" -t1)
+read -r n1_rps n1_p50 n1_p99 < <(conns=1 load "http://$ne_addr/metrics" -t1)
 agent_load=$(rss_kb "$agent_pid")
 ne_load=$(rss_kb "$ne_pid")
 
@@ -319,6 +325,8 @@ printf '%-44s %18s %18s\n' "idle RSS after ${idle_secs}s (KiB)" "$agent_idle" "$
 printf '%-44s %18s %18s\n' "wake-ups while idle, ${wake_secs}s" "$agent_wake" "$ne_wake"
 printf '%-44s %18s %18s\n' "/metrics req/s (wrk -t2 -c32 ${load_secs}s)" "$a_rps" "$n_rps"
 printf '%-44s %18s %18s\n' "/metrics latency p50 / p99" "$a_p50 / $a_p99" "$n_p50 / $n_p99"
+printf '%-44s %18s %18s\n' "/metrics p50 / p99, 1 connection (wrk -t1 -c1)" "$a1_p50 / $a1_p99" "$n1_p50 / $n1_p99"
+printf '%-44s %18s %18s\n' "/metrics req/s, 1 connection" "$a1_rps" "$n1_rps"
 printf '%-44s %18s %18s\n' "/readyz req/s, p50 / p99" "$a_ready_rps, $a_ready_p50 / $a_ready_p99" "-"
 printf '%-44s %18s %18s\n' "RSS after load (KiB)" "$agent_load" "$ne_load"
 echo

@@ -73,7 +73,60 @@ impl Host {
     }
 }
 
-impl Dir<'_> {
+impl<'h> Dir<'h> {
+    /// The directory the link `name` here points to, or with `sub` its
+    /// directory `sub` (not a link itself), when the link is shaped as sysfs
+    /// links are (`../` steps, then names) and nothing on the way is a link:
+    /// read, then opened by its lexical target with `RESOLVE_NO_SYMLINKS`, two
+    /// cheap calls where `Host::open_dir` resolves from the root and asks
+    /// `/proc` where it got. `None` otherwise: ask `Host::open_dir`.
+    pub fn open_link(&self, name: &str, sub: Option<&str>) -> Option<Dir<'h>> {
+        use std::ffi::OsStr;
+        use std::os::unix::ffi::OsStrExt;
+        let fd = self.fd.as_ref()?;
+        let target = rustix::fs::readlinkat(fd, name, Vec::new()).ok()?;
+        // This directory's path is real (no link in it): each `..` is its parent.
+        let mut path = self.path.clone();
+        let mut climbing = true;
+        for c in target.to_bytes().split(|&b| b == b'/') {
+            match c {
+                b".." if climbing => {
+                    if !path.pop() {
+                        return None;
+                    }
+                }
+                b"" | b"." | b".." => return None,
+                n => {
+                    climbing = false;
+                    path.push(OsStr::from_bytes(n));
+                }
+            }
+        }
+        if climbing {
+            return None;
+        }
+        if let Some(sub) = sub {
+            if sub.is_empty() || sub.contains('/') || sub == ".." {
+                return None;
+            }
+            path.push(sub);
+        }
+        let (root, _) = self.host.root_dir()?;
+        let rel = path.strip_prefix("/").ok()?;
+        let flags = match sub {
+            Some(_) => OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            None => OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        };
+        let no_links = ResolveFlags::IN_ROOT | ResolveFlags::NO_SYMLINKS;
+        let fd = openat2(root, rel, flags, Mode::empty(), no_links).ok()?;
+        Some(Dir {
+            host: self.host,
+            path,
+            fd: Some(fd),
+            readable: sub.is_some(),
+        })
+    }
+
     /// The real host-absolute path (links resolved).
     pub fn path(&self) -> &Path {
         &self.path
@@ -267,6 +320,35 @@ mod tests {
                 "{name}"
             );
         }
+        // A sysfs-shaped link, opened by its lexical target.
+        let class = h.open_dir(Path::new("/sys/class/ib")).unwrap().unwrap();
+        let l = class.open_link("dev", None).unwrap();
+        assert_eq!(l.path(), Path::new("/sys/devices/pci0/dev"));
+        assert_eq!(l.read_string("fw").unwrap().as_deref(), Some("1.2\n"));
+        let l = class.open_link("dev", Some("ports")).unwrap();
+        assert_eq!(l.path(), Path::new("/sys/devices/pci0/dev/ports"));
+        assert_eq!(l.list("").unwrap(), vec!["1"]);
+        // Dangling, not a link, a link on the way, absolute, above the root: not this way.
+        fs::create_dir_all(r.join("sys/class/ib/plain")).unwrap();
+        symlink("../../devices/pci0/dev/p1", r.join("sys/class/ib/via")).unwrap();
+        symlink("/sys/devices/pci0/dev", r.join("sys/class/ib/abs")).unwrap();
+        symlink(
+            "../../../../../sys/devices/pci0/dev",
+            r.join("sys/class/ib/high"),
+        )
+        .unwrap();
+        symlink("../../devices/./pci0/dev", r.join("sys/class/ib/dot")).unwrap();
+        for name in ["gone", "plain", "via", "abs", "high", "dot", "absent"] {
+            assert!(class.open_link(name, None).is_none(), "{name}");
+        }
+        assert!(
+            class.open_link("dev", Some("p1")).is_none(),
+            "a link as sub"
+        );
+        assert!(
+            class.open_link("dev", Some("fw")).is_none(),
+            "a file as sub"
+        );
         // Without a descriptor (a kernel without openat2) the same, by path.
         let by_path = Dir {
             host: &h,

@@ -35,21 +35,7 @@ impl Host {
     ) -> Option<(std::os::fd::OwnedFd, PathBuf)> {
         use rustix::fs::{Mode, ResolveFlags, openat2};
         use std::os::fd::AsRawFd;
-        let root = self
-            .root_fd
-            .get_or_init(|| {
-                let canonical = fs::canonicalize(&self.root).ok()?;
-                let fd = nix::fcntl::open(
-                    &canonical,
-                    nix::fcntl::OFlag::O_PATH
-                        | nix::fcntl::OFlag::O_DIRECTORY
-                        | nix::fcntl::OFlag::O_CLOEXEC,
-                    nix::sys::stat::Mode::empty(),
-                )
-                .ok()?;
-                Some(std::sync::Arc::new((fd, canonical)))
-            })
-            .as_ref()?;
+        let root = self.root_dir()?;
         let rel = normalize(p);
         let rel = rel.strip_prefix("/").ok()?;
         let rel = if rel.as_os_str().is_empty() {
@@ -62,6 +48,24 @@ impl Host {
         let real = fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
         let inside = real.strip_prefix(&root.1).ok()?;
         Some((fd, Path::new("/").join(inside)))
+    }
+
+    /// The root, opened once (`O_PATH`), with its canonical path.
+    pub(super) fn root_dir(&self) -> Option<&(std::os::fd::OwnedFd, PathBuf)> {
+        self.root_fd
+            .get_or_init(|| {
+                let canonical = fs::canonicalize(&self.root).ok()?;
+                let fd = nix::fcntl::open(
+                    &canonical,
+                    nix::fcntl::OFlag::O_PATH
+                        | nix::fcntl::OFlag::O_DIRECTORY
+                        | nix::fcntl::OFlag::O_CLOEXEC,
+                    nix::sys::stat::Mode::empty(),
+                )
+                .ok()?;
+                Some(std::sync::Arc::new((fd, canonical)))
+            })
+            .as_deref()
     }
 
     pub(super) fn resolve_by_walking(&self, p: &Path) -> Result<PathBuf> {

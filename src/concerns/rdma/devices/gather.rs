@@ -75,6 +75,9 @@ fn read(dir: &Dir, rel: &str) -> Read {
 /// no RDMA driver loaded). Each device's problems stay with it.
 pub fn gather(host: &Host) -> Result<Vec<RawDevice>, HostError> {
     let names = host.list_dir(Path::new(CLASS))?;
+    // Opened once: each device's link is read relative to it.
+    let class = host.open_dir(Path::new(CLASS)).ok().and_then(Result::ok);
+    let class = class.as_ref();
     // Reading sysfs is system calls, ~40 per device: an SR-IOV node with a
     // thousand VFs takes tens of milliseconds on one core, so use them all.
     let workers = std::thread::available_parallelism()
@@ -82,7 +85,10 @@ pub fn gather(host: &Host) -> Result<Vec<RawDevice>, HostError> {
         .min(names.len() / DEVICES_PER_WORKER)
         .max(1);
     if workers == 1 {
-        return Ok(names.into_iter().map(|n| gather_device(host, n)).collect());
+        return Ok(names
+            .into_iter()
+            .map(|n| gather_device(host, class, n))
+            .collect());
     }
     let chunk = names.len().div_ceil(workers);
     Ok(std::thread::scope(|s| {
@@ -91,7 +97,7 @@ pub fn gather(host: &Host) -> Result<Vec<RawDevice>, HostError> {
             .map(|c| {
                 s.spawn(move || {
                     c.iter()
-                        .map(|n| gather_device(host, n.clone()))
+                        .map(|n| gather_device(host, class, n.clone()))
                         .collect::<Vec<_>>()
                 })
             })
@@ -106,10 +112,14 @@ pub fn gather(host: &Host) -> Result<Vec<RawDevice>, HostError> {
 /// Below this many devices per thread, starting threads costs more than it saves.
 const DEVICES_PER_WORKER: usize = 128;
 
-fn gather_device(host: &Host, name: String) -> RawDevice {
+fn gather_device(host: &Host, class: Option<&Dir>, name: String) -> RawDevice {
     let mut raw = RawDevice::new(name);
     // Opened once: the files below are read relative to it, not re-walked from the root.
-    let dir = match host.open_dir(&Path::new(CLASS).join(&raw.name)) {
+    let dir = match class.and_then(|c| c.open_link(&raw.name, None)) {
+        Some(d) => Ok(Ok(d)),
+        None => host.open_dir(&Path::new(CLASS).join(&raw.name)),
+    };
+    let dir = match dir {
         Ok(Ok(d)) => d,
         Ok(Err(target)) => {
             raw.broken_link = Some(target);
@@ -122,7 +132,9 @@ fn gather_device(host: &Host, name: String) -> RawDevice {
     };
     let device = dir.path().join("device");
     // Most functions have a `net/`: opening it reaches the function too.
-    let net = host.open_subdir(&device, "net");
+    let net = dir
+        .open_link("device", Some("net"))
+        .or_else(|| host.open_subdir(&device, "net"));
     match net
         .as_ref()
         .map(|n| (n, n.path().parent().unwrap_or(Path::new("/"))))
