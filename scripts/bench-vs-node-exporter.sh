@@ -335,7 +335,10 @@ mid=1024
 [ -n "${wall[$mid]:-}" ] || mid=$big
 x_floor=$(printf '%s\n' "${inventory[@]}" | awk -v n="$mid" '$1 == n {print $6}')
 x_ne=$(printf '%s\n' "${inventory[@]}" | awk -v n="$mid" '$1 == n {print $9}')
+x_cpu=$(printf '%s\n' "${inventory[@]}" | awk -v n="$mid" '$1 == n {printf "%.2f", $3 / $5}')
+x_sys=$(printf '%s\n' "${inventory[@]}" | awk -v n="$mid" '$1 == n {split($10, c, "/"); printf "%.2f", c[1] / c[2]}')
 echo "targets: check at $mid devices <= 1.5x the floor: ${x_floor}x -> $(at_most "$x_floor" 1.5)"
+echo "         (its CPU: ${x_cpu}x the floor's -> $(at_most "$x_cpu" 1.5); system calls: ${x_sys}x -> $(at_most "$x_sys" 1.5))"
 echo "         check at $mid devices <= 1/3 of a node_exporter scrape: ${x_ne}x -> $(at_most "$x_ne" 0.3334)"
 echo "         --only <= 1/3 of a full check, kernel-heavy node: $(ratio "$only_wall" "$full_wall")x -> $(at_most "$(ratio "$only_wall" "$full_wall")" 0.3334)"
 echo "         idle RSS <= 1/3 of node_exporter's: $(ratio "$agent_idle" "$ne_idle") -> $(at_most "$(ratio "$agent_idle" "$ne_idle")" 0.3334)"
