@@ -137,7 +137,9 @@ impl<'h> Dir<'h> {
     fn open(&self, rel: &str, flags: OFlags) -> Option<std::result::Result<OwnedFd, Errno>> {
         let fd = self.fd.as_ref()?;
         match openat2(fd, rel, flags | OFlags::CLOEXEC, Mode::empty(), BENEATH) {
-            Err(Errno::XDEV | Errno::NOSYS | Errno::AGAIN) => None,
+            // Out of the directory, no openat2, a rename race, a magic link or a
+            // loop: the path-based call answers (and says ELOOP itself for a loop).
+            Err(Errno::XDEV | Errno::NOSYS | Errno::AGAIN | Errno::LOOP) => None,
             r => Some(r),
         }
     }
@@ -253,6 +255,7 @@ mod tests {
         symlink("../vendor", r.join("sys/devices/pci0/dev/up")).unwrap();
         symlink("/sys/devices/pci0", r.join("sys/devices/pci0/dev/abs")).unwrap();
         symlink("ports/1", r.join("sys/devices/pci0/dev/p1")).unwrap();
+        symlink("loop", r.join("sys/devices/pci0/dev/loop")).unwrap();
 
         let h = Host::new(r);
         assert_eq!(
@@ -275,6 +278,7 @@ mod tests {
             "fw/x",
             "ports",
             "../vendor",
+            "loop",
         ] {
             assert_eq!(
                 format!("{:?}", d.read_string(rel)),
