@@ -75,6 +75,9 @@ fn read(dir: &Dir, rel: &str) -> Read {
 /// no RDMA driver loaded). Each device's problems stay with it.
 pub fn gather(host: &Host) -> Result<Vec<RawDevice>, HostError> {
     let names = host.list_dir(Path::new(CLASS))?;
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
     // Opened once: each device's link is read relative to it.
     let class = host.open_dir(Path::new(CLASS)).ok().and_then(Result::ok);
     let class = class.as_ref();
