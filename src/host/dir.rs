@@ -8,6 +8,9 @@
 //! file under it with `RESOLVE_BENEATH`; a path that would leave the directory
 //! through a link (`EXDEV`), or a kernel without `openat2`, takes the
 //! path-based `Host` call instead, so every answer is the one `Host` gives.
+//! A `Dir` with a descriptor always knows its real path (no link in it): from
+//! `/proc/self/fd` after `RESOLVE_IN_ROOT`, or checked by `RESOLVE_NO_SYMLINKS`
+//! (`open_link`), so `..` from it and joins onto it mean what they say.
 
 use std::fs::File;
 use std::mem::MaybeUninit;
