@@ -368,4 +368,52 @@ mod tests {
         assert!(by_path.exists("up"));
         assert!(by_path.exists_beside("dev") && !by_path.exists_beside("fw"));
     }
+
+    /// The same on the kernel's own sysfs (kernfs: its link texts, its
+    /// `openat2`), where the machine has one: the live root's network class.
+    #[test]
+    fn answers_on_the_live_sysfs_as_the_path_based_calls_do() {
+        let h = Host::new("/");
+        let class = Path::new("/sys/class/net");
+        let Ok(Ok(c)) = h.open_dir(class) else {
+            println!("no {} here: nothing to compare", class.display());
+            return;
+        };
+        let names = h.list_dir(class).unwrap();
+        for name in &names {
+            let full = class.join(name);
+            let Some(d) = c.open_link(name, None) else {
+                // Only a link of another shape may take the long way.
+                let raw = h.read_link(&full).unwrap();
+                assert!(
+                    raw.as_ref().is_none_or(|t| t.is_absolute()),
+                    "{name}: {raw:?}"
+                );
+                continue;
+            };
+            assert_eq!(d.path(), h.resolve(&full).unwrap(), "{name}");
+            for attr in ["address", "mtu", "type", "ifindex", "absent"] {
+                assert_eq!(
+                    d.read_string(attr).unwrap(),
+                    h.read_string(&d.path().join(attr)).unwrap(),
+                    "{name}/{attr}"
+                );
+            }
+            assert_eq!(
+                d.list("queues").unwrap(),
+                h.list_dir(&full.join("queues")).unwrap()
+            );
+            // A real device: its `device` link, and a directory of the function.
+            if let Some(sub) = d.open_link("device", Some("power")) {
+                let dev = h.resolve(&d.path().join("device")).unwrap();
+                assert_eq!(sub.path(), dev.join("power"), "{name}");
+                assert_eq!(sub.exists_beside("uevent"), h.exists(&dev.join("uevent")));
+                assert_eq!(
+                    sub.list("").unwrap(),
+                    h.list_dir(&dev.join("power")).unwrap()
+                );
+            }
+        }
+        println!("compared {} devices of {}", names.len(), class.display());
+    }
 }
