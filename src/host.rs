@@ -14,6 +14,7 @@ use std::time::SystemTime;
 
 pub mod command;
 pub mod dbus;
+mod dir;
 pub mod files;
 pub mod limit;
 pub mod links;
@@ -27,6 +28,7 @@ pub mod state;
 pub mod stop;
 pub mod trust;
 
+pub use dir::Dir;
 pub use files::Ownership;
 
 #[derive(Debug, thiserror::Error)]
@@ -170,36 +172,12 @@ impl Host {
     /// cycle reads thousands of small sysfs and /proc files, so no stat per file.
     pub fn read_string(&self, p: &Path) -> Result<Option<String>> {
         let real = self.path(p);
-        let mut f = match File::open(&real) {
+        let f = match File::open(&real) {
             Ok(f) => f,
             Err(e) if missing(&e) => return Ok(None),
             Err(source) => return Err(HostError::Read { path: real, source }),
         };
-        // Most are a few bytes: read on the stack (small, as zeroing a page per
-        // file showed in profiles), allocate only what the text needs.
-        let mut buf = [0u8; 512];
-        let mut bytes = Vec::new();
-        loop {
-            match f.read(&mut buf) {
-                Ok(n) => {
-                    bytes.extend_from_slice(&buf[..n]);
-                    // A short read of a regular file (or a sysfs attribute) is its end.
-                    if n < buf.len() {
-                        break;
-                    }
-                    // A larger file: the rest straight into the vector.
-                    if let Err(source) = f.read_to_end(&mut bytes) {
-                        return Err(HostError::Read { path: real, source });
-                    }
-                    break;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(source) => return Err(HostError::Read { path: real, source }),
-            }
-        }
-        String::from_utf8(bytes)
-            .map(Some)
-            .map_err(|_| HostError::NotUtf8 { path: real })
+        read_text(f, || real).map(Some)
     }
 
     /// A directory (following links, as sysfs and /lib/modules need).
@@ -293,6 +271,41 @@ impl Host {
             .map(|dir| dir.join(program))
             .find(|p| executable(p))
     }
+}
+
+/// An open file's text: most are a few bytes, read on the stack (small, as
+/// zeroing a page per file showed in profiles), allocating only what the text needs.
+/// `real` names the file in an error (built only then).
+fn read_text(mut f: File, real: impl FnOnce() -> PathBuf) -> Result<String> {
+    let mut buf = [0u8; 512];
+    let mut bytes = Vec::new();
+    loop {
+        match f.read(&mut buf) {
+            Ok(n) => {
+                bytes.extend_from_slice(&buf[..n]);
+                // A short read of a regular file (or a sysfs attribute) is its end.
+                if n < buf.len() {
+                    break;
+                }
+                // A larger file: the rest straight into the vector.
+                if let Err(source) = f.read_to_end(&mut bytes) {
+                    return Err(HostError::Read {
+                        path: real(),
+                        source,
+                    });
+                }
+                break;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(source) => {
+                return Err(HostError::Read {
+                    path: real(),
+                    source,
+                });
+            }
+        }
+    }
+    String::from_utf8(bytes).map_err(|_| HostError::NotUtf8 { path: real() })
 }
 
 pub(crate) fn missing(e: &io::Error) -> bool {

@@ -21,21 +21,21 @@ impl Host {
     /// call instead of a readlink per component (a 1000-device sysfs needs ~20k of
     /// those). `None` (kernel before 5.6, a path that does not exist): walk instead.
     pub(super) fn resolve_in_kernel(&self, p: &Path) -> Option<PathBuf> {
-        use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
+        use rustix::fs::OFlags;
+        self.open_in_root(p, OFlags::PATH | OFlags::CLOEXEC)
+            .map(|(_, path)| path)
+    }
+
+    /// Opens `p` with `flags`, links followed inside the root; with the
+    /// host-absolute path it resolved to. `None` when it cannot (see above).
+    pub(super) fn open_in_root(
+        &self,
+        p: &Path,
+        flags: rustix::fs::OFlags,
+    ) -> Option<(std::os::fd::OwnedFd, PathBuf)> {
+        use rustix::fs::{Mode, ResolveFlags, openat2};
         use std::os::fd::AsRawFd;
-        let root = self
-            .root_fd
-            .get_or_init(|| {
-                let canonical = fs::canonicalize(&self.root).ok()?;
-                let fd = nix::fcntl::open(
-                    &canonical,
-                    OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-                    nix::sys::stat::Mode::empty(),
-                )
-                .ok()?;
-                Some(std::sync::Arc::new((fd, canonical)))
-            })
-            .as_ref()?;
+        let root = self.root_dir()?;
         let rel = normalize(p);
         let rel = rel.strip_prefix("/").ok()?;
         let rel = if rel.as_os_str().is_empty() {
@@ -43,13 +43,29 @@ impl Host {
         } else {
             rel
         };
-        let how = OpenHow::new()
-            .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
-            .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
-        let fd = openat2(&root.0, rel, how).ok()?;
+        let resolve = ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS;
+        let fd = openat2(&root.0, rel, flags, Mode::empty(), resolve).ok()?;
         let real = fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
         let inside = real.strip_prefix(&root.1).ok()?;
-        Some(Path::new("/").join(inside))
+        Some((fd, Path::new("/").join(inside)))
+    }
+
+    /// The root, opened once (`O_PATH`), with its canonical path.
+    pub(super) fn root_dir(&self) -> Option<&(std::os::fd::OwnedFd, PathBuf)> {
+        self.root_fd
+            .get_or_init(|| {
+                let canonical = fs::canonicalize(&self.root).ok()?;
+                let fd = nix::fcntl::open(
+                    &canonical,
+                    nix::fcntl::OFlag::O_PATH
+                        | nix::fcntl::OFlag::O_DIRECTORY
+                        | nix::fcntl::OFlag::O_CLOEXEC,
+                    nix::sys::stat::Mode::empty(),
+                )
+                .ok()?;
+                Some(std::sync::Arc::new((fd, canonical)))
+            })
+            .as_deref()
     }
 
     pub(super) fn resolve_by_walking(&self, p: &Path) -> Result<PathBuf> {

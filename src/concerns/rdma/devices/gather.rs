@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::host::{Host, HostError};
+use crate::host::{Dir, Host, HostError};
 
 const CLASS: &str = "/sys/class/infiniband";
 
@@ -67,14 +67,20 @@ pub struct RawPort {
     pub ndev: Option<String>,
 }
 
-fn read(host: &Host, p: &Path) -> Read {
-    host.read_string(p).map_err(|e| e.to_string())
+fn read(dir: &Dir, rel: &str) -> Read {
+    dir.read_string(rel).map_err(|e| e.to_string())
 }
 
 /// Every device under /sys/class/infiniband (none when the class is absent:
 /// no RDMA driver loaded). Each device's problems stay with it.
 pub fn gather(host: &Host) -> Result<Vec<RawDevice>, HostError> {
     let names = host.list_dir(Path::new(CLASS))?;
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
+    // Opened once: each device's link is read relative to it.
+    let class = host.open_dir(Path::new(CLASS)).ok().and_then(Result::ok);
+    let class = class.as_ref();
     // Reading sysfs is system calls, ~40 per device: an SR-IOV node with a
     // thousand VFs takes tens of milliseconds on one core, so use them all.
     let workers = std::thread::available_parallelism()
@@ -82,7 +88,10 @@ pub fn gather(host: &Host) -> Result<Vec<RawDevice>, HostError> {
         .min(names.len() / DEVICES_PER_WORKER)
         .max(1);
     if workers == 1 {
-        return Ok(names.into_iter().map(|n| gather_device(host, n)).collect());
+        return Ok(names
+            .into_iter()
+            .map(|n| gather_device(host, class, n))
+            .collect());
     }
     let chunk = names.len().div_ceil(workers);
     Ok(std::thread::scope(|s| {
@@ -91,7 +100,7 @@ pub fn gather(host: &Host) -> Result<Vec<RawDevice>, HostError> {
             .map(|c| {
                 s.spawn(move || {
                     c.iter()
-                        .map(|n| gather_device(host, n.clone()))
+                        .map(|n| gather_device(host, class, n.clone()))
                         .collect::<Vec<_>>()
                 })
             })
@@ -106,53 +115,69 @@ pub fn gather(host: &Host) -> Result<Vec<RawDevice>, HostError> {
 /// Below this many devices per thread, starting threads costs more than it saves.
 const DEVICES_PER_WORKER: usize = 128;
 
-fn gather_device(host: &Host, name: String) -> RawDevice {
+fn gather_device(host: &Host, class: Option<&Dir>, name: String) -> RawDevice {
     let mut raw = RawDevice::new(name);
-    let dir = match host.resolve(&Path::new(CLASS).join(&raw.name)) {
-        Ok(d) => d,
+    // Opened once: the files below are read relative to it, not re-walked from the root.
+    let dir = match class.and_then(|c| c.open_link(&raw.name, None)) {
+        Some(d) => Ok(Ok(d)),
+        None => host.open_dir(&Path::new(CLASS).join(&raw.name)),
+    };
+    let dir = match dir {
+        Ok(Ok(d)) => d,
+        Ok(Err(target)) => {
+            raw.broken_link = Some(target);
+            return raw;
+        }
         Err(e) => {
             raw.errors.push(format!("{}: {e}", raw.name));
             return raw;
         }
     };
-    if !host.is_dir(&dir) {
-        raw.broken_link = Some(dir);
-        return raw;
-    }
-    if let Ok(dev) = host.resolve(&dir.join("device")) {
-        if host.exists(&dev) && dev.to_string_lossy().starts_with("/sys/devices/pci") {
-            raw.pci = dev.file_name().map(|n| n.to_string_lossy().into_owned());
-            raw.is_vf = host.exists(&dev.join("physfn"));
-            raw.netdevs = host.list_dir(&dev.join("net")).unwrap_or_default();
+    let device = dir.path().join("device");
+    // Most functions have a `net/`: opening it reaches the function too.
+    let net = dir
+        .open_link("device", Some("net"))
+        .or_else(|| host.open_subdir(&device, "net"));
+    match net
+        .as_ref()
+        .map(|n| (n, n.path().parent().unwrap_or(Path::new("/"))))
+    {
+        Some((net, dev)) => {
+            if on_pci(dev) {
+                raw.pci = dev.file_name().map(|n| n.to_string_lossy().into_owned());
+                raw.is_vf = net.exists_beside("physfn");
+                raw.netdevs = net.list("").unwrap_or_default();
+            }
         }
+        None => gather_function(host, &device, &mut raw),
     }
     // The kernel puts software RDMA devices (Soft-RoCE, siw) under
     // /sys/devices/virtual; they have no `device` link and name their netdev in
     // `parent` instead.
-    if dir.starts_with("/sys/devices/virtual") {
+    if dir.path().starts_with("/sys/devices/virtual") {
         raw.is_software = true;
-        if let Ok(Some(p)) = host.read_string(&dir.join("parent")) {
+        if let Ok(Some(p)) = dir.read_string("parent") {
             raw.netdevs = p.split_whitespace().map(str::to_owned).collect();
         }
     }
-    raw.node_guid = read(host, &dir.join("node_guid"));
-    raw.fw_ver = read(host, &dir.join("fw_ver"));
-    raw.hca_type = read(host, &dir.join("hca_type"));
-    raw.board_id = read(host, &dir.join("board_id"));
-    match host.list_dir(&dir.join("ports")) {
+    raw.node_guid = read(&dir, "node_guid");
+    raw.fw_ver = read(&dir, "fw_ver");
+    raw.hca_type = read(&dir, "hca_type");
+    raw.board_id = read(&dir, "board_id");
+    match dir.list("ports") {
         Ok(ports) => {
             raw.ports = ports
                 .into_iter()
                 .map(|p| {
-                    let d: PathBuf = dir.join("ports").join(&p);
+                    let d = format!("ports/{p}");
                     RawPort {
-                        state: read(host, &d.join("state")),
-                        phys_state: read(host, &d.join("phys_state")),
-                        rate: read(host, &d.join("rate")),
-                        link_layer: read(host, &d.join("link_layer")),
+                        state: read(&dir, &format!("{d}/state")),
+                        phys_state: read(&dir, &format!("{d}/phys_state")),
+                        rate: read(&dir, &format!("{d}/rate")),
+                        link_layer: read(&dir, &format!("{d}/link_layer")),
                         // The kernel answers EINVAL here for IB ports: no netdev, not an error.
-                        ndev: host
-                            .read_string(&d.join("gid_attrs/ndevs/0"))
+                        ndev: dir
+                            .read_string(&format!("{d}/gid_attrs/ndevs/0"))
                             .ok()
                             .flatten()
                             .map(|s| s.trim().to_owned())
@@ -165,4 +190,27 @@ fn gather_device(host: &Host, name: String) -> RawDevice {
         Err(e) => raw.errors.push(format!("{}: {e}", raw.name)),
     }
     raw
+}
+
+fn on_pci(p: &Path) -> bool {
+    p.to_string_lossy().starts_with("/sys/devices/pci")
+}
+
+/// The PCI function behind `device` (a link), when it has no `net/`.
+fn gather_function(host: &Host, device: &Path, raw: &mut RawDevice) {
+    match host.open_dir(device) {
+        Ok(Ok(dev)) if on_pci(dev.path()) => {
+            raw.pci = dev
+                .path()
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned());
+            raw.is_vf = dev.exists("physfn");
+            raw.netdevs = dev.list("net").unwrap_or_default();
+        }
+        // Not a directory, yet there: a PCI function without children.
+        Ok(Err(dev)) if host.exists(&dev) && on_pci(&dev) => {
+            raw.pci = dev.file_name().map(|n| n.to_string_lossy().into_owned());
+        }
+        _ => {}
+    }
 }
