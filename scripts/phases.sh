@@ -24,7 +24,9 @@ phases_record() { # name start end status
     printf '%s %s %s %s %s\n' "$1" "$phases_lane" "$2" "$3" "$4" >>"$phases_file"
 }
 
-phase() {
+phases_failed=()
+# Runs and records a phase; a failure is recorded, said and returned.
+phases_run() {
     local name=$1 start rc=0
     shift
     start=$(phases_now)
@@ -33,25 +35,19 @@ phase() {
     if ((rc)); then
         phases_record "$name" "$start" "$(phases_now)" "FAILED($rc)"
         echo "phase $name failed (exit $rc): $*" >&2
-        exit "$rc"
+        return "$rc"
     fi
     phases_record "$name" "$start" "$(phases_now)" ok
 }
 
-phases_failed=()
+phase() {
+    local rc=0
+    phases_run "$@" || rc=$?
+    ((rc == 0)) || exit "$rc"
+}
+
 phase_keep_going() {
-    local name=$1 start rc=0
-    shift
-    start=$(phases_now)
-    echo "== $name" >&2
-    "$@" || rc=$?
-    if ((rc)); then
-        phases_record "$name" "$start" "$(phases_now)" "FAILED($rc)"
-        echo "phase $name failed (exit $rc): $*" >&2
-        phases_failed+=("$name")
-    else
-        phases_record "$name" "$start" "$(phases_now)" ok
-    fi
+    phases_run "$@" || phases_failed+=("$1")
 }
 
 declare -A phases_started=()

@@ -19,25 +19,12 @@ chr apt-get update -q
 chr apt-get install -y -q --no-install-recommends \
     -t bookworm-backports linux-image-amd64 linux-headers-amd64
 
-# Hand-written: the smallest module DKMS can build (as in
-# scripts/fixtures/fetch-artefacts.sh; no real one is this small).
+# The hand-written module source (see its PROVENANCE), shared with
+# scripts/fixtures/fetch-artefacts.sh.
 src=$root/usr/src/rdma-probe-1.0
 mkdir -p "$src"
-cat >"$src/rdma_probe.c" <<'C'
-// SPDX-License-Identifier: GPL-2.0
-#include <linux/module.h>
-static int __init probe_init(void) { return 0; }
-static void __exit probe_exit(void) {}
-module_init(probe_init);
-module_exit(probe_exit);
-MODULE_LICENSE("GPL");
-MODULE_VERSION("1.0");
-MODULE_DESCRIPTION("rdma-node-agent DKMS test module");
-C
-echo 'obj-m := rdma_probe.o' >"$src/Makefile"
-printf '%s\n' 'PACKAGE_NAME="rdma-probe"' 'PACKAGE_VERSION="1.0"' \
-    'BUILT_MODULE_NAME[0]="rdma_probe"' 'DEST_MODULE_LOCATION[0]="/updates/dkms"' \
-    'AUTOINSTALL="yes"' >"$src/dkms.conf"
+module=$(cd "$(dirname "$0")/../fixtures/dkms/rdma-probe" && pwd)
+cp "$module/rdma_probe.c" "$module/Makefile" "$module/dkms.conf" "$src/"
 chr dkms add -m rdma-probe -v 1.0
 kernels=$(ls "$root/lib/modules" | sort -V)
 for k in $kernels; do

@@ -29,7 +29,7 @@ PACKAGES=(
 RECIPE=vm-3
 
 here=$(cd "$(dirname "$0")" && pwd)
-key=$( { echo "$RECIPE $SUITE"; printf '%s\n' "${PACKAGES[@]}"; cat "$here/init" "$here/customize.sh"; } \
+key=$( { echo "$RECIPE $SUITE"; printf '%s\n' "${PACKAGES[@]}"; cat "$here/init" "$here/customize.sh" "$here"/../fixtures/dkms/rdma-probe/*; } \
     | sha256sum | cut -c1-16)
 dir="$CACHE/$SUITE-$key"
 # A complete image only ever appears by rename, so its presence is enough.
