@@ -45,6 +45,9 @@ trait Job {
     /// `waiting` or `running`.
     #[zbus(property)]
     fn state(&self) -> zbus::Result<String>;
+    /// `restart`, then `start` once its stop half has run.
+    #[zbus(property)]
+    fn job_type(&self) -> zbus::Result<String>;
 }
 
 #[proxy(
@@ -250,7 +253,7 @@ impl Dbus {
         let outcome = tokio::select! {
             r = tokio::time::timeout(timeout, wait) => r,
             () = stopping => {
-                let cancelled = self.cancel_if_waiting(&job).await;
+                let cancelled = self.cancel_if_waiting(&job, kind).await;
                 return Err(SystemdError::Stopped { unit: unit.to_owned(), job: kind, cancelled });
             }
         };
@@ -269,8 +272,15 @@ impl Dbus {
         }
     }
 
-    /// Cancels `job` if it has not started running. True when it was cancelled.
-    async fn cancel_if_waiting(&self, job: &OwnedObjectPath) -> bool {
+    /// Cancels `job` if none of it has run. True when it was cancelled.
+    ///
+    /// A restart job is a stop, then a start: once the stop has run, systemd
+    /// turns it into a start job and sets it waiting again (here, behind the
+    /// agent's own stop, which is ordered before any start). Cancelling it then
+    /// would leave the unit stopped, so only a job still of its first kind is
+    /// cancelled; the rest is left to systemd, which starts the unit once the
+    /// agent is gone.
+    async fn cancel_if_waiting(&self, job: &OwnedObjectPath, kind: &str) -> bool {
         let Ok(j) = JobProxy::builder(&self.conn)
             .path(job.clone())
             .cache_properties(CacheProperties::No)
@@ -280,8 +290,10 @@ impl Dbus {
             // Already gone: it finished.
             return false;
         };
-        match j.state().await {
-            Ok(state) if state == "waiting" => j.cancel().await.is_ok(),
+        match (j.state().await, j.job_type().await) {
+            (Ok(state), Ok(job_type)) if state == "waiting" && job_type == kind => {
+                j.cancel().await.is_ok()
+            }
             _ => false,
         }
     }

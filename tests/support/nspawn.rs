@@ -463,11 +463,17 @@ impl Machine {
     ) -> Duration {
         let start = Instant::now();
         while !cond(self) {
-            assert!(
-                start.elapsed() < limit,
-                "{}: timed out after {limit:?} waiting for {what}",
-                self.name
-            );
+            if start.elapsed() >= limit {
+                // What systemd was doing, to tell a hung job from a slow machine.
+                let state = self.sh(
+                    "systemctl list-jobs --no-pager; systemctl --failed --no-pager; \
+                     journalctl --no-pager -o short-monotonic -n 40",
+                );
+                panic!(
+                    "{}: timed out after {limit:?} waiting for {what}; systemd's jobs, failed units and journal:\n{state}",
+                    self.name
+                );
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
         start.elapsed()
