@@ -340,15 +340,7 @@ fn check_reports_restart_pending_and_old_pods() {
     let t = node("v100");
     apply_ok(t.path());
     let c = json(&agent(t.path(), &["check", "--json"]));
-    let by_id = |id: &str| {
-        c["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|x| x["id"] == id)
-            .unwrap()
-            .clone()
-    };
+    let by_id = |id: &str| check_in(&c, id);
     // The fixture's containerd (pid 812) started long before the files changed.
     let cm = by_id("containerd.memlock");
     assert_eq!(cm["status"], "fail");

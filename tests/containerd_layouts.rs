@@ -95,13 +95,7 @@ fn containerd_major_decides_the_handlers_and_unknown_is_never_ok() {
     copy_tree(&fixtures().join("real-world/eks-al2023-nvidia/root"), root);
     let before = snapshot(root);
     let c = json(&agent(root, &["check", "--json"]));
-    let cm = c["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|x| x["id"] == "containerd.memlock")
-        .unwrap()
-        .clone();
+    let cm = check_in(&c, "containerd.memlock");
     assert_eq!(cm["status"], "unknown", "{cm}");
     assert!(
         cm["message"].as_str().unwrap().contains("daemon_version"),
@@ -137,13 +131,7 @@ fn handlers_left_out_of_containerd_handlers_are_said_not_ok() {
     );
     apply_ok(t.path());
     let c = json(&agent(t.path(), &["check", "--json"]));
-    let cm = c["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|x| x["id"] == "containerd.memlock")
-        .unwrap()
-        .clone();
+    let cm = check_in(&c, "containerd.memlock");
     assert_ne!(cm["status"], "ok", "{cm}");
     let mut left: Vec<&str> = cm["details"]["unmanaged"]
         .as_array()

@@ -162,13 +162,7 @@ fn runhcs_handlers_are_left_alone_and_said() {
     assert!(r["runhcs-wcow-process"].get("base_runtime_spec").is_none());
     assert!(r["runc"].get("base_runtime_spec").is_some());
     let c = json(&agent(root, &["check", "--json"]));
-    let cm = c["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|x| x["id"] == "containerd.memlock")
-        .unwrap()
-        .clone();
+    let cm = check_in(&c, "containerd.memlock");
     assert_eq!(
         cm["details"]["left_alone"],
         serde_json::json!(["runhcs-wcow-process"])

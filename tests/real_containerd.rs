@@ -144,13 +144,7 @@ fn memlock_4mib() {
     // The old pod's container still runs with 64 KiB, and check names it.
     assert_eq!(memlock_of(old.pid), "65536");
     let report = json(&agent(&c.root(), &["check", "--json"]));
-    let pods = report["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|x| x["id"] == "pods.memlock")
-        .unwrap_or_else(|| panic!("no pods.memlock check: {report}"))
-        .clone();
+    let pods = check_in(&report, "pods.memlock");
     assert!(
         pods["status"] == "warn" || pods["status"] == "fail",
         "{pods}"

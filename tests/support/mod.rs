@@ -65,6 +65,15 @@ pub fn json(o: &Output) -> serde_json::Value {
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", stdout(o), stderr(o)))
 }
 
+/// One check of a `check --json` report, by id; panics naming the report when absent.
+pub fn check_in(report: &serde_json::Value, id: &str) -> serde_json::Value {
+    report["checks"]
+        .as_array()
+        .and_then(|c| c.iter().find(|x| x["id"] == id))
+        .unwrap_or_else(|| panic!("no {id} check in: {report}"))
+        .clone()
+}
+
 /// The agent's own state and runtime dirs: not host files it manages.
 const AGENT_DIRS: &[&str] = &["var/lib/rdma-node-agent", "run/rdma-node-agent"];
 
