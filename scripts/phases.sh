@@ -5,7 +5,6 @@
 #   phase_start NAME / phase_end NAME   time inline steps
 #   lane NAME FUNCTION     run FUNCTION in the background, its output in a log
 #   wait_lane NAME         wait for that lane; if it failed, show its log and fail
-#   wait_lanes             wait for every lane; a failed one shows its log and fails
 #   finish_lanes           wait for every lane to end, show each failed one's log,
 #                          and return 1 if any did (or if a kept-going phase failed)
 #   phase_keep_going NAME CMD...   like phase, but a failure is only recorded:
@@ -68,23 +67,9 @@ lane() {
     phases_names+=("$name")
 }
 
-wait_lanes() {
-    local done rc i
-    # The first lane to fail ends the script at once (the others are stopped).
-    while ((${#phases_pids[@]})); do
-        rc=0
-        wait -n -p done "${phases_pids[@]}" || rc=$?
-        for i in "${!phases_pids[@]}"; do
-            [ "${phases_pids[$i]}" = "$done" ] || continue
-            if ((rc)); then
-                echo "lane ${phases_names[$i]} failed; its log (last 60 lines):" >&2
-                tail -n 60 "$phases_logs/${phases_names[$i]}.log" >&2
-                unset "phases_pids[$i]"
-                exit 1
-            fi
-            unset "phases_pids[$i]" "phases_names[$i]"
-        done
-    done
+lane_failed() {
+    echo "lane $1 failed; its log (last 60 lines):" >&2
+    tail -n 60 "$phases_logs/$1.log" >&2
 }
 
 lane_index() {
@@ -100,8 +85,7 @@ wait_lane() {
     i=$(lane_index "$1") || return 0
     wait "${phases_pids[$i]}" || rc=$?
     if ((rc)); then
-        echo "lane $1 failed; its log (last 60 lines):" >&2
-        tail -n 60 "$phases_logs/$1.log" >&2
+        lane_failed "$1"
         unset "phases_pids[$i]"
         exit 1
     fi
@@ -117,8 +101,7 @@ finish_lanes() {
         rc=0
         wait "${phases_pids[$i]}" || rc=$?
         if ((rc)); then
-            echo "lane ${phases_names[$i]} failed; its log (last 60 lines):" >&2
-            tail -n 60 "$phases_logs/${phases_names[$i]}.log" >&2
+            lane_failed "${phases_names[$i]}"
             failed+=("lane ${phases_names[$i]}")
         fi
         unset "phases_pids[$i]" "phases_names[$i]"
