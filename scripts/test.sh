@@ -90,6 +90,14 @@ export RDMA_AGENT_REQUIRE_ARTEFACTS=1
 
 phase fmt cargo fmt --all -- --check
 
+# The VM image (mmdebstrap: minutes of downloads and unpacking on a first run) is
+# built from the start, beside the compilation, not after the release build; the
+# VM lane's image.sh waits on the same lock and finds it built.
+vm_image_lane() { phase vm-image nice -n 5 bash tests/vm/image.sh >/dev/null; }
+if [ "${RDMA_AGENT_VM:-1}" != 0 ]; then
+    lane vm-image vm_image_lane
+fi
+
 # Lanes beside the main one while everything compiles: the debug builds (main)
 # use both cores most of the time; the release build's single-threaded LTO link
 # and the fuzz build fill the gaps. Each lane's output goes to a log, shown when

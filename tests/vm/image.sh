@@ -12,6 +12,10 @@
 #
 # Needs root, mmdebstrap and e2fsprogs, and a Debian mirror on first use (~8 min).
 set -euo pipefail
+# Stdout carries exactly one line, the image directory (run.sh reads it): every
+# tool below writes to stderr, whatever it prints (mkfs.ext4 -q still says
+# "Creating regular file ..." on a first build).
+exec 3>&1 1>&2
 
 CACHE=${RDMA_AGENT_VM_CACHE:-/var/cache/rdma-node-agent/vm}
 SUITE=bookworm
@@ -34,7 +38,7 @@ key=$( { echo "$RECIPE $SUITE"; printf '%s\n' "${PACKAGES[@]}"; cat "$here/init"
 dir="$CACHE/$SUITE-$key"
 # A complete image only ever appears by rename, so its presence is enough.
 if [ -f "$dir/rootfs.ext4" ]; then
-    echo "$dir"
+    echo "$dir" >&3
     exit 0
 fi
 
@@ -45,7 +49,7 @@ done
 mkdir -p "$CACHE"
 exec 9>"$CACHE/.lock"
 flock 9
-if [ -f "$dir/rootfs.ext4" ]; then echo "$dir"; exit 0; fi
+if [ -f "$dir/rootfs.ext4" ]; then echo "$dir" >&3; exit 0; fi
 
 start=$(date +%s)
 tmp="$CACHE/.build-$key"
@@ -87,5 +91,5 @@ rm -rf "$tmp/root"
 { echo "recipe $RECIPE suite $SUITE"; printf '%s\n' "${PACKAGES[@]}"; cat "$tmp/RELEASES"; date -u; } >"$tmp/KEY"
 trap - EXIT
 mv "$tmp" "$dir"
-echo "image.sh: built $dir in $(( $(date +%s) - start )) s" >&2
-echo "$dir"
+echo "image.sh: built $dir in $(( $(date +%s) - start )) s"
+echo "$dir" >&3

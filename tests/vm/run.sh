@@ -39,6 +39,8 @@ done
 
 t0=$(date +%s)
 image=$("$here/image.sh") || fail "cannot build the VM image (see above)"
+[ -f "$image/rootfs.ext4" ] && [ -f "$image/RELEASES" ] \
+    || fail "tests/vm/image.sh printed '$image', which is not an image directory (rootfs.ext4, RELEASES)"
 t_image=$(( $(date +%s) - t0 ))
 
 work=$(mktemp -d /var/tmp/rdma-vm.XXXXXX)
