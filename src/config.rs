@@ -42,6 +42,9 @@ pub struct Config {
     pub rdma: rdma::RdmaConfig,
     pub kernel: KernelConfig,
     pub kubelet: readiness::KubeletConfig,
+    /// What the file says that is no longer read, and what to write instead.
+    #[serde(skip)]
+    pub warnings: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -118,8 +121,9 @@ pub enum Mode {
 #[serde(deny_unknown_fields, default)]
 pub struct SystemdConfig {
     pub enabled: bool,
-    /// Units that get a LimitMEMLOCK drop-in.
-    pub units: Vec<String>,
+    /// No longer read (the drop-in goes to the unit that runs containerd): an
+    /// old config still loads, with a warning (`Config::warnings`).
+    pub units: Option<Vec<String>>,
     pub memlock: Limit,
     /// The drop-in's file name under /etc/systemd/system/<unit>.d/.
     pub dropin: String,
@@ -129,7 +133,7 @@ impl Default for SystemdConfig {
     fn default() -> Self {
         SystemdConfig {
             enabled: true,
-            units: vec!["containerd.service".into()],
+            units: None,
             memlock: Limit::UNLIMITED,
             dropin: "50-rdma-node-agent.conf".into(),
         }
@@ -178,6 +182,19 @@ pub struct ContainerdConfig {
     /// The installed containerd's major version (1 or 2), when the agent cannot ask
     /// it: it decides how imported files merge. Unset: `containerd --version`.
     pub daemon_version: Option<u32>,
+    /// A node without containerd fails `containerd.memlock` instead of skipping it.
+    pub required: bool,
+}
+
+impl ContainerdConfig {
+    /// What this section says about where containerd is, for its discovery.
+    pub fn hints(&self) -> crate::host::runtime::Hints {
+        crate::host::runtime::Hints {
+            config_path: (self.config_path != ContainerdConfig::default().config_path)
+                .then(|| self.config_path.clone()),
+            unit: self.unit.clone(),
+        }
+    }
 }
 
 impl Default for ContainerdConfig {
@@ -192,6 +209,7 @@ impl Default for ContainerdConfig {
             binary: "containerd".into(),
             unit: None,
             daemon_version: None,
+            required: false,
         }
     }
 }
@@ -285,7 +303,7 @@ impl Config {
     }
 
     pub fn parse(text: &str, shown_path: &Path) -> Result<Config, ConfigError> {
-        toml::from_str(text).map_err(|e| {
+        let mut cfg: Config = toml::from_str(text).map_err(|e| {
             let (line, column) = e.span().map(|s| line_col(text, s.start)).unwrap_or((1, 1));
             ConfigError::Invalid {
                 path: shown_path.to_owned(),
@@ -293,7 +311,33 @@ impl Config {
                 column,
                 message: e.message().to_owned(),
             }
-        })
+        })?;
+        cfg.migrate(shown_path);
+        Ok(cfg)
+    }
+
+    /// `[systemd] units` named the unit that runs containerd a second time, and
+    /// the two could disagree: one entry becomes `[containerd] unit` (when that
+    /// is unset), and either way the file gets a warning saying what to write.
+    fn migrate(&mut self, shown_path: &Path) {
+        let Some(units) = self.systemd.units.take() else {
+            return;
+        };
+        let shown = shown_path.display();
+        match (units.as_slice(), &self.containerd.unit) {
+            ([one], None) => {
+                self.warnings.push(format!(
+                    "{shown}: `units` under [systemd] is no longer read; it is taken as `unit = {one:?}` under [containerd], the one setting for the unit that runs containerd (its restart and its LimitMEMLOCK drop-in): write that instead"
+                ));
+                if one != "containerd.service" {
+                    self.containerd.unit = Some(one.clone());
+                }
+            }
+            _ => self.warnings.push(format!(
+                "{shown}: `units` under [systemd] ({}) is no longer read: the LimitMEMLOCK drop-in goes to the unit that runs containerd, detected or set by `unit = \"…\"` under [containerd]; delete the line",
+                units.join(", ")
+            )),
+        }
     }
 }
 

@@ -13,6 +13,7 @@ use std::process::{Command, Output};
 use std::time::SystemTime;
 
 pub mod command;
+pub mod cri;
 pub mod dbus;
 mod dir;
 pub mod files;
@@ -22,11 +23,13 @@ pub mod lock;
 pub mod netlink;
 pub mod procfs;
 mod resolve;
+pub mod runtime;
 pub mod service;
 pub mod snapshot;
 pub mod state;
 pub mod stop;
 pub mod trust;
+pub mod units;
 
 pub use dir::Dir;
 pub use files::Ownership;

@@ -31,6 +31,14 @@ impl GatherError {
         }
     }
 
+    /// Nothing to look at on this node (the check says why it was skipped).
+    pub fn skipped(e: impl fmt::Display) -> Self {
+        GatherError {
+            status: Status::Skipped,
+            message: e.to_string(),
+        }
+    }
+
     pub fn fail(e: impl fmt::Display) -> Self {
         GatherError {
             status: Status::Fail,

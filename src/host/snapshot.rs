@@ -29,6 +29,8 @@ pub struct Snapshot {
     files: Cache<&'static str>,
     /// pid → the targets of its /proc/<pid>/fd links, or why they cannot be read.
     fd_targets: Mutex<HashMap<u32, FdTargets>>,
+    /// Which containerd runs here, found once per cycle for every concern.
+    containerd: OnceLock<super::runtime::Discovery>,
 }
 
 /// The targets of a process's open file descriptors (`/dev/infiniband/uverbs0`,
@@ -59,6 +61,7 @@ impl Snapshot {
             proc_files: Mutex::default(),
             files: Mutex::default(),
             fd_targets: Mutex::default(),
+            containerd: OnceLock::new(),
         }
     }
 
@@ -83,6 +86,13 @@ impl Snapshot {
     /// Live actions can follow from this cycle's decisions (systemd is there).
     pub fn is_live(&self) -> bool {
         self.manager.is_some()
+    }
+
+    /// Which containerd runs here (its unit, the config it reads, its process),
+    /// found on first use this cycle. The hints are the agent config's.
+    pub fn containerd(&self, hints: &super::runtime::Hints) -> &super::runtime::Discovery {
+        self.containerd
+            .get_or_init(|| super::runtime::discover(self, hints))
     }
 
     /// The numeric entries of /proc, read once.

@@ -39,7 +39,10 @@ impl Concern for Memlock {
             .map_err(GatherError::fail)?
             .created_by(SPEC_OWNER);
         let facts =
-            gather(snap, &cfg.containerd, snap.manager(), &owned).map_err(GatherError::fail)?;
+            gather(snap, &cfg.containerd, snap.manager(), &owned).map_err(|e| GatherError {
+                status: e.status(cfg.containerd.required),
+                message: e.to_string(),
+            })?;
         Ok(Gathered {
             facts,
             host: snap.host().clone(),
@@ -55,7 +58,10 @@ impl Concern for Memlock {
             observations: vec![Observation::Containerd {
                 current_since: f
                     .containerd_started
-                    .filter(|_| !f.restart_pending())
+                    .clone()
+                    .ok()
+                    .flatten()
+                    .filter(|_| f.restart_pending() == Ok(false))
                     .map(|s| s.at),
                 grpc_address: f.grpc_address.clone(),
             }],

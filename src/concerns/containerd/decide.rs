@@ -4,13 +4,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use serde_json::json;
-
 use super::effective::{Effective, Merge, RUNC_TYPE, winner};
 use super::spec::{self, Rlimits};
 use super::toml::Version;
-use super::{CHECK_ID, ConfigSet, ContainerdError, Decision, Facts, SPEC_OWNER};
-use crate::check::{Check, Status};
+use super::{ConfigSet, ContainerdError, Decision, Facts, SPEC_OWNER};
 use crate::config::ContainerdConfig;
 use crate::plan::{Action, ActionKind, FileChange, Plan};
 
@@ -77,6 +74,16 @@ pub fn decide(
     // The live config's default handler: a template's `${RUNTIME}` stands for it.
     let mut live_default = None;
 
+    if facts.cri_disabled.is_some() {
+        // containerd serves no pods: an edit would change nothing (the check says so).
+        return Ok(Decision {
+            plan,
+            handlers: report,
+            pending: Vec::new(),
+            unmanaged,
+            foreign,
+        });
+    }
     let mut sets = vec![facts.set.clone()];
     if let Some(t) = &facts.template {
         sets.push(t.clone());
@@ -248,7 +255,7 @@ pub fn decide(
         }
     }
     // Each change names containerd's unit as its reader, so the restart follows from it.
-    if plan.changes.is_empty() && facts.live && facts.restart_pending() {
+    if plan.changes.is_empty() && facts.live && facts.restart_pending() == Ok(true) {
         // Files already right (an earlier apply with --no-restart, or one that was
         // killed before restarting): the restart is still owed.
         plan.actions.push(Action {
@@ -279,84 +286,4 @@ pub fn decide(
         unmanaged,
         foreign,
     })
-}
-
-/// The `containerd.memlock` check from a decision (or the error that prevented one).
-pub fn check(
-    facts: Option<&Facts>,
-    decision: &Result<Decision, &ContainerdError>,
-    cfg: &ContainerdConfig,
-) -> Check {
-    if !cfg.enabled {
-        return Check::new(CHECK_ID, Status::Skipped, "disabled in the agent config");
-    }
-    let d = match decision {
-        Err(e) => return Check::new(CHECK_ID, e.status(), e.to_string()),
-        Ok(d) => d,
-    };
-    let details = json!({
-        "target": cfg.memlock.to_string(),
-        "handlers": d.handlers.iter().map(|(h, s)| json!({"handler": h, "base_runtime_spec": s})).collect::<Vec<_>>(),
-        "unmanaged": d.unmanaged,
-        "left_alone": d.foreign,
-    });
-    let names: Vec<&str> = d.handlers.iter().map(|(h, _)| h.as_str()).collect();
-    if !d.plan.changes.is_empty() {
-        return Check::new(
-            CHECK_ID,
-            Status::Fail,
-            format!(
-                "not prepared for memlock {}: {} (run `rdma-node-agent apply`)",
-                cfg.memlock,
-                d.pending.join("; ")
-            ),
-        )
-        .with_details(details);
-    }
-    let facts = facts.expect("a decision comes from facts");
-    let alone = if d.foreign.is_empty() {
-        String::new()
-    } else {
-        format!(" ({} left alone: Windows)", d.foreign.join(", "))
-    };
-    match facts.containerd_started {
-        None => Check::new(
-            CHECK_ID,
-            Status::Warn,
-            format!(
-                "handlers {} are configured for memlock {}, but containerd is not running",
-                names.join(", "),
-                cfg.memlock
-            ),
-        ),
-        Some(_) if facts.restart_pending() => Check::new(
-            CHECK_ID,
-            Status::Fail,
-            format!(
-                "containerd restart pending: it started before its config or base spec last changed, so new containers do not get memlock {} yet",
-                cfg.memlock
-            ),
-        ),
-        Some(_) if !d.unmanaged.is_empty() => Check::new(
-            CHECK_ID,
-            Status::Warn,
-            format!(
-                "handlers {} start containers with memlock {}, but CRI can also use {}, which {} not in containerd.handlers and lack it",
-                names.join(", "),
-                cfg.memlock,
-                d.unmanaged.join(", "),
-                if d.unmanaged.len() == 1 { "is" } else { "are" }
-            ),
-        ),
-        Some(_) => Check::new(
-            CHECK_ID,
-            Status::Ok,
-            format!(
-                "handlers {} start containers with memlock {}{alone}",
-                names.join(", "),
-                cfg.memlock
-            ),
-        ),
-    }
-    .with_details(details)
 }

@@ -5,12 +5,12 @@ use std::path::PathBuf;
 
 use super::effective::Effective;
 use super::layout::{
-    Layout, RANCHERS, config_path, daemon_major, load_microk8s_template, load_rancher_template,
-    load_set, unit_for,
+    Layout, daemon_major, load_microk8s_template, load_rancher_template, load_set,
 };
 use super::spec::{self, SpecError};
-use super::{ContainerdError, Facts, Started};
+use super::{ContainerdError, Facts, Started, validate, view};
 use crate::config::ContainerdConfig;
+use crate::host::runtime::{Discovery, RANCHERS};
 use crate::host::snapshot::Snapshot;
 use crate::procfs;
 use crate::systemd::ServiceManager;
@@ -23,14 +23,34 @@ pub fn gather(
     manager: Option<&dyn ServiceManager>,
     owned_specs: &BTreeSet<PathBuf>,
 ) -> Result<Facts, ContainerdError> {
-    let (main_path, layout) = config_path(host, cfg);
+    let found = match host.containerd(&cfg.hints()) {
+        Discovery::Found(c) => c.clone(),
+        Discovery::Absent { looked_for } => {
+            return Err(ContainerdError::Absent(looked_for.clone()));
+        }
+        Discovery::Unknown(why) => return Err(ContainerdError::Unknown(why.clone())),
+    };
+    let layout = Layout::of(found.distro);
+    let main_path = found.config.clone();
     let set = load_set(host, &main_path)?;
+    // CRI off in the file containerd reads: it serves no pods, nothing to edit.
+    let disabled: Vec<String> = set
+        .files
+        .iter()
+        .filter_map(|f| f.get(&["disabled_plugins"])?.as_array().cloned())
+        .flat_map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let cri_disabled = view::cri_disabled_by(disabled.iter().map(String::as_str));
     let template = match &layout {
         Layout::Plain => None,
         Layout::Rancher { .. } => load_rancher_template(host, &set, &cfg.base_spec_path)?,
         Layout::Microk8s => Some(load_microk8s_template(host)?),
     };
-    let unit = unit_for(host, cfg, &layout, manager)?;
+    let unit = found.unit.clone();
     let daemon_major = daemon_major(host, cfg, &layout);
 
     // The specs containerd reads (those the handlers reference), and the ones the
@@ -47,20 +67,44 @@ pub fn gather(
             );
         }
     }
+    // containerd's own view of the files as they are now (the judge of `ok`).
+    let dump_view = if set.files[0].original.is_none() || cri_disabled.is_some() {
+        None
+    } else {
+        let texts: Vec<String> = set
+            .files
+            .iter()
+            .map(|f| f.original.clone().unwrap_or_default())
+            .collect();
+        Some(validate::view(&cfg.binary, &texts))
+    };
+    if let Some(Ok(v)) = &dump_view {
+        spec_paths_from_view(v, &mut referenced);
+    }
     let mut spec_paths = referenced.clone();
     spec_paths.insert(cfg.base_spec_path.clone());
     spec_paths.extend(owned_specs.iter().cloned());
     let mut specs = BTreeMap::new();
-    // Only what containerd reads can make a restart due.
-    let mut newest = set
-        .files
-        .iter()
-        .filter_map(|f| host.read(&f.path).ok().flatten()?.modified)
-        .max();
+    // Only what containerd reads can make a restart due; a time that cannot be
+    // read leaves the question open.
+    let mut newest: Result<Option<std::time::SystemTime>, String> = Ok(None);
+    for f in &set.files {
+        match host.read(&f.path) {
+            Ok(Some(d)) => {
+                if let Ok(n) = &mut newest {
+                    *n = (*n).max(d.modified);
+                }
+            }
+            Ok(None) => {}
+            Err(e) => newest = Err(e.to_string()),
+        }
+    }
     for p in spec_paths {
         let data = host.read_trusted(&p, "a base runtime spec")?;
         if let Some(d) = data.as_ref().filter(|_| referenced.contains(&p)) {
-            newest = newest.max(d.modified);
+            if let Ok(n) = &mut newest {
+                *n = (*n).max(d.modified);
+            }
         }
         let entry = match data {
             None => None,
@@ -83,12 +127,26 @@ pub fn gather(
         _ => builtin_template(),
     };
 
-    let containerd_started = match manager.and_then(|m| m.status(&unit).ok()) {
-        Some(st) if st.active_state == "active" => st.started.map(|at| Started { at, exact: true }),
-        Some(_) => None,
-        None => procfs::find_by_comm(host, "containerd")?
-            .and_then(|pid| procfs::start_time(host, pid))
-            .map(|at| Started { at, exact: false }),
+    // When the running containerd started: systemd's exact time for its unit,
+    // else its process's start from /proc. Unknown is said, never "not running".
+    let containerd_started: Result<Option<Started>, String> = match manager.map(|m| m.status(&unit))
+    {
+        Some(Ok(st)) if st.active_state == "active" => match st.started {
+            Some(at) => Ok(Some(Started { at, exact: true })),
+            None => Err(format!("systemd gives {unit} no start time")),
+        },
+        Some(Ok(_)) => Ok(None),
+        Some(Err(e)) => Err(format!("cannot ask systemd about {unit}: {e}")),
+        None => match found.pid {
+            Some(pid) => procfs::start_time(host, pid)
+                .map(|at| Some(Started { at, exact: false }))
+                .ok_or_else(|| {
+                    format!(
+                        "cannot read the start time of containerd (pid {pid}) in /proc/{pid}/stat"
+                    )
+                }),
+            None => Ok(None),
+        },
     };
     let default_socket = match &layout {
         Layout::Plain => "/run/containerd/containerd.sock",
@@ -98,12 +156,26 @@ pub fn gather(
             .map_or("/run/k3s/containerd/containerd.sock", |r| r.socket),
         Layout::Microk8s => "/var/snap/microk8s/common/run/containerd.sock",
     };
-    let grpc_address = set.files[0]
+    let grpc_address: PathBuf = set.files[0]
         .get_str(&["grpc", "address"])
         .unwrap_or(default_socket)
         .into();
 
+    // The running containerd's own view, over CRI (live, running, not stale).
+    let cri_view = match (&containerd_started, host.is_live() && manager.is_some()) {
+        (Ok(Some(_)), true) => Some(
+            host.cri_config(&grpc_address)
+                .and_then(|c| view::from_cri_status(&c)),
+        ),
+        _ => None,
+    };
     Ok(Facts {
+        cri_view,
+        kubelet_endpoint: kubelet_endpoint(host),
+        config_source: found.config_source.clone(),
+        warnings: found.warnings.clone(),
+        cri_disabled,
+        dump_view,
         set,
         layout,
         template,
@@ -125,4 +197,47 @@ fn builtin_template() -> (String, String) {
         spec::BUILTIN_DEFAULT.to_owned(),
         "built-in default (containerd 1.6)".to_owned(),
     )
+}
+
+/// The base specs containerd's own view names: read too, so the check can
+/// judge their memlock even where the agent's model of the files missed them.
+fn spec_paths_from_view(v: &view::View, into: &mut BTreeSet<PathBuf>) {
+    into.extend(
+        v.handlers
+            .iter()
+            .filter(|h| !h.base_spec.is_empty())
+            .map(|h| PathBuf::from(&h.base_spec)),
+    );
+}
+
+/// The kubelet's container runtime endpoint, from its config file or flags.
+fn kubelet_endpoint(host: &Snapshot) -> Option<String> {
+    let config = host
+        .read_string(std::path::Path::new("/var/lib/kubelet/config.yaml"))
+        .ok()
+        .flatten()
+        .and_then(|t| {
+            t.lines().find_map(|l| {
+                let v = l.trim().strip_prefix("containerRuntimeEndpoint:")?;
+                Some(v.trim().trim_matches(['"', '\'']).to_owned())
+            })
+        });
+    config.filter(|v| !v.is_empty()).or_else(|| {
+        [
+            "/var/lib/kubelet/kubeadm-flags.env",
+            "/etc/default/kubelet",
+            "/etc/sysconfig/kubelet",
+        ]
+        .iter()
+        .filter_map(|p| host.read_string(std::path::Path::new(p)).ok().flatten())
+        .find_map(|t| {
+            let i = t.find("--container-runtime-endpoint")?;
+            let rest = t[i + "--container-runtime-endpoint".len()..].trim_start_matches(['=', ' ']);
+            let v: String = rest
+                .chars()
+                .take_while(|c| !c.is_whitespace() && *c != '"' && *c != '\'')
+                .collect();
+            (!v.is_empty()).then_some(v)
+        })
+    })
 }

@@ -10,25 +10,17 @@ use super::effective::Effective;
 use super::toml::{ConfigFile, Version};
 use super::{ConfigSet, ContainerdError};
 use crate::config::ContainerdConfig;
+use crate::host::runtime::Distro;
 use crate::host::{Host, HostError};
-use crate::systemd::ServiceManager;
 
 /// containerd ≥ 2.2 imports these by default when config.toml names no imports.
 const DEFAULT_V3_IMPORTS: &str = "/etc/containerd/conf.d/*.toml";
 const MICROK8S_DIR: &str = "/var/snap/microk8s/current/args";
-pub const MICROK8S_UNIT: &str = "snap.microk8s.daemon-containerd.service";
-/// Where systemd unit files are installed, the admin's first.
-const UNIT_DIRS: &[&str] = &[
-    "/etc/systemd/system",
-    "/usr/local/lib/systemd/system",
-    "/lib/systemd/system",
-    "/usr/lib/systemd/system",
-];
 
 /// Who runs containerd, which decides what is edited and what is restarted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Layout {
-    /// containerd.service reads /etc/containerd/config.toml (or the configured path).
+    /// containerd.service (or the configured unit) reads the config its unit passes.
     Plain,
     /// k3s or rke2 run containerd as a child and regenerate its config at start.
     Rancher { distro: &'static str },
@@ -36,116 +28,13 @@ pub enum Layout {
     Microk8s,
 }
 
-pub(super) struct Rancher {
-    pub distro: &'static str,
-    pub config: &'static str,
-    pub units: [&'static str; 2],
-    pub socket: &'static str,
-}
-
-pub(super) const RANCHERS: [Rancher; 2] = [
-    Rancher {
-        distro: "k3s",
-        config: "/var/lib/rancher/k3s/agent/etc/containerd/config.toml",
-        units: ["k3s.service", "k3s-agent.service"],
-        socket: "/run/k3s/containerd/containerd.sock",
-    },
-    Rancher {
-        distro: "rke2",
-        config: "/var/lib/rancher/rke2/agent/etc/containerd/config.toml",
-        units: ["rke2-server.service", "rke2-agent.service"],
-        socket: "/run/k3s/containerd/containerd.sock",
-    },
-];
-
-/// The configured path; when that is the default and absent, k3s's, rke2's or
-/// microk8s's when one of theirs exists.
-pub(super) fn config_path(host: &Host, cfg: &ContainerdConfig) -> (PathBuf, Layout) {
-    let default = ContainerdConfig::default().config_path;
-    let rancher = |p: &Path| {
-        RANCHERS
-            .iter()
-            .find(|r| Path::new(r.config) == p)
-            .map(|r| r.distro)
-    };
-    let microk8s = Path::new(MICROK8S_DIR).join("containerd.toml");
-    if cfg.config_path == default && !host.exists(&default) {
-        if let Some(r) = RANCHERS.iter().find(|r| host.exists(Path::new(r.config))) {
-            return (r.config.into(), Layout::Rancher { distro: r.distro });
+impl Layout {
+    pub fn of(distro: Distro) -> Layout {
+        match distro {
+            Distro::Plain => Layout::Plain,
+            Distro::Rancher(distro) => Layout::Rancher { distro },
+            Distro::Microk8s => Layout::Microk8s,
         }
-        if host.exists(&microk8s) {
-            return (microk8s, Layout::Microk8s);
-        }
-    }
-    let layout = match rancher(&cfg.config_path) {
-        Some(distro) => Layout::Rancher { distro },
-        None if cfg.config_path == microk8s => Layout::Microk8s,
-        None => Layout::Plain,
-    };
-    (cfg.config_path.clone(), layout)
-}
-
-/// The unit that runs containerd on this host (for the LimitMEMLOCK drop-in too).
-pub fn containerd_unit(
-    host: &Host,
-    cfg: &ContainerdConfig,
-    manager: Option<&dyn ServiceManager>,
-) -> Result<String, ContainerdError> {
-    let (_, layout) = config_path(host, cfg);
-    unit_for(host, cfg, &layout, manager)
-}
-
-/// The unit that runs containerd: configured, else the layout's; for k3s and rke2
-/// the server or agent unit that is active, or else the one enabled or installed.
-pub(super) fn unit_for(
-    host: &Host,
-    cfg: &ContainerdConfig,
-    layout: &Layout,
-    manager: Option<&dyn ServiceManager>,
-) -> Result<String, ContainerdError> {
-    if let Some(u) = &cfg.unit {
-        return Ok(u.clone());
-    }
-    let distro = match layout {
-        Layout::Plain => return Ok(super::UNIT.to_owned()),
-        Layout::Microk8s => return Ok(MICROK8S_UNIT.to_owned()),
-        Layout::Rancher { distro } => *distro,
-    };
-    let r = RANCHERS
-        .iter()
-        .find(|r| r.distro == distro)
-        .expect("a known distribution");
-    if let Some(m) = manager {
-        if let Some(u) = r.units.iter().find(|u| {
-            m.status(u)
-                .is_ok_and(|s| s.active_state == "active" || s.active_state == "activating")
-        }) {
-            return Ok((*u).to_owned());
-        }
-    }
-    let enabled: Vec<&str> = r
-        .units
-        .iter()
-        .copied()
-        .filter(|u| host.exists(&Path::new("/etc/systemd/system/multi-user.target.wants").join(u)))
-        .collect();
-    let installed: Vec<&str> = r
-        .units
-        .iter()
-        .copied()
-        .filter(|u| UNIT_DIRS.iter().any(|d| host.exists(&Path::new(d).join(u))))
-        .collect();
-    match (enabled.as_slice(), installed.as_slice()) {
-        ([one], _) | ([], [one]) => Ok((*one).to_owned()),
-        _ => Err(ContainerdError::Rancher(format!(
-            "{distro} runs containerd here, but the agent cannot tell which of {} does ({}): set `unit = \"…\"` under [containerd] in the agent config",
-            r.units.join(" and "),
-            if installed.is_empty() {
-                "neither unit file is installed".to_owned()
-            } else {
-                format!("{} installed, none active", installed.join(" and "))
-            }
-        ))),
     }
 }
 

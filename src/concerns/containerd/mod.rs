@@ -15,15 +15,18 @@ pub mod concern;
 mod decide;
 pub mod effective;
 mod gather;
+mod judge;
 pub mod layout;
 pub mod spec;
 mod splice;
 pub mod toml;
 pub mod validate;
+pub mod view;
 
-pub use decide::{check, decide};
+pub use decide::decide;
 pub use effective::{Effective, Handler, Merge};
 pub use gather::gather;
+pub use judge::check;
 pub use layout::{Layout, load_set, version_of};
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -81,14 +84,18 @@ pub enum ContainerdError {
     /// containerd's effective config cannot be established: the check says unknown.
     #[error("{0}")]
     Unknown(String),
+    /// No containerd on this node: nothing to prepare (skipped, or failed when required).
+    #[error("no containerd on this node: {0}")]
+    Absent(String),
 }
 
 impl ContainerdError {
     /// The check's status for this error: a config containerd cannot read fails;
     /// one whose meaning depends on what the agent cannot see is unknown.
-    pub fn status(&self) -> crate::check::Status {
+    pub fn status(&self, required: bool) -> crate::check::Status {
         match self {
             ContainerdError::Unknown(_) => crate::check::Status::Unknown,
+            ContainerdError::Absent(_) if !required => crate::check::Status::Skipped,
             _ => crate::check::Status::Fail,
         }
     }
@@ -105,6 +112,19 @@ pub struct ConfigSet {
 /// Everything the decision needs, read from the host.
 #[derive(Debug, Clone)]
 pub struct Facts {
+    /// How the agent knows which config containerd reads (its unit's ExecStart, …).
+    pub config_source: String,
+    /// Disagreements found on the way (an explicit config_path unlike the unit's).
+    pub warnings: Vec<String>,
+    /// The `disabled_plugins` entry that turns CRI off in the files, if any.
+    pub cri_disabled: Option<String>,
+    /// containerd's own view of the files as they are (`config dump`); `None`
+    /// when there is nothing to ask it about (no file yet, CRI off).
+    pub dump_view: Option<Result<view::View, String>>,
+    /// The running containerd's own view over CRI (live host, containerd up).
+    pub cri_view: Option<Result<view::View, String>>,
+    /// The kubelet's `containerRuntimeEndpoint`, when its config says.
+    pub kubelet_endpoint: Option<String>,
     pub set: ConfigSet,
     /// Who runs containerd here, and so what to edit and restart.
     pub layout: Layout,
@@ -120,10 +140,11 @@ pub struct Facts {
     /// containerd's default spec, from `ctr oci spec` when possible.
     pub template_spec: String,
     pub template_source: String,
-    /// When the running containerd started (`None`: not running).
-    pub containerd_started: Option<Started>,
-    /// Newest modification time among the config files and the specs they reference.
-    pub newest_change: Option<SystemTime>,
+    /// When the running containerd started (`None`: not running; `Err`: not known).
+    pub containerd_started: Result<Option<Started>, String>,
+    /// Newest modification time among the config files and the specs they
+    /// reference (`Err`: one could not be read).
+    pub newest_change: Result<Option<SystemTime>, String>,
     /// Spec files the agent created (not the operator's).
     pub owned_specs: BTreeSet<PathBuf>,
     /// Live actions can follow from this decision (the live host, not a --root tree).
@@ -153,8 +174,11 @@ impl Facts {
 
     /// containerd started before its config or a base spec last changed, so it
     /// has not read them. A /proc-derived start time is only trusted to a second.
-    pub fn restart_pending(&self) -> bool {
-        match (self.containerd_started, self.newest_change) {
+    /// `Err`: a time could not be read, so it cannot be told.
+    pub fn restart_pending(&self) -> Result<bool, String> {
+        let started = self.containerd_started.clone()?;
+        let changed = self.newest_change.clone()?;
+        Ok(match (started, changed) {
             (Some(s), Some(changed)) => {
                 let slack = if s.exact {
                     Duration::ZERO
@@ -164,7 +188,7 @@ impl Facts {
                 s.at + slack < changed
             }
             _ => false,
-        }
+        })
     }
 }
 
@@ -187,6 +211,12 @@ pub fn facts_from_text(text: &str) -> Result<Facts, ContainerdError> {
     let file = ConfigFile::parse(path, path, Some(text.to_owned()), 0o644)?;
     let version = version_of(&file, path)?;
     Ok(Facts {
+        config_source: "the text given".into(),
+        warnings: Vec::new(),
+        cri_disabled: None,
+        dump_view: None,
+        cri_view: None,
+        kubelet_endpoint: None,
         set: ConfigSet {
             version,
             files: vec![file],
@@ -198,8 +228,8 @@ pub fn facts_from_text(text: &str) -> Result<Facts, ContainerdError> {
         unit: UNIT.to_owned(),
         template_spec: spec::BUILTIN_DEFAULT.to_owned(),
         template_source: "built-in default".into(),
-        containerd_started: None,
-        newest_change: None,
+        containerd_started: Ok(None),
+        newest_change: Ok(None),
         owned_specs: BTreeSet::new(),
         live: false,
         grpc_address: "/run/containerd/containerd.sock".into(),

@@ -64,6 +64,26 @@ pub fn current_fails(binary: &Path, files: &[String]) -> Option<String> {
     }
 }
 
+/// containerd's own view of the files as they are (main first, in load order):
+/// `containerd config dump` by the installed containerd, parsed.
+pub fn view(binary: &Path, files: &[String]) -> Result<super::view::View, String> {
+    match dump(binary, files) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(format!(
+            "no containerd binary ({}) to run `config dump` with: install containerd or set `binary` under [containerd] in the agent config",
+            binary.display()
+        )),
+        Err(e) => Err(format!(
+            "could not run {} config dump: {e}",
+            binary.display()
+        )),
+        Ok(Err(message)) => Err(format!(
+            "`{} config dump` fails: {message}",
+            binary.display()
+        )),
+        Ok(Ok(out)) => super::view::from_dump(&out),
+    }
+}
+
 fn dump(binary: &Path, files: &[String]) -> io::Result<Result<String, String>> {
     let dir = tempfile::tempdir()?;
     let names: Vec<String> = (0..files.len())

@@ -3,13 +3,13 @@
 use super::dropin::{CHECK_ID, UnitFacts, check, decide, gather};
 use crate::config::{Config, SystemdConfig};
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
+use crate::host::runtime::Discovery;
 use crate::host::snapshot::Snapshot;
 
 pub struct Memlock;
 
-/// The units this cycle works on (the configured ones, with containerd's own
-/// unit, as the containerd concern detects it, in place of the default
-/// containerd.service: k3s, rke2 and microk8s run containerd from their own unit).
+/// The unit this cycle works on: the one that runs containerd, as the snapshot
+/// found it (k3s, rke2 and microk8s run containerd from their own unit).
 pub struct Units {
     cfg: SystemdConfig,
     facts: Vec<UnitFacts>,
@@ -31,17 +31,23 @@ impl Concern for Memlock {
     }
 
     fn gather(&self, snap: &Snapshot, cfg: &Config) -> Result<Units, GatherError> {
-        let mut scfg = cfg.systemd.clone();
-        if scfg.units == SystemdConfig::default().units && cfg.containerd.enabled {
-            if let Ok(unit) = crate::concerns::containerd::layout::containerd_unit(
-                snap,
-                &cfg.containerd,
-                snap.manager(),
-            ) {
-                scfg.units = vec![unit];
+        // The unit that runs containerd: the one fact every concern follows.
+        let unit = match snap.containerd(&cfg.containerd.hints()) {
+            Discovery::Found(c) => (c.unit.clone(), c.pid),
+            Discovery::Absent { looked_for } if !cfg.containerd.required => {
+                return Err(GatherError::skipped(format!(
+                    "no containerd on this node: {looked_for}"
+                )));
             }
-        }
-        let facts = gather(snap, &scfg, snap.manager()).map_err(GatherError::unknown)?;
+            Discovery::Absent { looked_for } => {
+                return Err(GatherError::fail(format!(
+                    "containerd.required is set, but there is no containerd on this node: {looked_for}"
+                )));
+            }
+            Discovery::Unknown(why) => return Err(GatherError::unknown(why.clone())),
+        };
+        let scfg = cfg.systemd.clone();
+        let facts = gather(snap, &scfg, &[unit], snap.manager()).map_err(GatherError::unknown)?;
         Ok(Units { cfg: scfg, facts })
     }
 

@@ -34,13 +34,15 @@ pub fn dropin_path(unit: &str, name: &str) -> PathBuf {
     PathBuf::from(format!("/etc/systemd/system/{unit}.d/{name}"))
 }
 
+/// `units`: each unit with the PID of its process when found without systemd.
 pub fn gather(
     host: &Snapshot,
     cfg: &SystemdConfig,
+    units: &[(String, Option<u32>)],
     manager: Option<&dyn ServiceManager>,
 ) -> Result<Vec<UnitFacts>, HostError> {
     let mut out = Vec::new();
-    for unit in &cfg.units {
+    for (unit, found_pid) in units {
         let path = dropin_path(unit, &cfg.dropin);
         let current = host.read(&path)?.map(|d| d.bytes);
         let (status, status_error) = match manager.map(|m| m.status(unit)) {
@@ -52,7 +54,7 @@ pub fn gather(
         let pid = match &status {
             Some(s) if s.main_pid > 0 => Some(s.main_pid),
             Some(_) => None,
-            None => procfs::find_by_comm(host, unit.trim_end_matches(".service"))?,
+            None => *found_pid,
         };
         let process_memlock = pid
             .and_then(|p| procfs::read(host, p, "limits"))
@@ -177,7 +179,11 @@ pub fn check(facts: &[UnitFacts], cfg: &SystemdConfig) -> Check {
             Status::Ok,
             format!(
                 "{}: LimitMEMLOCK={} in effect",
-                cfg.units.join(", "),
+                facts
+                    .iter()
+                    .map(|f| f.unit.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 cfg.memlock.systemd_value()
             ),
         ),

@@ -1,0 +1,270 @@
+//! The `containerd.memlock` check. The files the agent wrote are never the
+//! proof: `ok` needs containerd's own view (`config dump` of the config its unit
+//! reads; on the live host, the running containerd's CRI `Status` too) to give
+//! every CRI handler, the default included, a base spec with the target memlock.
+//! What cannot be asked is `unknown`, with the reason.
+
+use std::path::Path;
+
+use serde_json::json;
+
+use super::spec;
+use super::view::View;
+use super::{CHECK_ID, ContainerdError, Decision, Facts};
+use crate::check::{Check, Status};
+use crate::config::ContainerdConfig;
+
+/// The `containerd.memlock` check from a decision (or the error that prevented one).
+pub fn check(
+    facts: Option<&Facts>,
+    decision: &Result<Decision, &ContainerdError>,
+    cfg: &ContainerdConfig,
+) -> Check {
+    if !cfg.enabled {
+        return Check::new(CHECK_ID, Status::Skipped, "disabled in the agent config");
+    }
+    let d = match decision {
+        Err(e) => return Check::new(CHECK_ID, e.status(cfg.required), e.to_string()),
+        Ok(d) => d,
+    };
+    let facts = facts.expect("a decision comes from facts");
+    let config = facts.set.files[0].path.display().to_string();
+    let mut details = json!({
+        "target": cfg.memlock.to_string(),
+        "config": config,
+        "config_source": facts.config_source,
+        "unit": facts.unit,
+        "handlers": d.handlers.iter().map(|(h, s)| json!({"handler": h, "base_runtime_spec": s})).collect::<Vec<_>>(),
+        "unmanaged": d.unmanaged,
+        "left_alone": d.foreign,
+        "warnings": facts.warnings,
+    });
+    if let Some(entry) = &facts.cri_disabled {
+        return cri_off(facts, entry, &config).with_details(details);
+    }
+    let names: Vec<&str> = d.handlers.iter().map(|(h, _)| h.as_str()).collect();
+    if !d.plan.changes.is_empty() {
+        return Check::new(
+            CHECK_ID,
+            Status::Fail,
+            format!(
+                "not prepared for memlock {}: {} (run `rdma-node-agent apply`)",
+                cfg.memlock,
+                d.pending.join("; ")
+            ),
+        )
+        .with_details(details);
+    }
+    // containerd's own answers, each of which must agree.
+    let mut views: Vec<&Result<View, String>> = facts.dump_view.iter().collect();
+    views.extend(facts.cri_view.iter());
+    if views.is_empty() {
+        return Check::new(
+            CHECK_ID,
+            Status::Unknown,
+            format!("configured for memlock {}, not confirmed by containerd: there was nothing to ask it", cfg.memlock),
+        )
+        .with_details(details);
+    }
+    let mut confirmed = Vec::new();
+    for v in views {
+        let view = match v {
+            Err(why) => {
+                return Check::new(
+                    CHECK_ID,
+                    Status::Unknown,
+                    format!(
+                        "handlers {} are configured for memlock {} in {config}, not confirmed by containerd: {why}",
+                        names.join(", "),
+                        cfg.memlock
+                    ),
+                )
+                .with_details(details);
+            }
+            Ok(view) => view,
+        };
+        let problems = disagreements(view, facts, cfg);
+        details[view_key(view)] = json!({
+            "default": view.default,
+            "handlers": view.handlers.iter().map(|h| json!({"handler": h.name, "base_runtime_spec": h.base_spec})).collect::<Vec<_>>(),
+        });
+        if !problems.is_empty() {
+            return Check::new(
+                CHECK_ID,
+                Status::Fail,
+                format!(
+                    "containerd does not give new containers memlock {}: {} says {} (the agent reads {config}: {})",
+                    cfg.memlock,
+                    view.source,
+                    problems.join("; "),
+                    facts.config_source
+                ),
+            )
+            .with_details(details);
+        }
+        confirmed.push(view.source.clone());
+    }
+    let started = match &facts.containerd_started {
+        Err(why) => {
+            return Check::new(
+                CHECK_ID,
+                Status::Unknown,
+                format!("configured for memlock {}, but whether the running containerd read it is not known: {why}", cfg.memlock),
+            )
+            .with_details(details);
+        }
+        Ok(s) => *s,
+    };
+    let pending = match facts.restart_pending() {
+        Err(why) => {
+            return Check::new(
+                CHECK_ID,
+                Status::Unknown,
+                format!("configured for memlock {}, but whether containerd restarted since its config changed is not known: {why}", cfg.memlock),
+            )
+            .with_details(details);
+        }
+        Ok(p) => p,
+    };
+    let alone = if d.foreign.is_empty() {
+        String::new()
+    } else {
+        format!(" ({} left alone: Windows)", d.foreign.join(", "))
+    };
+    let by = confirmed.join(" and ");
+    match started {
+        None => Check::new(
+            CHECK_ID,
+            Status::Warn,
+            format!(
+                "handlers {} are configured for memlock {} ({by} agrees), but containerd is not running",
+                names.join(", "),
+                cfg.memlock
+            ),
+        ),
+        Some(_) if pending => Check::new(
+            CHECK_ID,
+            Status::Fail,
+            format!(
+                "containerd restart pending: it started before its config or base spec last changed, so new containers do not get memlock {} yet",
+                cfg.memlock
+            ),
+        ),
+        Some(_) if !d.unmanaged.is_empty() => Check::new(
+            CHECK_ID,
+            Status::Warn,
+            format!(
+                "handlers {} start containers with memlock {}, but CRI can also use {}, which {} not in containerd.handlers and lack it",
+                names.join(", "),
+                cfg.memlock,
+                d.unmanaged.join(", "),
+                if d.unmanaged.len() == 1 { "is" } else { "are" }
+            ),
+        ),
+        Some(_) if !facts.warnings.is_empty() => Check::new(
+            CHECK_ID,
+            Status::Warn,
+            format!(
+                "handlers {} start containers with memlock {} ({by} agrees), but: {}",
+                names.join(", "),
+                cfg.memlock,
+                facts.warnings.join("; ")
+            ),
+        ),
+        Some(_) => Check::new(
+            CHECK_ID,
+            Status::Ok,
+            format!(
+                "handlers {} start containers with memlock {}{alone}, confirmed by {by}",
+                names.join(", "),
+                cfg.memlock
+            ),
+        ),
+    }
+    .with_details(details)
+}
+
+fn view_key(v: &View) -> &'static str {
+    if v.source.contains("CRI") {
+        "cri_status"
+    } else {
+        "config_dump"
+    }
+}
+
+/// Where containerd's view falls short of the target: each handler CRI can use
+/// (the configured ones, else every Linux handler and the default).
+fn disagreements(view: &View, facts: &Facts, cfg: &ContainerdConfig) -> Vec<String> {
+    let mut judged: Vec<String> = if cfg.handlers.is_empty() {
+        view.handlers
+            .iter()
+            .filter(|h| h.linux())
+            .map(|h| h.name.clone())
+            .collect()
+    } else {
+        cfg.handlers.clone()
+    };
+    if cfg.handlers.is_empty() && !view.default.is_empty() && !judged.contains(&view.default) {
+        judged.push(view.default.clone());
+    }
+    let mut out = Vec::new();
+    for name in &judged {
+        let Some(h) = view.get(name) else {
+            let what = if *name == view.default {
+                "the default handler"
+            } else {
+                "handler"
+            };
+            out.push(format!("{what} {name} does not exist"));
+            continue;
+        };
+        if h.base_spec.is_empty() {
+            out.push(format!("{name} has no base_runtime_spec"));
+            continue;
+        }
+        let text = facts.specs.get(Path::new(&h.base_spec)).cloned().flatten();
+        match text.as_ref().map(|(t, _)| spec::memlock(t)) {
+            None => out.push(format!("{name} uses {}, which does not exist", h.base_spec)),
+            Some(None) => out.push(format!(
+                "{name} uses {}, which sets no RLIMIT_MEMLOCK",
+                h.base_spec
+            )),
+            Some(Some((soft, _))) if soft < cfg.memlock.0 => out.push(format!(
+                "{name} uses {} with memlock {}",
+                h.base_spec,
+                crate::config::Limit(soft)
+            )),
+            Some(Some(_)) => {}
+        }
+    }
+    out
+}
+
+/// CRI is off in the config containerd reads: it serves no pods.
+fn cri_off(facts: &Facts, entry: &str, config: &str) -> Check {
+    let fix = format!("remove {entry:?} from disabled_plugins in {config} if this node runs pods");
+    let socket = facts.grpc_address.display().to_string();
+    match &facts.kubelet_endpoint {
+        Some(ep) if ep.trim_start_matches("unix://") == socket => Check::new(
+            CHECK_ID,
+            Status::Fail,
+            format!(
+                "CRI is off in {config} (disabled_plugins = [{entry:?}]), yet the kubelet's runtime endpoint is this containerd ({ep}): no pod can start here; {fix}"
+            ),
+        ),
+        Some(ep) => Check::new(
+            CHECK_ID,
+            Status::Warn,
+            format!(
+                "CRI is off in {config} (disabled_plugins = [{entry:?}]): this containerd serves no pods, so nothing was prepared; the kubelet's runtime endpoint is {ep}, which this check does not cover"
+            ),
+        ),
+        None => Check::new(
+            CHECK_ID,
+            Status::Warn,
+            format!(
+                "CRI is off in {config} (disabled_plugins = [{entry:?}]): this containerd serves no pods, so nothing was prepared; {fix}"
+            ),
+        ),
+    }
+}
