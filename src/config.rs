@@ -184,13 +184,17 @@ pub struct ContainerdConfig {
     pub daemon_version: Option<u32>,
     /// A node without containerd fails `containerd.memlock` instead of skipping it.
     pub required: bool,
+    /// `config_path` was written in the file (even as its default value).
+    #[serde(skip)]
+    pub config_path_set: bool,
 }
 
 impl ContainerdConfig {
     /// What this section says about where containerd is, for its discovery.
     pub fn hints(&self) -> crate::host::runtime::Hints {
         crate::host::runtime::Hints {
-            config_path: (self.config_path != ContainerdConfig::default().config_path)
+            config_path: (self.config_path_set
+                || self.config_path != ContainerdConfig::default().config_path)
                 .then(|| self.config_path.clone()),
             unit: self.unit.clone(),
         }
@@ -210,6 +214,7 @@ impl Default for ContainerdConfig {
             unit: None,
             daemon_version: None,
             required: false,
+            config_path_set: false,
         }
     }
 }
@@ -297,7 +302,11 @@ impl Config {
                 let text = String::from_utf8(d.bytes).map_err(|_| HostError::NotUtf8 {
                     path: host.path(path),
                 })?;
-                Config::parse(&text, &host.path(path))
+                let cfg = Config::parse(&text, &host.path(path))?;
+                for w in &cfg.warnings {
+                    tracing::warn!("{w}");
+                }
+                Ok(cfg)
             }
         }
     }
@@ -312,6 +321,15 @@ impl Config {
                 message: e.message().to_owned(),
             }
         })?;
+        // The default path written out is still an explicit choice.
+        let set = |section: &str, key: &str| {
+            text.parse::<toml::Table>().ok().is_some_and(|t| {
+                t.get(section)
+                    .and_then(|s| s.get(key))
+                    .is_some()
+            })
+        };
+        cfg.containerd.config_path_set = set("containerd", "config_path");
         cfg.migrate(shown_path);
         Ok(cfg)
     }

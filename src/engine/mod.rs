@@ -134,7 +134,9 @@ pub fn assess(
                         .iter()
                         .map(|id| Check::new(id, e.status, e.message.clone())),
                 );
-                if c.writes() {
+                // Nothing to act on (skipped) blocks nothing; a writer that
+                // could not tell what to write blocks the whole plan.
+                if c.writes() && e.status != Status::Skipped {
                     blocked.get_or_insert(e.message);
                 }
             }

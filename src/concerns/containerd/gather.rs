@@ -45,13 +45,21 @@ pub fn gather(
         })
         .collect();
     let cri_disabled = view::cri_disabled_by(disabled.iter().map(String::as_str));
-    let template = match &layout {
+    let template: Option<super::ConfigSet> = match &layout {
         Layout::Plain => None,
         Layout::Rancher { .. } => load_rancher_template(host, &set, &cfg.base_spec_path)?,
         Layout::Microk8s => Some(load_microk8s_template(host)?),
     };
     let unit = found.unit.clone();
     let daemon_major = daemon_major(host, cfg, &layout);
+    // containerd 2.x reads its own plugin names even in a `version = 2` file
+    // (AKS renders such files), and then ignores the 1.x names' runtimes there.
+    let (set, template) = (
+        two_x_names(set, daemon_major, &host.path(&main_path))?,
+        template
+            .map(|t| two_x_names(t, daemon_major, &host.path(&main_path)))
+            .transpose()?,
+    );
 
     // The specs containerd reads (those the handlers reference), and the ones the
     // agent may write: its configured path and the spec files it created before.
@@ -240,4 +248,31 @@ fn kubelet_endpoint(host: &Snapshot) -> Option<String> {
             (!v.is_empty()).then_some(v)
         })
     })
+}
+
+/// A `version = 2` set that uses containerd 2.x's plugin names is read by 2.x
+/// as 2.x reads version 3 (verified with containerd 2.1's `config dump`: the
+/// `io.containerd.cri.v1.runtime` handlers win, the 1.x-named ones are ignored);
+/// 1.x ignores those names. Which one reads it must then be known.
+fn two_x_names(
+    mut set: super::ConfigSet,
+    daemon_major: Option<u32>,
+    shown: &std::path::Path,
+) -> Result<super::ConfigSet, ContainerdError> {
+    use super::toml::Version;
+    let v3 = Version::V3.runtime_plugin();
+    if set.version != Version::V2 || !set.files.iter().any(|f| f.get(&v3).is_some()) {
+        return Ok(set);
+    }
+    match daemon_major {
+        Some(m) if m >= 2 => {
+            set.version = Version::V3;
+            Ok(set)
+        }
+        Some(_) => Ok(set),
+        None => Err(ContainerdError::Unknown(format!(
+            "{} is a `version = 2` file with containerd 2.x plugin names ([plugins.\"io.containerd.cri.v1.runtime\"]), which containerd 2.x reads and 1.x ignores, and the installed containerd's version is not known: set `daemon_version` under [containerd] in the agent config",
+            shown.display()
+        ))),
+    }
 }

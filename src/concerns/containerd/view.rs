@@ -98,12 +98,30 @@ pub fn from_dump(text: &str) -> Result<View, String> {
                 .collect()
         })
         .unwrap_or_default();
+    let mut default = s(section, "default_runtime_name");
+    // containerd 1.x's CRI turns a legacy table with a runtime type into a
+    // handler (`default` then serves every pod without a RuntimeClass).
+    for (key, name) in [("default_runtime", "default"), ("untrusted_workload_runtime", "untrusted")] {
+        if let Some(t) = section.get(key).and_then(|v| v.as_table()) {
+            if !s(t, "runtime_type").is_empty() {
+                handlers.retain(|h| h.name != name);
+                handlers.push(ViewHandler {
+                    name: name.to_owned(),
+                    base_spec: s(t, "base_runtime_spec"),
+                    runtime_type: s(t, "runtime_type"),
+                });
+                if name == "default" {
+                    default = name.to_owned();
+                }
+            }
+        }
+    }
     handlers.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(View {
         source: "`containerd config dump`".into(),
         cri_disabled,
         handlers,
-        default: s(section, "default_runtime_name"),
+        default,
     })
 }
 
