@@ -323,11 +323,9 @@ impl Config {
         })?;
         // The default path written out is still an explicit choice.
         let set = |section: &str, key: &str| {
-            text.parse::<toml::Table>().ok().is_some_and(|t| {
-                t.get(section)
-                    .and_then(|s| s.get(key))
-                    .is_some()
-            })
+            text.parse::<toml::Table>()
+                .ok()
+                .is_some_and(|t| t.get(section).and_then(|s| s.get(key)).is_some())
         };
         cfg.containerd.config_path_set = set("containerd", "config_path");
         cfg.migrate(shown_path);

@@ -211,6 +211,10 @@ fn implicit_default_runtime_is_created_with_its_runtime_type() {
 #[test]
 fn absent_config_is_written_with_an_explicit_version() {
     let t = tempfile::tempdir().unwrap();
+    // containerd is installed (its binary), with no config file: it runs on its
+    // defaults, and the agent writes the default path (tests/containerd_truth.rs:
+    // a node with no containerd at all gets nothing).
+    write(t.path(), "/usr/bin/containerd", "");
     apply_ok(t.path());
     let doc: toml::Table = read(t.path(), CONFIG).parse().unwrap();
     assert_eq!(doc["version"].as_integer(), Some(2));

@@ -16,7 +16,10 @@ use support::*;
 
 fn layout(name: &str) -> tempfile::TempDir {
     let t = tempfile::tempdir().unwrap();
-    copy_tree(&fixtures().join("layouts").join(name).join("root"), t.path());
+    copy_tree(
+        &fixtures().join("layouts").join(name).join("root"),
+        t.path(),
+    );
     t
 }
 
@@ -65,10 +68,16 @@ fn containerd_21() -> Option<PathBuf> {
 fn the_config_a_unit_passes_is_the_one_edited() {
     let t = layout("flatcar-sysext");
     let root = t.path();
-    write(root, "/etc/rdma-node-agent/config.toml", "[containerd]\ndaemon_version = 2\n");
+    write(
+        root,
+        "/etc/rdma-node-agent/config.toml",
+        "[containerd]\ndaemon_version = 2\n",
+    );
     let changes = changed_paths(&plan_json(root));
     assert!(
-        changes.iter().any(|p| p == "/usr/share/containerd/config.toml"),
+        changes
+            .iter()
+            .any(|p| p == "/usr/share/containerd/config.toml"),
         "{changes:?}"
     );
     assert!(
@@ -77,10 +86,7 @@ fn the_config_a_unit_passes_is_the_one_edited() {
     );
     let c = check_in(&check_json(root), "containerd.memlock");
     let source = c["details"]["config_source"].as_str().unwrap_or_default();
-    assert!(
-        source.contains("ExecStart of containerd.service"),
-        "{c}"
-    );
+    assert!(source.contains("ExecStart of containerd.service"), "{c}");
 
     // An admin's drop-in points the unit elsewhere (Flatcar's documented way to
     // customise): that file is the one, found through the drop-in's Environment=.
@@ -96,12 +102,18 @@ fn the_config_a_unit_passes_is_the_one_edited() {
         "{changes:?}"
     );
     assert!(
-        !changes.iter().any(|p| p == "/usr/share/containerd/config.toml"),
+        !changes
+            .iter()
+            .any(|p| p == "/usr/share/containerd/config.toml"),
         "{changes:?}"
     );
 
     // And through an EnvironmentFile=, which wins over Environment=.
-    write(root, "/etc/containerd/env", "CONTAINERD_CONFIG=/srv/containerd.toml\n");
+    write(
+        root,
+        "/etc/containerd/env",
+        "CONTAINERD_CONFIG=/srv/containerd.toml\n",
+    );
     write(root, "/srv/containerd.toml", "version = 3\n");
     write(
         root,
@@ -127,7 +139,9 @@ fn an_explicit_config_path_unlike_the_units_is_a_warning_naming_both() {
     );
     let changes = changed_paths(&plan_json(root));
     assert!(
-        changes.iter().any(|p| p == "/usr/share/containerd/config.toml")
+        changes
+            .iter()
+            .any(|p| p == "/usr/share/containerd/config.toml")
             && !changes.iter().any(|p| p == "/etc/containerd/config.toml"),
         "the unit's file wins: {changes:?}"
     );
@@ -153,7 +167,10 @@ fn cri_off_is_said_and_nothing_is_written() {
     let c = check_in(&check_json(root), "containerd.memlock");
     assert_eq!(c["status"], "warn", "{c}");
     let m = c["message"].as_str().unwrap();
-    assert!(m.contains("CRI is off") && m.contains("serves no pods"), "{m}");
+    assert!(
+        m.contains("CRI is off") && m.contains("serves no pods"),
+        "{m}"
+    );
 
     // The kubelet talks to this very containerd: no pod can start.
     write(
@@ -195,7 +212,11 @@ fn a_node_without_containerd_skips_and_creates_nothing() {
     assert!(!root.join("etc/containerd").exists());
     assert!(!root.join("etc/systemd").exists());
 
-    write(root, "/etc/rdma-node-agent/config.toml", "[containerd]\nrequired = true\n");
+    write(
+        root,
+        "/etc/rdma-node-agent/config.toml",
+        "[containerd]\nrequired = true\n",
+    );
     let c = check_in(&check_json(root), "containerd.memlock");
     assert_eq!(c["status"], "fail", "{c}");
 }
@@ -263,7 +284,8 @@ fn two_x_names_in_a_version_2_file_under_containerd_2_1() {
     assert_eq!(c["status"], "fail", "{c}");
     let m = c["message"].as_str().unwrap();
     assert!(
-        m.contains("config dump") && m.contains("nvidia-container-runtime has no base_runtime_spec"),
+        m.contains("config dump")
+            && m.contains("nvidia-container-runtime has no base_runtime_spec"),
         "{m}"
     );
     assert_eq!(agent(root, &["revert"]).status.code(), Some(0));
@@ -276,7 +298,10 @@ fn two_x_names_in_a_version_2_file_under_containerd_2_1() {
     // No containerd runs here: configured and confirmed, but not running.
     assert_eq!(c["status"], "warn", "{c}");
     assert!(
-        c["message"].as_str().unwrap().contains("`containerd config dump` agrees"),
+        c["message"]
+            .as_str()
+            .unwrap()
+            .contains("`containerd config dump` agrees"),
         "{c}"
     );
     let dump = c["details"]["config_dump"].to_string();

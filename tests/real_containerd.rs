@@ -239,3 +239,36 @@ fn memlock_unlimited() {
     assert_eq!(c.output("control", "control", "ulimit -l"), "64");
     println!("memlock_unlimited: {:?}", t0.elapsed());
 }
+
+/// The agent's own CRI client (what the daemon asks every cycle on a live host)
+/// reads the same effective config from the running containerd as this test's
+/// client, and both show the base spec the agent gave runc after the restart.
+#[test]
+#[ignore = "needs root and containerd: run via scripts/test.sh"]
+fn the_agent_reads_containerds_cri_view_as_a_cri_client_does() {
+    use rdma_node_agent::containerd::view;
+    let mut c = Containerd::new();
+    agent_config(&c, "4MiB");
+    apply(&c);
+    c.start();
+    let ours = rdma_node_agent::host::Host::new("/")
+        .cri_config(&c.socket())
+        .expect("the agent's CRI client reads Status");
+    let theirs = c.status_config();
+    let (a, b) = (
+        view::from_cri_status(&ours).unwrap(),
+        view::from_cri_status(&theirs).unwrap(),
+    );
+    assert_eq!(a, b);
+    assert_eq!(
+        a.get("runc").map(|h| h.base_spec.as_str()),
+        Some(SPEC),
+        "{ours}"
+    );
+    assert_eq!(a.default, "runc");
+    // A socket nobody listens on: said, never an answer.
+    let e = rdma_node_agent::host::Host::new("/")
+        .cri_config(&c.dir.path().join("nothing.sock"))
+        .unwrap_err();
+    assert!(e.contains("nothing.sock"), "{e}");
+}

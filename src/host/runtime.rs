@@ -351,7 +351,10 @@ fn running_pid(snap: &Snapshot, unit: &str, distro: Distro) -> Option<u32> {
         Distro::Microk8s => Some(PathBuf::from(MICROK8S_CONFIG)),
         Distro::Plain => None,
     };
-    let procs = containerd_processes(snap);
+    let procs: Vec<(u32, PathBuf)> = containerd_processes(snap)
+        .into_iter()
+        .filter(|(_, c)| !is_dockers(c))
+        .collect();
     match want {
         Some(w) => procs.into_iter().find(|(_, c)| *c == w).map(|(p, _)| p),
         None => match procs.as_slice() {
@@ -361,7 +364,8 @@ fn running_pid(snap: &Snapshot, unit: &str, distro: Distro) -> Option<u32> {
     }
 }
 
-/// Every process named containerd, with the config it was started with.
+/// Every process named containerd, with the config it was started with (its
+/// default when the command line cannot be read: a process without one).
 fn containerd_processes(snap: &Snapshot) -> Vec<(u32, PathBuf)> {
     let Ok(pids) = snap.pids() else {
         return Vec::new();
@@ -369,7 +373,20 @@ fn containerd_processes(snap: &Snapshot) -> Vec<(u32, PathBuf)> {
     pids.iter()
         .copied()
         .filter(|p| procfs::comm(snap, *p).as_deref() == Some("containerd"))
-        .filter_map(|p| Some((p, cmdline_config(&procfs::read(snap, p, "cmdline")?))))
+        .filter_map(|p| {
+            let cmdline = procfs::read(snap, p, "cmdline");
+            // `containerd config dump` (the agent's own validation, say) and the
+            // other subcommands are no daemon.
+            if cmdline.as_deref().is_some_and(|c| {
+                c.split('\0')
+                    .any(|a| matches!(a, "config" | "publish" | "oci-hook" | "help" | "--version"))
+            }) {
+                return None;
+            }
+            let config =
+                cmdline.map_or_else(|| PathBuf::from(DEFAULT_CONFIG), |c| cmdline_config(&c));
+            Some((p, config))
+        })
         .collect()
 }
 

@@ -303,7 +303,7 @@ impl Containerd {
         self.child.as_ref().map(|c| c.id())
     }
 
-    fn socket(&self) -> PathBuf {
+    pub fn socket(&self) -> PathBuf {
         self.dir.path().join("containerd.sock")
     }
 
@@ -629,6 +629,19 @@ impl Containerd {
     /// The OCI spec CRI hands to runc for a new container on `handler` (created,
     /// not started), with the ids, names and pids that differ between any two
     /// containers replaced by placeholders, so two specs can be compared.
+    /// CRI `Status` with `verbose`, read by this test's own client (k8s-cri):
+    /// the CRI plugin's effective config, `info["config"]`.
+    pub fn status_config(&mut self) -> String {
+        let c = self.client.as_mut().expect("containerd started");
+        self.rt
+            .block_on(c.status(StatusRequest { verbose: true }))
+            .expect("CRI Status")
+            .into_inner()
+            .info
+            .remove("config")
+            .expect("a config in verbose Status")
+    }
+
     pub fn spec(&mut self, name: &str, handler: &str) -> Value {
         let (pod, id) = self.container(name, handler, "true", false);
         let (_, info) = self.status(&id);

@@ -101,7 +101,10 @@ pub fn from_dump(text: &str) -> Result<View, String> {
     let mut default = s(section, "default_runtime_name");
     // containerd 1.x's CRI turns a legacy table with a runtime type into a
     // handler (`default` then serves every pod without a RuntimeClass).
-    for (key, name) in [("default_runtime", "default"), ("untrusted_workload_runtime", "untrusted")] {
+    for (key, name) in [
+        ("default_runtime", "default"),
+        ("untrusted_workload_runtime", "untrusted"),
+    ] {
         if let Some(t) = section.get(key).and_then(|v| v.as_table()) {
             if !s(t, "runtime_type").is_empty() {
                 handlers.retain(|h| h.name != name);
