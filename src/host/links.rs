@@ -101,7 +101,7 @@ impl Host {
         };
         let mut done = PathBuf::from("/");
         let mut seen: Vec<Seen> = Vec::new();
-        let mut visited: Vec<PathBuf> = Vec::new();
+        let mut visited: Vec<(PathBuf, usize)> = Vec::new();
         // The stored target of the link the path ends in, once followed.
         let mut link: Option<PathBuf> = None;
         while let Some(step) = todo.pop() {
@@ -139,7 +139,10 @@ impl Host {
                 done = cand;
                 break;
             }
-            if visited.contains(&cand) {
+            // The same link with as much left to walk: a cycle (`a -> .` on
+            // `a/a/x` is not one, the kernel follows it and so does the walk).
+            let here = (cand.clone(), todo.len());
+            if visited.contains(&here) {
                 return Err(refuse(
                     &cand,
                     format!(
@@ -151,7 +154,7 @@ impl Host {
             if visited.len() == MAX_HOPS {
                 return Err(refuse(&cand, format!("through more than {MAX_HOPS} links")));
             }
-            visited.push(cand.clone());
+            visited.push(here);
             let target = fs::read_link(&real).map_err(|source| HostError::Read {
                 path: real.clone(),
                 source,
@@ -237,7 +240,8 @@ impl Host {
 
     /// Refuses the chain unless the root and every element the walk met are trusted.
     fn trusted_chain(&self, start: &Path, target: &Path, seen: &[Seen]) -> Result<()> {
-        let root = fs::symlink_metadata(&self.root).map_err(|source| HostError::Read {
+        // `--root` itself may be given as a link: what counts is the directory.
+        let root = fs::metadata(&self.root).map_err(|source| HostError::Read {
             path: self.root.clone(),
             source,
         })?;

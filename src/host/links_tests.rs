@@ -112,7 +112,15 @@ fn unexpected_links_are_refused_naming_link_and_target() {
     symlink("ping.toml", c.join("pong.toml")).unwrap();
     symlink("pong.toml", c.join("ping.toml")).unwrap();
     symlink("/etc", c.join("up")).unwrap();
+    symlink(".", c.join("here")).unwrap();
     symlink("up/shadow", c.join("via-dir.toml")).unwrap();
+    // A link back to its own directory, walked twice, is no loop.
+    assert_eq!(
+        h.resolve_managed(Path::new("/etc/containerd/here/here/real.toml"))
+            .unwrap()
+            .real,
+        PathBuf::from("/etc/containerd/real.toml")
+    );
     let mut cases = vec![
         ("climb.toml", "climbs above the root"),
         ("abs-climb.toml", "climbs above the root"),
@@ -192,4 +200,20 @@ fn a_chain_anyone_but_root_could_change_is_refused() {
         h.resolve_managed(Path::new("/etc/containerd/real.toml"))
             .is_ok()
     );
+}
+
+/// `--root` given as a link (a tree under /var/tmp linked from elsewhere): the
+/// root is judged as the directory it is, not as a link's 0777.
+#[test]
+fn a_root_given_as_a_link_is_judged_as_its_directory() {
+    let (t, _) = tree();
+    let c = t.path().join("etc/containerd");
+    symlink("/opt/cm/containerd.toml", c.join("config.toml")).unwrap();
+    let outer = tempfile::tempdir().unwrap();
+    symlink(t.path(), outer.path().join("root")).unwrap();
+    let h = Host::new(outer.path().join("root"));
+    let r = h
+        .resolve_managed(Path::new("/etc/containerd/config.toml"))
+        .unwrap();
+    assert_eq!(r.real, PathBuf::from("/opt/cm/containerd.toml"));
 }
