@@ -433,12 +433,13 @@ fn watch_dirs(host: &Host, files: &[PathBuf]) -> BTreeSet<PathBuf> {
     files
         .iter()
         .flat_map(|f| {
-            // A linked file is edited at its target: watch where that lives too.
+            // A linked file (or one in a linked directory) is edited at its
+            // target: watch where that lives too.
             let target = host
                 .resolve_managed(f)
                 .ok()
-                .filter(|r| r.link.is_some())
-                .map(|r| r.real);
+                .map(|r| r.real)
+                .filter(|real| real != f);
             std::iter::once(f.clone()).chain(target)
         })
         .filter_map(|f| {

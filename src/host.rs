@@ -51,7 +51,7 @@ pub enum HostError {
     #[error("cannot read {what}: {message}")]
     Snapshot { what: &'static str, message: String },
     #[error(
-        "refusing {path}: it is a symbolic link to {target}, {why}; its content was not read. Replace the link with the file, or point it at a regular file where the agent edits config (see SECURITY.md)"
+        "refusing {path}: it is a symbolic link to {target}, {why}; its content was not read. The agent follows a link only when the link, its target and every directory on both paths are owned by root and writable by nobody else, inside the root: fix the one named, or replace the link with the file (see SECURITY.md)"
     )]
     UnsafeLink {
         path: PathBuf,

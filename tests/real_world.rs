@@ -14,7 +14,7 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -464,11 +464,13 @@ fn symlinked_base_spec() {
     assert!(fails.is_empty(), "\n{}", fails.join("\n\n"));
 }
 
-/// A link that leaves the directories the agent edits config in (here a config
-/// management tree, /etc/cm) is refused naming the link and its target, and
-/// nothing in the tree changes (SECURITY.md: the link rule).
+/// A link out of containerd's directory into a config management tree
+/// (/etc/cm): followed when only root could have made it (issue 23: `run_case`
+/// checks the edit at the target and revert giving back the link), and refused
+/// naming both ends, with nothing in the tree changed, when the tree is
+/// writable by a group (SECURITY.md: the link rule).
 #[test]
-fn symlinks_out_of_the_config_dirs_are_refused_naming_both_ends() {
+fn symlinks_out_of_the_config_dirs_are_followed_only_when_trusted() {
     for (case, file, target) in [
         ("kind", "config.toml", "/etc/cm/containerd.toml"),
         (
@@ -477,13 +479,25 @@ fn symlinks_out_of_the_config_dirs_are_refused_naming_both_ends() {
             "/etc/cm/base-runtime-spec.json",
         ),
     ] {
+        let link_out = |root: &Path| {
+            fs::create_dir_all(root.join("etc/cm")).unwrap();
+            let link = root.join("etc/containerd").join(file);
+            fs::rename(&link, root.join(&target[1..])).unwrap();
+            // Relative, as the test's own `containerd config dump` reads the
+            // tree through the kernel (absolute links: `symlinked_base_spec`).
+            let relative = format!("../cm/{}", Path::new(target).file_name().unwrap().display());
+            std::os::unix::fs::symlink(relative, &link).unwrap();
+        };
+        let fails = run_case(case, &link_out);
+        assert!(fails.is_empty(), "{case}:\n{}", fails.join("\n\n"));
+
         let t = tempfile::tempdir().unwrap();
         let root = t.path();
         copy_tree(&corpus().join(case).join("root"), root);
-        fs::create_dir_all(root.join("etc/cm")).unwrap();
+        link_out(root);
+        let cm = root.join("etc/cm");
+        fs::set_permissions(&cm, fs::Permissions::from_mode(0o775)).unwrap();
         let link = root.join("etc/containerd").join(file);
-        fs::rename(&link, root.join(&target[1..])).unwrap();
-        std::os::unix::fs::symlink(target, &link).unwrap();
         write(
             root,
             "/etc/rdma-node-agent/config.toml",
@@ -506,6 +520,11 @@ fn symlinks_out_of_the_config_dirs_are_refused_naming_both_ends() {
             );
             assert!(
                 text.contains("its content was not read"),
+                "{case} {cmd}: {text}"
+            );
+            assert!(
+                text.contains(&format!("{} (a directory", cm.display()))
+                    && text.contains("writable by its group"),
                 "{case} {cmd}: {text}"
             );
         }

@@ -183,8 +183,10 @@ impl Ledger {
         if let Some(d) = &current {
             host.state_write(&backup_path(&change.path), &d.bytes, 0o600)?;
         }
+        // Behind a directory link the file is created where the link leads:
+        // record the directories made there, never the link.
         let created_dirs = if current.is_none() {
-            missing_dirs(host, &change.path)
+            missing_dirs(host, &host.resolve_managed(&change.path)?.real)
         } else {
             Vec::new()
         };
@@ -455,5 +457,45 @@ mod tests {
         let out = Ledger::load(&host).unwrap().revert(&host, true).unwrap();
         assert_eq!(out.restored.len(), 1);
         assert_eq!(host.read(Path::new("/etc/a")).unwrap().unwrap().bytes, b"1");
+    }
+
+    /// A file linked out of /etc and a file created in a linked directory: the
+    /// targets change, revert restores (or removes) them and the links stay.
+    #[test]
+    fn revert_acts_on_link_targets_and_keeps_the_links() {
+        use std::os::unix::fs::symlink;
+        let t = tempfile::tempdir().unwrap();
+        let host = Host::new(t.path());
+        let cm = Path::new("/opt/cm/containerd.toml");
+        host.write_atomic(cm, b"v1", 0o640).unwrap();
+        host.write_atomic(Path::new("/opt/cm-etc/x"), b"", 0o644)
+            .unwrap();
+        std::fs::create_dir_all(t.path().join("etc")).unwrap();
+        symlink(cm, t.path().join("etc/c.toml")).unwrap();
+        symlink("/opt/cm-etc", t.path().join("etc/cm")).unwrap();
+        let plan = Plan {
+            changes: vec![
+                change("/etc/c.toml", Some(b"v1"), Some(b"v2")),
+                change("/etc/cm/new/spec.json", None, Some(b"{}")),
+            ],
+            ..Plan::default()
+        };
+        let mut l = Ledger::default();
+        l.apply(&host, &plan).unwrap();
+        assert_eq!(
+            std::fs::read(t.path().join("opt/cm/containerd.toml")).unwrap(),
+            b"v2"
+        );
+        assert!(t.path().join("opt/cm-etc/new/spec.json").is_file());
+        let spec = &l.files[Path::new("/etc/cm/new/spec.json")];
+        assert_eq!(spec.created_dirs, vec![PathBuf::from("/opt/cm-etc/new")]);
+        assert_eq!(l.files[Path::new("/etc/c.toml")].link.as_deref(), Some(cm));
+        let out = Ledger::load(&host).unwrap().revert(&host, false).unwrap();
+        assert_eq!((out.restored.len(), out.removed.len()), (1, 1));
+        let d = host.read(cm).unwrap().unwrap();
+        assert_eq!((d.bytes.as_slice(), d.mode), (&b"v1"[..], 0o640));
+        assert_eq!(std::fs::read_link(t.path().join("etc/c.toml")).unwrap(), cm);
+        assert!(!t.path().join("opt/cm-etc/new").exists());
+        assert!(t.path().join("etc/cm").is_symlink());
     }
 }

@@ -133,9 +133,10 @@ impl Host {
         write_file(&self.path(&r.real), bytes, own, self.chown_helper.as_ref())
     }
 
-    /// Puts a symbolic link back at `p` (atomically replacing whatever is there).
+    /// Puts a symbolic link back at `p` (atomically replacing whatever is there;
+    /// directory links above it resolved by the link rule, inside the root).
     pub fn restore_link(&self, p: &Path, target: &Path) -> Result<()> {
-        let real = self.path(p);
+        let real = self.path(&self.resolve_entry(p)?);
         let err = |source| HostError::Write {
             path: real.clone(),
             source,
@@ -155,9 +156,10 @@ impl Host {
             })
     }
 
-    /// Removes a file (a link itself, not its target); already gone is not an error.
+    /// Removes a file (a link itself, not its target; behind a directory link,
+    /// the file where that link leads); already gone is not an error.
     pub fn remove(&self, p: &Path) -> Result<()> {
-        let real = self.path(p);
+        let real = self.path(&self.resolve_entry(p)?);
         match fs::remove_file(&real) {
             Ok(()) => {
                 if let Some(dir) = real.parent() {
@@ -172,7 +174,9 @@ impl Host {
 
     /// Removes a directory if it is empty (so `revert` leaves no trace of what it created).
     pub fn remove_dir_if_empty(&self, p: &Path) {
-        let _ = fs::remove_dir(self.path(p));
+        if let Ok(real) = self.resolve_entry(p) {
+            let _ = fs::remove_dir(self.path(&real));
+        }
     }
 }
 
@@ -347,5 +351,39 @@ mod tests {
             fs::read_link(dir.join("config.toml")).unwrap(),
             Path::new("real.toml")
         );
+    }
+
+    /// An absolute directory link under `--root` leads inside the root for every
+    /// write, removal and restored link (the kernel alone would leave it).
+    #[test]
+    fn an_absolute_directory_link_is_written_inside_the_root() {
+        let t = tempfile::tempdir().unwrap();
+        let h = Host::new(t.path());
+        fs::create_dir_all(t.path().join("etc")).unwrap();
+        let outside = format!("/opt/rdma-node-agent-test-{}", std::process::id());
+        symlink(&outside, t.path().join("etc/containerd")).unwrap();
+        fs::create_dir_all(t.path().join(&outside[1..])).unwrap();
+        let p = Path::new("/etc/containerd/new/spec.json");
+        h.write_atomic(p, b"{}", 0o644).unwrap();
+        let inside = t.path().join(&outside[1..]).join("new/spec.json");
+        assert_eq!(fs::read(&inside).unwrap(), b"{}");
+        assert!(!Path::new(&outside).exists());
+        assert_eq!(h.read(p).unwrap().unwrap().bytes, b"{}");
+        symlink("spec.json", inside.with_file_name("link.json")).unwrap();
+        fs::remove_file(inside.with_file_name("link.json")).unwrap();
+        h.restore_link(
+            Path::new("/etc/containerd/new/link.json"),
+            Path::new("spec.json"),
+        )
+        .unwrap();
+        assert!(inside.with_file_name("link.json").is_symlink());
+        h.remove(Path::new("/etc/containerd/new/link.json"))
+            .unwrap();
+        assert!(inside.is_file(), "removing a link removed its target");
+        h.remove(p).unwrap();
+        assert!(!inside.exists());
+        h.remove_dir_if_empty(Path::new("/etc/containerd/new"));
+        assert!(!inside.parent().unwrap().exists());
+        assert!(t.path().join("etc/containerd").is_symlink());
     }
 }

@@ -1,43 +1,39 @@
-//! Which symbolic links at a managed path the agent follows.
+//! Which symbolic links on a managed path the agent follows.
 //!
 //! Config management and NixOS-style setups link `config.toml`, imports, base
-//! specs and drop-ins to the real file; someone who can write in a config
-//! directory (a hostPath-mounted `conf.d`, a narrower admin group) could instead
-//! point one at `/etc/shadow` to have the agent print or rewrite it. The rule:
-//! a managed path whose last component is a link is followed (through at most
-//! [`MAX_HOPS`] links) only when
+//! specs and drop-ins to the real file, often out of `/etc` (`/opt`, `/srv`);
+//! someone who can write in a config directory (a hostPath-mounted `conf.d`, a
+//! narrower admin group) could instead point one at `/etc/shadow` to have the
+//! agent print or rewrite it. The rule is the one the agent applies to the files
+//! that decide what it writes (`trust`, like sshd's StrictModes): links on a
+//! managed path are followed (at most [`MAX_HOPS`] of them, a loop is an error)
+//! only when
 //!
 //! 1. every link stays inside the root: an absolute target is read under
-//!    `--root`, a relative one from the link's directory, and a relative one
-//!    that climbs above the root is refused;
-//! 2. the final target exists and is a regular file (not a directory, device,
-//!    FIFO or socket, and not dangling: the agent never creates a file behind a
-//!    link);
-//! 3. the final target, with every directory link on its way resolved, lies
-//!    under one of [`LINK_DIRS`], the directories where the agent edits config.
+//!    `--root` (as sysfs links are), a relative one from the link's directory,
+//!    and a relative one that climbs above the root is refused;
+//! 2. every link, every directory on the way (the link's path and the target's,
+//!    from the root down) and the final target are owned by root (or the agent's
+//!    own user, for `--root` trees) and, but for links, not writable by group or
+//!    others (a sticky directory is allowed): only root could have made the chain;
+//! 3. a link the path ends in leads to an existing regular file (not a
+//!    directory, device, FIFO or socket, and not dangling: the agent never
+//!    creates a file behind such a link).
 //!
 //! Otherwise the read (and so the plan) fails with [`HostError::UnsafeLink`],
-//! which names the link and its target and never reads the target's content.
-//! Directory links above a managed path (`/var/run` → `/run`) are followed as
-//! the kernel does: they belong to whoever owns the parent directory.
+//! which names the link, its target and the element that broke the rule, and
+//! never reads the target's content. A path with no link on it is not checked
+//! here (`trust` decides for the files that need it). The path returned has
+//! every link resolved, so a write or a removal goes to the file the check
+//! looked at, inside the root, whatever the kernel would make of an absolute link.
 
-use std::fs;
-use std::os::unix::fs::FileTypeExt;
+use std::ffi::OsString;
+use std::fs::{self, Metadata};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Component, Path, PathBuf};
 
+use super::trust::untrusted;
 use super::{Host, HostError, Result, missing, normalize};
-
-/// Directories a managed path's link may lead into.
-pub const LINK_DIRS: &[&str] = &[
-    "/etc/containerd",
-    "/etc/systemd/system",
-    "/etc/modprobe.d",
-    "/etc/kubernetes/node-feature-discovery",
-    "/etc/rdma-node-agent",
-    "/var/lib/rancher/k3s/agent/etc/containerd",
-    "/var/lib/rancher/rke2/agent/etc/containerd",
-    "/var/snap/microk8s/current/args",
-];
 
 /// Links followed at most, as a chain, from one managed path.
 pub const MAX_HOPS: usize = 8;
@@ -45,97 +41,245 @@ pub const MAX_HOPS: usize = 8;
 /// Where a managed path really is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Resolved {
-    /// The host-absolute path of the file whose bytes are read and written.
+    /// The host-absolute path of the file whose bytes are read and written,
+    /// with no link left on it.
     pub real: PathBuf,
-    /// The link's target as stored (`readlink`), when the path is a link.
+    /// The link's target as stored (`readlink`), when the path itself is a link.
     pub link: Option<PathBuf>,
+}
+
+/// A name still to walk; `last` marks the name the managed path ends in (after
+/// links: the last name of the target of a link it ends in).
+struct Step {
+    name: OsString,
+    last: bool,
+}
+
+/// What the walk met: each must be trusted once a link was followed.
+struct Seen {
+    path: PathBuf,
+    meta: Metadata,
+    role: &'static str,
 }
 
 impl Host {
     /// Where the bytes of managed path `p` live, by the rule above.
     pub fn resolve_managed(&self, p: &Path) -> Result<Resolved> {
+        self.walk(p, true)
+    }
+
+    /// Where the entry `p` names lives, with the links above it resolved by the
+    /// same rule but not a link `p` itself is: what a removal or a restored link
+    /// replaces.
+    pub fn resolve_entry(&self, p: &Path) -> Result<PathBuf> {
+        self.walk(p, false).map(|r| r.real)
+    }
+
+    fn walk(&self, p: &Path, follow_last: bool) -> Result<Resolved> {
         let start = normalize(p);
-        let mut cur = start.clone();
-        let mut first: Option<PathBuf> = None;
+        let names: Vec<OsString> = start
+            .components()
+            .filter_map(|c| match c {
+                Component::Normal(n) => Some(n.to_owned()),
+                _ => None,
+            })
+            .collect();
+        let n = names.len();
+        let mut todo: Vec<Step> = names
+            .into_iter()
+            .enumerate()
+            .rev()
+            .map(|(i, name)| Step {
+                name,
+                last: i + 1 == n,
+            })
+            .collect();
         let refuse = |target: &Path, why: String| HostError::UnsafeLink {
             path: self.path(&start),
             target: target.to_owned(),
             why,
         };
-        for _ in 0..=MAX_HOPS {
-            let real = self.path(&cur);
-            let meta = match fs::symlink_metadata(&real) {
-                Ok(m) => m,
-                Err(e) if missing(&e) && first.is_none() => {
-                    return Ok(Resolved {
-                        real: start,
-                        link: None,
-                    });
+        let mut done = PathBuf::from("/");
+        let mut seen: Vec<Seen> = Vec::new();
+        let mut visited: Vec<(PathBuf, usize)> = Vec::new();
+        // The stored target of the link the path ends in, once followed.
+        let mut link: Option<PathBuf> = None;
+        while let Some(step) = todo.pop() {
+            if step.name == ".." {
+                if !done.pop() {
+                    return Err(refuse(&done, "which climbs above the root".into()));
                 }
+                continue;
+            }
+            let cand = done.join(&step.name);
+            let real = self.path(&cand);
+            let meta = match fs::symlink_metadata(&real) {
+                Ok(m) if m.is_dir() || todo.is_empty() || m.file_type().is_symlink() => m,
+                Ok(_) => return self.not_there(&start, &cand, &todo, link, &seen),
                 Err(e) if missing(&e) => {
-                    return Err(refuse(
-                        &cur,
-                        "which does not exist (the agent never creates a file behind a link)"
-                            .into(),
-                    ));
+                    return self.not_there(&start, &cand, &todo, link, &seen);
                 }
                 Err(source) => return Err(HostError::Read { path: real, source }),
             };
             if !meta.file_type().is_symlink() {
-                let Some(link) = first else {
-                    return Ok(Resolved {
-                        real: start,
-                        link: None,
-                    });
+                let role = if todo.is_empty() {
+                    "the target"
+                } else {
+                    "a directory"
                 };
-                let ft = meta.file_type();
-                if !ft.is_file() {
-                    return Err(refuse(&cur, format!("which is {}", kind(&ft))));
-                }
-                // Directory links on the way count: the file must really be there.
-                let full = self.resolve(&cur)?;
-                if !LINK_DIRS.iter().any(|d| full.starts_with(d)) {
-                    return Err(refuse(
-                        &full,
-                        format!(
-                            "which is outside the directories the agent edits config in ({})",
-                            LINK_DIRS.join(", ")
-                        ),
-                    ));
-                }
-                return Ok(Resolved {
-                    real: full,
-                    link: Some(link),
+                seen.push(Seen {
+                    path: cand.clone(),
+                    meta,
+                    role,
                 });
+                done = cand;
+                continue;
             }
+            if step.last && !follow_last {
+                done = cand;
+                break;
+            }
+            // The same link with as much left to walk: a cycle (`a -> .` on
+            // `a/a/x` is not one, the kernel follows it and so does the walk).
+            let here = (cand.clone(), todo.len());
+            if visited.contains(&here) {
+                return Err(refuse(
+                    &cand,
+                    format!(
+                        "which is a loop: {} leads back to itself",
+                        self.path(&cand).display()
+                    ),
+                ));
+            }
+            if visited.len() == MAX_HOPS {
+                return Err(refuse(&cand, format!("through more than {MAX_HOPS} links")));
+            }
+            visited.push(here);
             let target = fs::read_link(&real).map_err(|source| HostError::Read {
                 path: real.clone(),
                 source,
             })?;
-            first.get_or_insert_with(|| target.clone());
-            cur = if target.is_absolute() {
-                normalize(&target)
-            } else {
-                let dir = cur.parent().unwrap_or(Path::new("/"));
-                join_inside(dir, &target)
-                    .ok_or_else(|| refuse(&target, "which climbs above the root".into()))?
-            };
+            seen.push(Seen {
+                path: cand.clone(),
+                meta,
+                role: "a link",
+            });
+            if step.last {
+                link.get_or_insert_with(|| target.clone());
+            }
+            if target.is_absolute() {
+                done = PathBuf::from("/");
+            }
+            let comps: Vec<OsString> = target
+                .components()
+                .filter_map(|c| match c {
+                    Component::Normal(n) => Some(n.to_owned()),
+                    Component::ParentDir => Some("..".into()),
+                    _ => None,
+                })
+                .collect();
+            let k = comps.len();
+            todo.extend(comps.into_iter().enumerate().rev().map(|(i, name)| Step {
+                name,
+                last: step.last && i + 1 == k,
+            }));
         }
-        Err(refuse(&cur, format!("through more than {MAX_HOPS} links")))
+        if visited.is_empty() {
+            return Ok(Resolved {
+                real: start,
+                link: None,
+            });
+        }
+        if link.is_some() {
+            // `..` or `/` can end a link's target: what is there must be a file.
+            let real = self.path(&done);
+            let ft = fs::symlink_metadata(&real)
+                .map_err(|source| HostError::Read { path: real, source })?
+                .file_type();
+            if !ft.is_file() {
+                return Err(refuse(&done, format!("which is {}", kind(&ft))));
+            }
+        }
+        self.trusted_chain(&start, &done, &seen)?;
+        Ok(Resolved { real: done, link })
     }
-}
 
-/// `dir` joined with a relative link target, lexically; `None` when `..` climbs above `/`.
-fn join_inside(dir: &Path, target: &Path) -> Option<PathBuf> {
-    let mut out = dir.to_path_buf();
-    for c in target.components() {
-        match c {
-            Component::ParentDir if !out.pop() => return None,
-            Component::Normal(n) => out.push(n),
-            _ => {}
+    /// The walk found nothing at `cand` (or a file where a directory should be).
+    /// Without a link on the way, the path is itself (a file to create); behind a
+    /// link the path ends in, the link dangles; behind a directory link, the new
+    /// file goes where that link leads.
+    fn not_there(
+        &self,
+        start: &Path,
+        cand: &Path,
+        todo: &[Step],
+        link: Option<PathBuf>,
+        seen: &[Seen],
+    ) -> Result<Resolved> {
+        let refuse = |why: &str| HostError::UnsafeLink {
+            path: self.path(start),
+            target: cand.to_owned(),
+            why: why.to_owned(),
+        };
+        if !seen.iter().any(|s| s.role == "a link") {
+            return Ok(Resolved {
+                real: start.to_owned(),
+                link: None,
+            });
         }
+        if link.is_some() || todo.iter().any(|s| s.name == "..") {
+            return Err(refuse(
+                "which does not exist (the agent never creates a file behind a link)",
+            ));
+        }
+        let mut real = cand.to_owned();
+        real.extend(todo.iter().rev().map(|s| &s.name));
+        self.trusted_chain(start, &real, seen)?;
+        Ok(Resolved { real, link: None })
     }
-    Some(out)
+
+    /// Refuses the chain unless the root and every element the walk met are trusted.
+    fn trusted_chain(&self, start: &Path, target: &Path, seen: &[Seen]) -> Result<()> {
+        // `--root` itself may be given as a link: what counts is the directory.
+        let root = fs::metadata(&self.root).map_err(|source| HostError::Read {
+            path: self.root.clone(),
+            source,
+        })?;
+        let root = Seen {
+            path: PathBuf::from("/"),
+            meta: root,
+            role: "a directory",
+        };
+        for s in std::iter::once(&root).chain(seen) {
+            let m = &s.meta;
+            let is_link = s.role == "a link";
+            // A link's own mode is always 0777 and means nothing: only its owner counts.
+            let mode = if is_link { 0 } else { m.mode() };
+            let Some(why) = untrusted(m.uid(), mode, m.is_dir()) else {
+                continue;
+            };
+            let what = if is_link {
+                format!("a link, owned by uid {}", m.uid())
+            } else {
+                format!(
+                    "{}, owned by uid {}, gid {}, mode {:04o}",
+                    s.role,
+                    m.uid(),
+                    m.gid(),
+                    m.mode() & 0o7777
+                )
+            };
+            return Err(HostError::UnsafeLink {
+                path: self.path(start),
+                target: target.to_owned(),
+                why: format!(
+                    "but {} ({what}) is {why}, so someone besides root could have chosen what it leads to",
+                    self.path(&s.path).display()
+                ),
+            });
+        }
+        Ok(())
+    }
 }
 
 fn kind(ft: &fs::FileType) -> &'static str {
@@ -158,80 +302,5 @@ pub fn is_unsafe_link(e: &HostError) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::unix::fs::symlink;
-
-    fn tree() -> (tempfile::TempDir, Host) {
-        let t = tempfile::tempdir().unwrap();
-        fs::create_dir_all(t.path().join("etc/containerd/conf.d")).unwrap();
-        fs::write(t.path().join("etc/shadow"), "root:$6$secret:1::::::\n").unwrap();
-        fs::write(t.path().join("etc/containerd/real.toml"), "version = 2\n").unwrap();
-        let h = Host::new(t.path());
-        (t, h)
-    }
-
-    #[test]
-    fn plain_files_and_absent_paths_are_themselves() {
-        let (_t, h) = tree();
-        for p in ["/etc/containerd/real.toml", "/etc/containerd/absent.toml"] {
-            assert_eq!(
-                h.resolve_managed(Path::new(p)).unwrap(),
-                Resolved {
-                    real: p.into(),
-                    link: None
-                }
-            );
-        }
-    }
-
-    #[test]
-    fn links_to_config_files_are_followed() {
-        let (t, h) = tree();
-        let c = t.path().join("etc/containerd");
-        symlink("real.toml", c.join("config.toml")).unwrap();
-        symlink("/etc/containerd/real.toml", c.join("conf.d/abs.toml")).unwrap();
-        symlink("../config.toml", c.join("conf.d/chain.toml")).unwrap();
-        for (p, stored) in [
-            ("/etc/containerd/config.toml", "real.toml"),
-            (
-                "/etc/containerd/conf.d/abs.toml",
-                "/etc/containerd/real.toml",
-            ),
-            ("/etc/containerd/conf.d/chain.toml", "../config.toml"),
-        ] {
-            let r = h.resolve_managed(Path::new(p)).unwrap();
-            assert_eq!(r.real, PathBuf::from("/etc/containerd/real.toml"), "{p}");
-            assert_eq!(r.link, Some(PathBuf::from(stored)), "{p}");
-        }
-    }
-
-    #[test]
-    fn unexpected_links_are_refused_naming_link_and_target() {
-        let (t, h) = tree();
-        let c = t.path().join("etc/containerd");
-        symlink("/etc/shadow", c.join("shadow.toml")).unwrap();
-        symlink("../../../../../../etc/shadow", c.join("climb.toml")).unwrap();
-        symlink("missing.toml", c.join("dangling.toml")).unwrap();
-        symlink("conf.d", c.join("dir.toml")).unwrap();
-        symlink("loop.toml", c.join("loop.toml")).unwrap();
-        symlink("/etc", c.join("up")).unwrap();
-        symlink("up/shadow", c.join("via-dir.toml")).unwrap();
-        for (name, why) in [
-            ("shadow.toml", "outside the directories"),
-            ("climb.toml", "climbs above the root"),
-            ("dangling.toml", "does not exist"),
-            ("dir.toml", "a directory"),
-            ("loop.toml", "more than 8 links"),
-            ("via-dir.toml", "outside the directories"),
-        ] {
-            let e = h
-                .resolve_managed(&Path::new("/etc/containerd").join(name))
-                .unwrap_err()
-                .to_string();
-            assert!(e.contains(&format!("etc/containerd/{name}")), "{e}");
-            assert!(e.contains(why), "{name}: {e}");
-            assert!(!e.contains("secret"), "{e}");
-        }
-    }
-}
+#[path = "links_tests.rs"]
+mod tests;

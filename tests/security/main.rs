@@ -9,6 +9,7 @@
 mod support;
 
 mod files;
+mod links;
 mod listener;
 mod secrets;
 mod trust;
