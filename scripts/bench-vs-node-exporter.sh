@@ -21,7 +21,7 @@
 # On demand (not in CI), as root: `sudo scripts/bench-vs-node-exporter.sh`.
 # RUNS (default 9: medians), SIZES ("64 1024 4096"), IDLE_SECS (10), WAKE_SECS (30)
 # and LOAD_SECS (10) tune it. Times move with the load of the machine: take the
-# figures for the README on a quiet one.
+# figures for docs/performance.md on a quiet one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -3,7 +3,7 @@
 # lintian must report no error and no warning (the one deliberate deviation is
 # overridden in packaging/debian/lintian-overrides); rpmlint no error (errors the
 # package cannot fix are filtered in packaging/rpm/rpmlint.toml, and its warnings
-# are explained in the README). Both print what they found.
+# are explained in docs/operations.md). Both print what they found.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 deb=$1 rpm=$2

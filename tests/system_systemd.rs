@@ -249,7 +249,7 @@ fn service_prepares_containerd_and_keeps_it_working() {
         .and_then(|r| r.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no exposure in {security:?}"));
-    // The project's target; the README explains each remaining point.
+    // The project's target; SECURITY.md explains each remaining point.
     println!(
         "exposure {exposure}: target 2.0 {}",
         if exposure <= 2.0 { "met" } else { "NOT met" }
