@@ -272,3 +272,75 @@ fn the_agent_reads_containerds_cri_view_as_a_cri_client_does() {
         .unwrap_err();
     assert!(e.contains("nothing.sock"), "{e}");
 }
+
+/// containerd started with `--config` at a non-default path, as a unit passing
+/// it does: the agent finds that path through the unit's ExecStart (with its
+/// Environment=), edits it, and the restarted containerd gives the pod 4 MiB.
+/// /etc/containerd/config.toml is never created.
+#[test]
+#[ignore = "needs root and containerd: run via scripts/test.sh"]
+fn a_config_passed_by_the_unit_is_the_one_prepared() {
+    const AT: &str = "/opt/rdma-agent-test/containerd.toml";
+    let mut c = Containerd::with_config_at(AT);
+    agent_config(&c, "4MiB");
+    write(
+        &c.root(),
+        "/lib/systemd/system/containerd.service",
+        "[Service]\nEnvironment=CONTAINERD_CONFIG=/opt/rdma-agent-test/containerd.toml\n\
+         ExecStart=/usr/bin/containerd --config ${CONTAINERD_CONFIG}\n",
+    );
+    c.start();
+    assert_eq!(c.output("before", "runc", "ulimit -l"), "64");
+    let report = apply(&c);
+    assert!(report["changed"].to_string().contains(AT), "{report}");
+    assert!(
+        !c.root().join(CONFIG).exists(),
+        "a file containerd never reads"
+    );
+    c.restart();
+    assert_eq!(c.output("after", "runc", "ulimit -l"), "4096");
+    let check = json(&agent(&c.root(), &["check", "--json"]));
+    let m = check_in(&check, "containerd.memlock");
+    assert!(
+        m["details"]["config_source"]
+            .as_str()
+            .unwrap()
+            .contains("ExecStart of containerd.service"),
+        "{m}"
+    );
+    assert!(
+        m["message"]
+            .as_str()
+            .unwrap()
+            .contains("`containerd config dump` agrees")
+            || m["message"].as_str().unwrap().contains("confirmed by"),
+        "{m}"
+    );
+}
+
+/// CRI off in the config containerd reads (Docker's containerd.io ships a
+/// version 1 file with `disabled_plugins = ["cri"]`; in a version 2 file, as
+/// here, containerd 1.6 only takes the full id and exits on the short one): the
+/// agent says this containerd serves no pods and writes nothing, and indeed a
+/// CRI client cannot create a pod on it.
+#[test]
+#[ignore = "needs root and containerd: run via scripts/test.sh"]
+fn cri_off_serves_no_pods_and_the_agent_says_so() {
+    let mut c = Containerd::new();
+    agent_config(&c, "4MiB");
+    let path = c.root().join(CONFIG);
+    let text = fs::read_to_string(&path).unwrap().replace(
+        "required_plugins = [\"io.containerd.grpc.v1.cri\"]",
+        "disabled_plugins = [\"io.containerd.grpc.v1.cri\"]",
+    );
+    fs::write(&path, &text).unwrap();
+    c.start();
+    let e = c.run_pod_without_cri().unwrap_err();
+    assert!(e.contains("Unimplemented"), "{e}");
+    let check = json(&agent(&c.root(), &["check", "--json"]));
+    let m = check_in(&check, "containerd.memlock");
+    assert!(m["message"].as_str().unwrap().contains("CRI is off"), "{m}");
+    let report = apply(&c);
+    assert_eq!(report["changed"], json!([]), "{report}");
+    assert_eq!(fs::read_to_string(&path).unwrap(), text);
+}

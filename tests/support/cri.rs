@@ -265,6 +265,8 @@ pub struct Containerd {
     imported: bool,
     /// Pod uids given out, each naming a cgroup `kubepods/besteffort/pod<uid>`.
     pod_uids: Vec<String>,
+    /// The config containerd is started with (`--config`), a host path.
+    config: String,
 }
 
 impl Containerd {
@@ -291,7 +293,20 @@ impl Containerd {
             client: None,
             imported: false,
             pod_uids: Vec::new(),
+            config: "/etc/containerd/config.toml".into(),
         }
+    }
+
+    /// Like `new`, with containerd's config at another path (as a unit passing
+    /// `--config` has it): moved there in the tree, and bind-mounted there too.
+    pub fn with_config_at(config: &str) -> Containerd {
+        let mut c = Containerd::new();
+        let from = c.root().join("etc/containerd/config.toml");
+        let to = c.root().join(config.trim_start_matches('/'));
+        fs::create_dir_all(to.parent().unwrap()).unwrap();
+        fs::rename(from, to).unwrap();
+        c.config = config.to_owned();
+        c
     }
 
     pub fn root(&self) -> PathBuf {
@@ -322,9 +337,22 @@ impl Containerd {
             .append(true)
             .open(self.dir.path().join("containerd.log"))
             .unwrap();
+        // A config elsewhere gets its directory mounted from the tree too.
+        let dir = Path::new(&self.config).parent().unwrap().to_owned();
+        let extra = if dir == Path::new("/etc/containerd") {
+            String::new()
+        } else {
+            fs::create_dir_all(&dir).unwrap();
+            format!(
+                "mount --bind {} {} && ",
+                self.root().join(dir.strip_prefix("/").unwrap()).display(),
+                dir.display()
+            )
+        };
         let script = format!(
-            "mount --bind {etc} /etc/containerd && ulimit -S -l 64 && exec containerd --config /etc/containerd/config.toml",
-            etc = self.root().join("etc/containerd").display()
+            "mount --bind {etc} /etc/containerd && {extra}ulimit -S -l 64 && exec containerd --config {config}",
+            etc = self.root().join("etc/containerd").display(),
+            config = self.config,
         );
         let child = Command::new("unshare")
             .args(["--mount", "--propagation", "private", "sh", "-c", &script])
@@ -333,6 +361,9 @@ impl Containerd {
             .spawn()
             .unwrap();
         self.child = Some(child);
+        if self.cri_off() {
+            return;
+        }
         let start = Instant::now();
         let client = loop {
             if let Some(c) = self.try_connect() {
@@ -362,6 +393,61 @@ impl Containerd {
             }
             self.imported = true;
         }
+    }
+
+    /// The tree's config turns CRI off (`disabled_plugins`): no CRI client.
+    fn cri_off(&self) -> bool {
+        fs::read_to_string(self.root().join(self.config.trim_start_matches('/'))).is_ok_and(|t| {
+            t.lines()
+                .any(|l| l.starts_with("disabled_plugins") && l.contains("cri"))
+        })
+    }
+
+    /// With CRI off: once containerd answers on its socket (`ctr version`), what
+    /// a CRI client gets when it asks to run a pod.
+    pub fn run_pod_without_cri(&mut self) -> Result<(), String> {
+        let start = Instant::now();
+        loop {
+            let ok = Command::new("ctr")
+                .arg("--address")
+                .arg(self.socket())
+                .arg("version")
+                .output()
+                .is_ok_and(|o| o.status.success());
+            if ok {
+                break;
+            }
+            assert!(
+                start.elapsed() < START_TIMEOUT,
+                "containerd did not answer:\n{}",
+                self.log_tail()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let sock = self.socket();
+        let (config, _) = self.sandbox_config("no-cri");
+        self.rt.block_on(async {
+            let channel = Endpoint::try_from("http://[::]")
+                .unwrap()
+                .connect_with_connector(tower::service_fn(move |_: Uri| {
+                    let sock = sock.clone();
+                    async move {
+                        Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                            tokio::net::UnixStream::connect(sock).await?,
+                        ))
+                    }
+                }))
+                .await
+                .map_err(|e| e.to_string())?;
+            RuntimeServiceClient::new(channel)
+                .run_pod_sandbox(RunPodSandboxRequest {
+                    config: Some(config),
+                    runtime_handler: String::new(),
+                })
+                .await
+                .map(|_| ())
+                .map_err(|s| format!("{:?}: {}", s.code(), s.message()))
+        })
     }
 
     /// The end of containerd's log, for failure messages.

@@ -44,7 +44,14 @@ pub fn gather(
                 .collect::<Vec<_>>()
         })
         .collect();
-    let cri_disabled = view::cri_disabled_by(disabled.iter().map(String::as_str));
+    // The short id `cri` only means the CRI plugin in a version 1 file (containerd
+    // 1.6 refuses it in a version 2 one: "invalid disabled plugin URI").
+    let cri_disabled = view::cri_disabled_by(
+        disabled
+            .iter()
+            .map(String::as_str)
+            .filter(|d| *d != "cri" || set.version == super::toml::Version::V1),
+    );
     let template: Option<super::ConfigSet> = match &layout {
         Layout::Plain => None,
         Layout::Rancher { .. } => load_rancher_template(host, &set, &cfg.base_spec_path)?,
