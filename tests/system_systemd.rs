@@ -9,32 +9,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use support::nspawn::Machine;
+use support::service::{cri_ok, install_agent, machine_config};
 
 const CONFIG: &str = "/etc/containerd/config.toml";
-
-fn install_agent(m: &Machine, config: &str) {
-    m.install(
-        Path::new(env!("CARGO_BIN_EXE_rdma-node-agent")),
-        "/usr/bin/rdma-node-agent",
-        0o755,
-    );
-    let unit = Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/rdma-node-agent.service");
-    m.install(&unit, "/etc/systemd/system/rdma-node-agent.service", 0o644);
-    m.write("/etc/rdma-node-agent/config.toml", &machine_config(config));
-    m.sh("systemctl daemon-reload");
-}
-
-/// The test machines' kernel has no module support (no /proc/modules): no module
-/// can be required there.
-fn machine_config(config: &str) -> String {
-    format!("{config}\n[kernel]\nrequired_modules = []\n")
-}
-
-fn cri_ok(m: &Machine) -> bool {
-    m.sh("ctr plugins ls 2>/dev/null | awk '$1==\"io.containerd.grpc.v1\" && $2==\"cri\" {print $NF}'")
-        .trim()
-        == "ok"
-}
 
 fn status(m: &Machine) -> serde_json::Value {
     serde_json::from_str(&m.sh("curl -s http://127.0.0.1:9470/status"))

@@ -57,6 +57,9 @@ trait Job {
 trait Unit {
     #[zbus(property)]
     fn active_state(&self) -> zbus::Result<String>;
+    /// The unit's queued or running job: (id, path), path `/` when none.
+    #[zbus(property)]
+    fn job(&self) -> zbus::Result<(u32, OwnedObjectPath)>;
 }
 
 #[proxy(
@@ -138,6 +141,19 @@ impl ServiceManager for Dbus {
     fn restart(&self, unit: &str, timeout: Duration, stop: &Stop) -> Result<(), SystemdError> {
         self.rt.block_on(async {
             let (m, removed) = self.watching_jobs().await?;
+            // A restart or start still waiting in systemd's queue (one an earlier
+            // instance of the agent left behind when it was stopped) starts the
+            // unit on the files as they are now: wait for it rather than queue
+            // another, so one change costs containerd one restart.
+            if let Some((job, kind)) = self.waiting_start(unit).await {
+                tracing::info!(
+                    unit,
+                    "a {kind} job of {unit} is already queued: waiting for it"
+                );
+                return self
+                    .wait_for_job(removed, job, unit, kind, timeout, stop)
+                    .await;
+            }
             let job = m
                 .restart_unit(unit, "replace")
                 .await
@@ -270,6 +286,37 @@ impl Dbus {
                 timeout,
             }),
         }
+    }
+
+    /// The unit's job when it is a start or restart still waiting (none of its
+    /// start has run, so the unit will read the files as they are when it does).
+    async fn waiting_start(&self, unit: &str) -> Option<(OwnedObjectPath, &'static str)> {
+        let path = self.unit_path(unit).await.ok()?;
+        let u = UnitProxy::builder(&self.conn)
+            .path(path)
+            .cache_properties(CacheProperties::No)
+            .build()
+            .await
+            .ok()?;
+        let (_, job) = u.job().await.ok()?;
+        // A start of a unit that runs is a no-op: it would read nothing new.
+        let running = u.active_state().await.ok()? == "active";
+        if job.as_str() == "/" {
+            return None;
+        }
+        let j = JobProxy::builder(&self.conn)
+            .path(job.clone())
+            .cache_properties(CacheProperties::No)
+            .build()
+            .await
+            .ok()?;
+        let (state, kind) = (j.state().await.ok()?, j.job_type().await.ok()?);
+        let kind = match kind.as_str() {
+            "restart" => "restart",
+            "start" if !running => "start",
+            _ => return None,
+        };
+        (state == "waiting").then_some((job, kind))
     }
 
     /// Cancels `job` if none of it has run. True when it was cancelled.

@@ -7,6 +7,7 @@ pub mod artefacts;
 pub mod containerd;
 pub mod cri;
 pub mod nspawn;
+pub mod service;
 pub mod sysfs;
 
 use std::collections::BTreeMap;

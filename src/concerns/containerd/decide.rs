@@ -262,7 +262,7 @@ pub fn decide(
             kind: ActionKind::RestartUnit {
                 unit: facts.unit.clone(),
             },
-            reason: "containerd started before its config or base spec last changed".into(),
+            reason: facts.pending_reason(),
         });
     }
     for c in &plan.changes {

@@ -102,24 +102,33 @@ pub fn gather(
     let mut specs = BTreeMap::new();
     // Only what containerd reads can make a restart due; a time that cannot be
     // read leaves the question open.
-    let mut newest: Result<Option<std::time::SystemTime>, String> = Ok(None);
-    for f in &set.files {
-        match host.read(&f.path) {
-            Ok(Some(d)) => {
-                if let Ok(n) = &mut newest {
-                    *n = (*n).max(d.modified);
-                }
+    let mut newest: Result<Option<(std::time::SystemTime, PathBuf)>, String> = Ok(None);
+    let saw = |newest: &mut Result<Option<(std::time::SystemTime, PathBuf)>, String>,
+               at: Option<std::time::SystemTime>,
+               path: &std::path::Path| {
+        if let (Ok(n), Some(at)) = (newest, at) {
+            if n.as_ref().is_none_or(|(t, _)| at > *t) {
+                *n = Some((at, path.to_owned()));
             }
-            Ok(None) => {}
-            Err(e) => newest = Err(e.to_string()),
+        }
+    };
+    // The times of the bytes read above: a second read could see a later edit
+    // and owe a restart for bytes not yet judged (one restart too many).
+    for f in set.files.iter().filter(|f| f.original.is_some()) {
+        match f.modified {
+            Some(at) => saw(&mut newest, Some(at), &f.path),
+            None => {
+                newest = Err(format!(
+                    "{}: no modification time",
+                    host.path(&f.path).display()
+                ))
+            }
         }
     }
     for p in spec_paths {
         let data = host.read_trusted(&p, "a base runtime spec")?;
         if let Some(d) = data.as_ref().filter(|_| referenced.contains(&p)) {
-            if let Ok(n) = &mut newest {
-                *n = (*n).max(d.modified);
-            }
+            saw(&mut newest, d.modified, &p);
         }
         let entry = match data {
             None => None,

@@ -146,7 +146,8 @@ pub fn check(
             CHECK_ID,
             Status::Fail,
             format!(
-                "containerd restart pending: it started before its config or base spec last changed, so new containers do not get memlock {} yet",
+                "containerd restart pending: {}, so new containers do not get memlock {} yet",
+                facts.pending_reason(),
                 cfg.memlock
             ),
         ),

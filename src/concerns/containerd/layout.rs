@@ -102,16 +102,19 @@ fn major_of(v: &str) -> Option<u32> {
 fn read_file(host: &Host, path: &Path) -> Result<ConfigFile, ContainerdError> {
     // It names the files the agent edits and the spec paths it writes.
     let data = host.read_trusted(path, "a containerd config file")?;
-    let (text, mode) = match data {
-        None => (None, 0o644),
+    let (text, mode, modified) = match data {
+        None => (None, 0o644, None),
         Some(d) => (
             Some(String::from_utf8(d.bytes).map_err(|_| HostError::NotUtf8 {
                 path: host.path(path),
             })?),
             d.mode,
+            d.modified,
         ),
     };
-    ConfigFile::parse(path, &host.path(path), text, mode)
+    let mut file = ConfigFile::parse(path, &host.path(path), text, mode)?;
+    file.modified = modified;
+    Ok(file)
 }
 
 pub fn version_of(file: &ConfigFile, shown: &Path) -> Result<Version, ContainerdError> {

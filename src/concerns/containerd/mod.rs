@@ -144,7 +144,7 @@ pub struct Facts {
     pub containerd_started: Result<Option<Started>, String>,
     /// Newest modification time among the config files and the specs they
     /// reference (`Err`: one could not be read).
-    pub newest_change: Result<Option<SystemTime>, String>,
+    pub newest_change: Result<Option<(SystemTime, PathBuf)>, String>,
     /// Spec files the agent created (not the operator's).
     pub owned_specs: BTreeSet<PathBuf>,
     /// Live actions can follow from this decision (the live host, not a --root tree).
@@ -172,12 +172,30 @@ impl Facts {
         v
     }
 
+    /// Why a restart is owed, with the times, for messages.
+    pub fn pending_reason(&self) -> String {
+        let fmt = |t: SystemTime| {
+            t.duration_since(SystemTime::UNIX_EPOCH)
+                .map(|d| format!("{}.{:06}", d.as_secs(), d.subsec_micros()))
+                .unwrap_or_default()
+        };
+        match (&self.containerd_started, &self.newest_change) {
+            (Ok(Some(s)), Ok(Some((t, p)))) => format!(
+                "containerd started (at {}) before {} last changed (at {})",
+                fmt(s.at),
+                p.display(),
+                fmt(*t)
+            ),
+            _ => "containerd started before its config or base spec last changed".into(),
+        }
+    }
+
     /// containerd started before its config or a base spec last changed, so it
     /// has not read them. A /proc-derived start time is only trusted to a second.
     /// `Err`: a time could not be read, so it cannot be told.
     pub fn restart_pending(&self) -> Result<bool, String> {
         let started = self.containerd_started.clone()?;
-        let changed = self.newest_change.clone()?;
+        let changed = self.newest_change.clone()?.map(|(t, _)| t);
         Ok(match (started, changed) {
             (Some(s), Some(changed)) => {
                 let slack = if s.exact {

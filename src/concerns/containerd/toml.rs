@@ -75,6 +75,9 @@ pub struct ConfigFile {
     pub original: Option<String>,
     pub doc: DocumentMut,
     pub mode: u32,
+    /// Its modification time, from the same read as `original` (so a restart
+    /// owed is judged on the bytes that were read, not a later write's).
+    pub modified: Option<std::time::SystemTime>,
     /// The file starts with a UTF-8 byte-order mark, kept on write.
     bom: bool,
     /// The file's lines end in CRLF; lines the agent adds do too.
@@ -112,6 +115,7 @@ impl ConfigFile {
             original: text,
             doc,
             mode,
+            modified: None,
             bom,
             crlf,
         })
