@@ -10,17 +10,10 @@ mod support;
 use std::time::Duration;
 
 use support::nspawn::Machine;
-use support::service::{cri_ok, install_agent};
+use support::service::{containerd_starts, cri_ok, install_agent};
 
 const CONFIG: &str = "/etc/containerd/config.toml";
 
-/// How many times systemd has started containerd.service since the machine booted.
-fn containerd_starts(m: &Machine) -> usize {
-    m.sh("journalctl -b -u containerd.service --no-pager -o cat")
-        .lines()
-        .filter(|l| l.starts_with("Started containerd"))
-        .count()
-}
 
 #[test]
 #[ignore = "needs root, systemd-nspawn and a Debian mirror: run via scripts/test.sh"]

