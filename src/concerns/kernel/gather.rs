@@ -30,9 +30,18 @@ pub fn gather(host: &Host, cfg: &KernelConfig) -> Result<Facts, HostError> {
     };
     let release = trimmed("/proc/sys/kernel/osrelease")?;
     let boot_id = trimmed("/proc/sys/kernel/random/boot_id")?;
-    let state = host
-        .state_read(&state_path())?
-        .and_then(|d| serde_json::from_slice(&d).ok());
+    // A state file that does not parse is not a first run: the kernel the agent
+    // last ran on is unknown, and so is whether it changed.
+    let (state, state_error) = match host.state_read(&state_path())? {
+        None => (None, None),
+        Some(d) => match serde_json::from_slice(&d) {
+            Ok(s) => (Some(s), None),
+            Err(e) => (
+                None,
+                Some(format!("{}: {e}", host.path(&state_path()).display())),
+            ),
+        },
+    };
     let loaded = host.read_string(Path::new("/proc/modules"))?.map(|t| {
         t.lines()
             .filter_map(|l| l.split_whitespace().next())
@@ -93,6 +102,7 @@ pub fn gather(host: &Host, cfg: &KernelConfig) -> Result<Facts, HostError> {
         release,
         boot_id,
         state,
+        state_error,
         loaded,
         modules,
         kernels,

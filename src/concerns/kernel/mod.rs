@@ -107,6 +107,8 @@ pub struct Facts {
     pub release: Option<String>,
     pub boot_id: Option<String>,
     pub state: Option<KernelState>,
+    /// Why the recorded state could not be used (it does not parse).
+    pub state_error: Option<String>,
     /// Loaded modules (names with '_').
     pub loaded: Option<BTreeSet<String>>,
     pub modules: Option<ModuleTree>,
