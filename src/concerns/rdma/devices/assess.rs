@@ -199,8 +199,9 @@ fn listed(items: &[String]) -> String {
 pub fn check(devices: &[Device], cfg: &RdmaConfig, gpu: &Finding) -> Check {
     let Unmet {
         mut failures,
-        unknown,
+        mut unknown,
     } = unmet(devices, cfg);
+    unknown.extend(gpu.unknown.iter().cloned());
     failures.extend(gpu.missing.iter().map(|m| {
         format!(
             "GPUDirect module {m} is not loaded ({} NVIDIA GPU(s) present; required by rdma.gpudirect_required)",
