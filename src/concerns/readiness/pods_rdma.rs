@@ -137,11 +137,26 @@ fn devices_cgroup(cgroup: &str) -> Option<&str> {
     })
 }
 
-pub fn gather(snap: &Snapshot) -> crate::host::Result<Vec<Container>> {
+/// The running pod containers, and what could not be read on the way (a
+/// process whose cgroup is unreadable may be a pod's).
+#[derive(Debug, Clone, Default)]
+pub struct Facts {
+    pub containers: Vec<Container>,
+    pub unreadable: Vec<String>,
+}
+
+pub fn gather(snap: &Snapshot) -> crate::host::Result<Facts> {
     let mut by_id: BTreeMap<(Option<String>, Option<String>), Container> = BTreeMap::new();
+    let mut unreadable = Vec::new();
     for &pid in snap.pids()? {
-        let Some(cg) = procfs::read(snap, pid, "cgroup") else {
-            continue;
+        let cg = match snap.proc_read(pid, "cgroup") {
+            Ok(Some(cg)) => cg,
+            // Gone since /proc was listed.
+            Ok(None) => continue,
+            Err(e) => {
+                unreadable.push(format!("pid {pid}: {e}"));
+                continue;
+            }
         };
         let Some((pod_uid, container_id)) = parse_cgroup(&cg) else {
             continue;
@@ -195,13 +210,22 @@ pub fn gather(snap: &Snapshot) -> crate::host::Result<Vec<Container>> {
                     ),
                     Err(e) => (Vec::new(), Some(e.to_string())),
                 };
-                let cgroup_devices = devices_cgroup(&cg)
-                    .and_then(|p| {
-                        let list = format!("/sys/fs/cgroup/devices{p}/devices.list");
-                        snap.read_string(Path::new(&list)).ok().flatten()
-                    })
-                    .map(|t| parse_devices_list(&t))
-                    .unwrap_or_default();
+                let mut cgroup_devices = Vec::new();
+                if let Some(p) = devices_cgroup(&cg) {
+                    let list = format!("/sys/fs/cgroup/devices{p}/devices.list");
+                    match snap.read_string(Path::new(&list)) {
+                        Ok(t) => {
+                            cgroup_devices = t.map(|t| parse_devices_list(&t)).unwrap_or_default()
+                        }
+                        Err(e) => unreadable.push(format!(
+                            "pod {} container {}: {e}",
+                            pod_uid.as_deref().unwrap_or("?"),
+                            container_id
+                                .as_deref()
+                                .map_or("?", |c| &c[..c.len().min(12)])
+                        )),
+                    }
+                }
                 Container {
                     pod_uid,
                     container_id,
@@ -213,7 +237,10 @@ pub fn gather(snap: &Snapshot) -> crate::host::Result<Vec<Container>> {
             });
         c.processes.push(process);
     }
-    Ok(by_id.into_values().collect())
+    Ok(Facts {
+        containers: by_id.into_values().collect(),
+        unreadable,
+    })
 }
 
 /// What one container with RDMA devices lacks, judged on the processes that
@@ -350,6 +377,17 @@ pub fn explain(f: &Finding, target: Limit) -> String {
 }
 
 pub fn check(containers: &[Container], target: Limit, severity: Severity) -> Check {
+    check_with(containers, &[], target, severity)
+}
+
+/// `check`, also naming what could not be read while gathering (`not_read`):
+/// a process skipped unseen could be the one without CAP_IPC_LOCK.
+pub fn check_with(
+    containers: &[Container],
+    not_read: &[String],
+    target: Limit,
+    severity: Severity,
+) -> Check {
     let (found, unreadable) = findings(containers, target);
     let bad: Vec<&Finding> = found.iter().filter(|f| !f.problems.is_empty()).collect();
     let unknown: Vec<&Finding> = found
@@ -361,13 +399,32 @@ pub fn check(containers: &[Container], target: Limit, severity: Severity) -> Che
         "unreadable": unreadable.iter().map(|c| json!({
             "pod_uid": c.pod_uid, "container_id": c.container_id,
         })).collect::<Vec<_>>(),
+        "not_read": not_read,
     });
-    let unreadable_note = (!unreadable.is_empty()).then(|| {
+    let fds_note = (!unreadable.is_empty()).then(|| {
         format!(
             "the open files of {} pod container(s) could not be read (run as root, or with CAP_SYS_PTRACE as the service does)",
             unreadable.len()
         )
     });
+    let read_note = (!not_read.is_empty()).then(|| {
+        let shown: Vec<&str> = not_read.iter().take(3).map(String::as_str).collect();
+        let more = not_read.len().saturating_sub(3);
+        format!(
+            "{} process file(s) could not be read: {}{}",
+            not_read.len(),
+            shown.join("; "),
+            if more > 0 {
+                format!(" (and {more} more)")
+            } else {
+                String::new()
+            }
+        )
+    });
+    let unreadable_note = match (fds_note, read_note) {
+        (None, None) => None,
+        (a, b) => Some(a.into_iter().chain(b).collect::<Vec<_>>().join("; ")),
+    };
     let (status, message) = if !bad.is_empty() {
         let status = match severity {
             Severity::Warn => Status::Warn,
@@ -417,7 +474,7 @@ pub fn check(containers: &[Container], target: Limit, severity: Severity) -> Che
 pub struct PodsRdma;
 
 impl Concern for PodsRdma {
-    type Facts = Vec<Container>;
+    type Facts = Facts;
 
     fn ids(&self) -> &'static [&'static str] {
         &[CHECK_ID]
@@ -427,13 +484,13 @@ impl Concern for PodsRdma {
         true
     }
 
-    fn gather(&self, snap: &Snapshot, _cfg: &Config) -> Result<Vec<Container>, GatherError> {
+    fn gather(&self, snap: &Snapshot, _cfg: &Config) -> Result<Facts, GatherError> {
         gather(snap).map_err(GatherError::unknown)
     }
 
-    fn decide(&self, containers: &Vec<Container>, ctx: &Ctx) -> Decision {
+    fn decide(&self, facts: &Facts, ctx: &Ctx) -> Decision {
         let target = ctx.config.containerd.memlock;
-        let (found, _) = findings(containers, target);
+        let (found, _) = findings(&facts.containers, target);
         let observations = found
             .into_iter()
             .map(|f| Observation::RdmaContainer {
@@ -443,7 +500,12 @@ impl Concern for PodsRdma {
             })
             .collect();
         Decision {
-            checks: vec![check(containers, target, ctx.config.pods.rdma)],
+            checks: vec![check_with(
+                &facts.containers,
+                &facts.unreadable,
+                target,
+                ctx.config.pods.rdma,
+            )],
             observations,
             ..Decision::default()
         }
