@@ -283,8 +283,18 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 fn status(cli: &Cli, json: bool, listen: Option<&str>) -> anyhow::Result<ExitCode> {
     let host = Host::new(&cli.root);
     cli.check_config_exists(&host)?;
-    let config = Config::load(&host, &cli.config_path()).unwrap_or_default();
-    let addr = listen.unwrap_or(&config.http.listen).to_owned();
+    // A config that does not load cannot say where the daemon listens.
+    let addr = match listen {
+        Some(l) => l.to_owned(),
+        None => {
+            Config::load(&host, &cli.config_path())
+                .context(
+                    "invalid agent config: cannot tell where the daemon listens (fix it, or pass --listen)",
+                )?
+                .http
+                .listen
+        }
+    };
     if addr.starts_with("unix:") {
         anyhow::bail!("status speaks TCP only; query {addr} with `curl --unix-socket`");
     }
@@ -343,10 +353,11 @@ fn selftest(
             (None, _) => Report::unable(selftest::MISSING_PERFTEST.to_owned()),
             (_, None) => Report::unable("prlimit not found: install util-linux".to_owned()),
             (Some(binary), Some(prlimit)) => {
-                // /proc/self belongs to the effective uid.
-                let root = std::os::unix::fs::MetadataExt::uid(
-                    &std::fs::metadata("/proc/self").context("cannot read /proc/self")?,
-                ) == 0;
+                // The test runs here, whatever --root says: this process's own caps.
+                let status = std::fs::read_to_string("/proc/self/status").context(
+                    "cannot read /proc/self/status to tell whether CAP_IPC_LOCK must be dropped",
+                )?;
+                let root = selftest::children_keep_ipc_lock(&status).map_err(anyhow::Error::msg)?;
                 let setpriv = find_program("setpriv");
                 if root && setpriv.is_none() {
                     Report::unable("setpriv not found (util-linux): without it the test would keep CAP_IPC_LOCK, which bypasses the memlock under test".to_owned())
