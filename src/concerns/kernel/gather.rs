@@ -49,6 +49,15 @@ pub fn gather(host: &Host, cfg: &KernelConfig) -> Result<Facts, HostError> {
             .collect()
     });
     let required: BTreeSet<String> = cfg.required_modules.iter().map(|m| norm(m)).collect();
+    let running_builtin = required
+        .iter()
+        .filter(|m| {
+            !loaded
+                .as_ref()
+                .is_some_and(|l: &BTreeSet<String>| l.contains(*m))
+        })
+        .filter_map(|m| builtin_evidence(host, m).map(|e| (m.clone(), e)))
+        .collect();
     let modules = match &release {
         Some(rel) => Some(module_tree(host, rel, &required)?),
         None => None,
@@ -104,6 +113,7 @@ pub fn gather(host: &Host, cfg: &KernelConfig) -> Result<Facts, HostError> {
         state,
         state_error,
         loaded,
+        running_builtin,
         modules,
         kernels,
         dkms_modules,
@@ -116,6 +126,31 @@ pub fn gather(host: &Host, cfg: &KernelConfig) -> Result<Facts, HostError> {
 /// The file modprobe would load for each required module: depmod's choice in
 /// modules.dep (it applies depmod.d's search order and overrides), else
 /// modules.builtin. modules.order names the in-tree file a choice shadows.
+/// Kernel interfaces a module that is not loaded can only have from the
+/// kernel image: its class or device (built-in modules without parameters
+/// have no /sys/module directory).
+const BUILTIN_INTERFACES: &[(&str, &str)] = &[
+    ("ib_uverbs", "/sys/class/infiniband_verbs"),
+    ("ib_umad", "/sys/class/infiniband_mad"),
+    ("rdma_ucm", "/sys/class/misc/rdma_cm"),
+    ("rdma_ucm", "/dev/infiniband/rdma_cm"),
+];
+
+/// Why the running kernel shows module `m` as built in, if it does: a
+/// /sys/module directory without `initstate` (a loaded module has one), or an
+/// interface only it provides. Only asked for modules not in /proc/modules.
+fn builtin_evidence(host: &Host, m: &str) -> Option<String> {
+    let dir = Path::new("/sys/module").join(m);
+    if host.is_dir(&dir) && !host.exists(&dir.join("initstate")) {
+        return Some(format!("{} has no initstate", dir.display()));
+    }
+    BUILTIN_INTERFACES
+        .iter()
+        .filter(|(name, _)| *name == m)
+        .find(|(_, p)| host.exists(Path::new(p)))
+        .map(|(_, p)| format!("{p} is there"))
+}
+
 fn module_tree(
     host: &Host,
     release: &str,

@@ -111,6 +111,9 @@ pub struct Facts {
     pub state_error: Option<String>,
     /// Loaded modules (names with '_').
     pub loaded: Option<BTreeSet<String>>,
+    /// Required modules the running kernel shows as built in, with the
+    /// evidence (`/sys/module/ib_core` without `initstate`).
+    pub running_builtin: BTreeMap<String, String>,
     pub modules: Option<ModuleTree>,
     /// Every directory of /lib/modules.
     pub kernels: Vec<InstalledKernel>,
