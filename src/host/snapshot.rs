@@ -22,6 +22,8 @@ pub struct Snapshot {
     host: Host,
     /// systemd, on the live host: unit states are read once per cycle too.
     manager: Option<Cached>,
+    /// Why systemd could not be asked, on a live host without its bus.
+    manager_error: Option<String>,
     pids: OnceLock<Result<Vec<u32>, String>>,
     /// (pid, file) → content; `Ok(None)`: gone; `Err`: why it could not be read.
     proc_files: Mutex<HashMap<(u32, ProcFile), ProcRead>>,
@@ -59,6 +61,7 @@ impl Snapshot {
         Snapshot {
             host,
             manager: None,
+            manager_error: None,
             pids: OnceLock::new(),
             proc_files: Mutex::default(),
             files: Mutex::default(),
@@ -73,6 +76,17 @@ impl Snapshot {
             status: Mutex::default(),
         });
         self
+    }
+
+    /// On the live host when systemd's bus did not answer: why.
+    pub fn with_manager_error(mut self, why: String) -> Self {
+        self.manager_error = Some(why);
+        self
+    }
+
+    /// Why systemd could not be asked this cycle, on a live host.
+    pub fn manager_error(&self) -> Option<&str> {
+        self.manager_error.as_deref()
     }
 
     pub fn host(&self) -> &Host {

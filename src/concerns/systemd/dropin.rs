@@ -45,7 +45,7 @@ pub fn gather(
         let path = dropin_path(unit, &cfg.dropin);
         let current = host.read(&path)?.map(|d| d.bytes);
         let (status, status_error) = match manager.map(|m| m.status(unit)) {
-            None => (None, None),
+            None => (None, host.manager_error().map(str::to_owned)),
             Some(Ok(s)) => (Some(s), None),
             Some(Err(e)) => (None, Some(e.to_string())),
         };
@@ -172,12 +172,8 @@ pub fn check(facts: &[UnitFacts], cfg: &SystemdConfig) -> Check {
             Err(why) => problems.push((
                 Status::Unknown,
                 format!(
-                    "{}: drop-in in place, but its effect on the running process could not be read: {why}{}",
-                    f.unit,
-                    f.status_error
-                        .as_deref()
-                        .map(|e| format!(" (systemd could not be asked: {e})"))
-                        .unwrap_or_default()
+                    "{}: drop-in in place, but its effect on the running process could not be read: {why}",
+                    f.unit
                 ),
             )),
         }
@@ -194,7 +190,13 @@ pub fn check(facts: &[UnitFacts], cfg: &SystemdConfig) -> Check {
         })).collect::<Vec<_>>(),
     });
     let worst = problems.iter().map(|(s, _)| *s).max();
-    match worst {
+    // What systemd was not asked (unit state, loaded limit), and why.
+    let not_asked = facts
+        .iter()
+        .find_map(|f| f.status_error.as_deref())
+        .map(|e| format!(" (unit state and loaded LimitMEMLOCK unchecked: {e})"))
+        .unwrap_or_default();
+    let check = match worst {
         None => Check::new(
             CHECK_ID,
             Status::Ok,
@@ -213,6 +215,10 @@ pub fn check(facts: &[UnitFacts], cfg: &SystemdConfig) -> Check {
                 .collect::<Vec<_>>()
                 .join("; "),
         ),
+    };
+    Check {
+        message: format!("{}{not_asked}", check.message),
+        ..check
     }
     .with_details(details)
 }
@@ -347,5 +353,24 @@ mod tests {
             }
         }
         gather(snap, c, Some(&One(s))).unwrap()
+    }
+
+    /// On a live host without systemd's bus, the check says what it could not ask.
+    #[test]
+    fn without_systemd_the_check_says_what_it_could_not_ask() {
+        let c = cfg(Limit::UNLIMITED);
+        let t = tempfile::tempdir().unwrap();
+        let snap = Snapshot::new(crate::host::Host::new(t.path()))
+            .with_manager_error("cannot ask systemd: no bus socket".into());
+        let f = gather(&snap, &c, None).unwrap();
+        let ch = check(&f, &c);
+        assert_eq!(ch.status, Status::Fail, "{}", ch.message);
+        assert!(
+            ch.message
+                .contains("unit state and loaded LimitMEMLOCK unchecked")
+                && ch.message.contains("cannot ask systemd: no bus socket"),
+            "{}",
+            ch.message
+        );
     }
 }
