@@ -1,4 +1,7 @@
 use super::*;
+use crate::check::Status;
+use crate::config::Severity;
+use serde_json::json;
 
 const ID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 /// CapEff of a root shell (every capability) and of containerd's default set
