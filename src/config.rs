@@ -9,6 +9,7 @@ use serde::{Deserialize, Deserializer};
 
 use crate::host::{Host, HostError};
 
+pub mod globs;
 pub mod rdma;
 pub mod readiness;
 

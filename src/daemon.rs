@@ -4,8 +4,8 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::StreamExt;
@@ -52,6 +52,9 @@ pub struct Daemon {
     busy_since: Arc<AtomicU64>,
     /// Set on SIGTERM/SIGINT: a running reconcile stops waiting and returns.
     stop: Stop,
+    /// The last config that loaded: while a later edit does not, the checks
+    /// go on with it (reporting only) instead of defaults.
+    last_good: Arc<Mutex<Option<Config>>>,
 }
 
 /// After SIGTERM, how long the daemon waits for a running reconcile to return
@@ -77,6 +80,7 @@ impl Daemon {
             board: Arc::default(),
             busy_since: Arc::default(),
             stop: Stop::new(),
+            last_good: Arc::default(),
         }
     }
 
@@ -205,7 +209,16 @@ impl Daemon {
     async fn start_http(&self, host: &Host) -> Result<(), DaemonError> {
         // Settings come from the config at start; a config that does not parse
         // yet still gets the default endpoint, which then reports the error.
-        let config = Config::load(host, &self.config_path).unwrap_or_default();
+        let config = match Config::load(host, &self.config_path) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(
+                    "agent config invalid: {e}; the health endpoint starts with its defaults \
+                     and the daemon does not act until the config is fixed"
+                );
+                Config::default()
+            }
+        };
         if !config.http.enabled && self.listen.is_none() {
             return Ok(());
         }
@@ -264,10 +277,11 @@ impl Daemon {
         let root = self.root.clone();
         let config_path = self.config_path.clone();
         let stop = self.stop.clone();
+        let last_good = self.last_good.clone();
         let started = Instant::now();
         self.busy_since.store(unix_now(), Ordering::Relaxed);
         let out = tokio::task::spawn_blocking(move || {
-            reconcile_once(root, config_path, trigger, holds, stop)
+            reconcile_once(root, config_path, trigger, holds, stop, &last_good)
         })
         .await;
         self.busy_since.store(0, Ordering::Relaxed);
@@ -306,12 +320,31 @@ fn reconcile_once(
     trigger: String,
     holds: Holds,
     stop: Stop,
+    last_good: &Mutex<Option<Config>>,
 ) -> ReconcileOut {
     let host = Host::new(&root);
     let mut watch = vec![config_path.clone()];
-    let config = match Config::load(&host, &config_path) {
-        Ok(c) => c,
-        Err(e) => {
+    let mut config_error = None;
+    let loaded = Config::load(&host, &config_path);
+    let kept = last_good.lock().expect("config lock").clone();
+    let config = match (loaded, kept) {
+        (Ok(c), _) => {
+            *last_good.lock().expect("config lock") = Some(c.clone());
+            c
+        }
+        // Checks go on with the last config that loaded; nothing is changed
+        // on the host until the new one is fixed.
+        (Err(e), Some(mut c)) => {
+            tracing::error!(
+                "agent config invalid, reporting with the last good one, not acting: {e}"
+            );
+            config_error = Some(format!(
+                "agent config invalid: {e}; reporting with the last config that loaded, not acting until it is fixed"
+            ));
+            c.mode = Mode::Report;
+            c
+        }
+        (Err(e), None) => {
             tracing::error!("agent config invalid, not acting: {e}");
             let cycle = Cycle {
                 report: None,
@@ -346,7 +379,7 @@ fn reconcile_once(
     agent.stop = stop;
     let mut changed = Vec::new();
     let mut actions = Vec::new();
-    let mut error = None;
+    let mut error = config_error;
     let mut holds = holds;
     // One snapshot serves the plan and the report, unless the apply changed the host.
     let first = agent.assess(Scope::All, mode == Mode::Enforce);

@@ -223,14 +223,18 @@ impl Host {
             pattern: pattern.to_owned(),
             message: e.to_string(),
         })?;
-        let mut out: Vec<PathBuf> = paths
-            .filter_map(|p| p.ok())
-            .filter_map(|p| {
-                p.strip_prefix(&self.root)
-                    .ok()
-                    .map(|r| Path::new("/").join(r))
-            })
-            .collect();
+        let mut out = Vec::new();
+        for p in paths {
+            // A directory that cannot be listed may hold matches: an error naming
+            // it, never a silent "no match".
+            let p = p.map_err(|e| HostError::Read {
+                path: e.path().to_owned(),
+                source: io::Error::new(e.error().kind(), e.error().to_string()),
+            })?;
+            if let Ok(r) = p.strip_prefix(&self.root) {
+                out.push(Path::new("/").join(r));
+            }
+        }
         out.sort();
         Ok(out)
     }

@@ -283,8 +283,18 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 fn status(cli: &Cli, json: bool, listen: Option<&str>) -> anyhow::Result<ExitCode> {
     let host = Host::new(&cli.root);
     cli.check_config_exists(&host)?;
-    let config = Config::load(&host, &cli.config_path()).unwrap_or_default();
-    let addr = listen.unwrap_or(&config.http.listen).to_owned();
+    // A config that does not load cannot say where the daemon listens.
+    let addr = match listen {
+        Some(l) => l.to_owned(),
+        None => {
+            Config::load(&host, &cli.config_path())
+                .context(
+                    "invalid agent config: cannot tell where the daemon listens (fix it, or pass --listen)",
+                )?
+                .http
+                .listen
+        }
+    };
     if addr.starts_with("unix:") {
         anyhow::bail!("status speaks TCP only; query {addr} with `curl --unix-socket`");
     }
@@ -343,10 +353,11 @@ fn selftest(
             (None, _) => Report::unable(selftest::MISSING_PERFTEST.to_owned()),
             (_, None) => Report::unable("prlimit not found: install util-linux".to_owned()),
             (Some(binary), Some(prlimit)) => {
-                // /proc/self belongs to the effective uid.
-                let root = std::os::unix::fs::MetadataExt::uid(
-                    &std::fs::metadata("/proc/self").context("cannot read /proc/self")?,
-                ) == 0;
+                // The test runs here, whatever --root says: this process's own caps.
+                let status = std::fs::read_to_string("/proc/self/status").context(
+                    "cannot read /proc/self/status to tell whether CAP_IPC_LOCK must be dropped",
+                )?;
+                let root = selftest::children_keep_ipc_lock(&status).map_err(anyhow::Error::msg)?;
                 let setpriv = find_program("setpriv");
                 if root && setpriv.is_none() {
                     Report::unable("setpriv not found (util-linux): without it the test would keep CAP_IPC_LOCK, which bypasses the memlock under test".to_owned())
@@ -427,17 +438,51 @@ fn init_logging(serve: bool) {
         }),
         Err(_) => Targets::new().with_default(default),
     };
-    let journald = std::env::var_os("JOURNAL_STREAM")
-        .is_some()
+    let journald = stderr_is_journal()
         .then(|| tracing_journald::layer().ok())
         .flatten();
     let registry = tracing_subscriber::registry().with(filter);
     match journald {
         Some(j) => registry.with(j).init(),
         None => registry
-            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(std::io::stderr)
+                    .with_ansi(stderr_color(
+                        std::io::IsTerminal::is_terminal(&std::io::stderr()),
+                        std::env::var_os("NO_COLOR").as_deref(),
+                    )),
+            )
             .init(),
     }
+}
+
+/// Colour only for a person at a terminal: never into pipes, files or the
+/// journal, and not when `NO_COLOR` is set to anything (no-color.org).
+fn stderr_color(is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    is_terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
+/// systemd sets `JOURNAL_STREAM=<dev>:<inode>` for a unit whose output goes to
+/// the journal; a child that inherited the variable but not the stream (a shell
+/// started from a unit, redirecting stderr) must log to its stderr instead.
+fn stderr_is_journal() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Some(v) = std::env::var_os("JOURNAL_STREAM") else {
+        return false;
+    };
+    let Some((dev, ino)) = v.to_str().and_then(|v| v.split_once(':')) else {
+        return false;
+    };
+    let fd = std::io::stderr();
+    let Ok(meta) = std::os::fd::AsFd::as_fd(&fd)
+        .try_clone_to_owned()
+        .map(std::fs::File::from)
+        .and_then(|f| f.metadata())
+    else {
+        return false;
+    };
+    dev.parse() == Ok(meta.dev()) && ino.parse() == Ok(meta.ino())
 }
 
 fn main() -> ExitCode {

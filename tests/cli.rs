@@ -15,6 +15,12 @@ fn quiet_node() -> tempfile::TempDir {
         "/etc/rdma-node-agent/config.toml",
         "[containerd]\nenabled = false\n[systemd]\nenabled = false\n[kernel]\nenabled = false\n",
     );
+    // One port down (a warning: the others are ACTIVE).
+    write(
+        t.path(),
+        "/sys/class/infiniband/mlx4_0/ports/2/state",
+        "1: DOWN\n",
+    );
     t
 }
 

@@ -17,10 +17,14 @@ struct Serve(Child);
 
 impl Serve {
     fn start(root: &Path) -> Serve {
+        Self::start_at(root, &free_addr())
+    }
+
+    fn start_at(root: &Path, addr: &str) -> Serve {
         let child = Command::new(env!("CARGO_BIN_EXE_rdma-node-agent"))
             .arg("--root")
             .arg(root)
-            .args(["serve", "--listen", &free_addr()])
+            .args(["serve", "--listen", addr])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -194,4 +198,54 @@ fn bad_agent_config_is_reported_not_acted_on_and_then_picked_up() {
         },
     );
     assert!(read(root, "/etc/containerd/rdma-node-agent/base-spec.json").contains("4194304"));
+}
+
+/// A config that stops loading while the daemon runs: the checks go on with the
+/// last good config (never the defaults), the error is reported, and nothing is
+/// acted on until it is fixed.
+#[test]
+fn a_config_broken_later_keeps_the_last_good_one_and_says_so() {
+    let t = node("v100");
+    let root = t.path();
+    write(
+        root,
+        "/etc/rdma-node-agent/config.toml",
+        "[containerd]\nmemlock = \"4MiB\"\n",
+    );
+    let addr = free_addr();
+    let _d = Serve::start_at(root, &addr);
+    wait_for("the config to be applied", Duration::from_secs(5), || {
+        root.join("etc/containerd/rdma-node-agent/base-spec.json")
+            .exists()
+    });
+    write(
+        root,
+        "/etc/rdma-node-agent/config.toml",
+        "[containerd]\nmemlok = 1\n",
+    );
+    let mut last = String::new();
+    wait_for(
+        "the broken config to be reported",
+        Duration::from_secs(5),
+        || {
+            let o = agent(root, &["status", "--json", "--listen", &addr]);
+            last = stdout(&o);
+            last.contains("last config that loaded")
+        },
+    );
+    // `status` prints the daemon's error line before the document.
+    let v: serde_json::Value = serde_json::from_str(&last[last.find('{').unwrap()..]).unwrap();
+    let e = v["error"].as_str().unwrap();
+    assert!(e.contains("memlok"), "{e}");
+    // The report is the last good config's: its memlock, not the default's.
+    let checks = v["checks"].as_array().expect("checks go on");
+    let memlock = checks
+        .iter()
+        .find(|c| c["id"] == "containerd.memlock")
+        .unwrap();
+    assert!(
+        memlock["message"].as_str().unwrap().contains("4MiB"),
+        "{memlock}"
+    );
+    assert_eq!(v["mode"], "report", "{last}");
 }

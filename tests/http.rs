@@ -297,6 +297,12 @@ fn readyz_counts_warn_and_skipped_as_ready() {
         "/etc/rdma-node-agent/config.toml",
         "[containerd]\nenabled = false\n[systemd]\nenabled = false\n[kernel]\nenabled = false\n",
     );
+    // One port down beside ACTIVE ones: a warning.
+    write(
+        t.path(),
+        "/sys/class/infiniband/mlx4_0/ports/2/state",
+        "1: DOWN\n",
+    );
     let d = Serve::start(t.path());
     let (code, body) = get(&d.addr, "/readyz");
     assert_eq!(code, 200, "{body}");

@@ -37,7 +37,7 @@ fn node_with_modules() -> tempfile::TempDir {
     let t = support::node("v100");
     let dir = t
         .path()
-        .join("lib/modules/6.1.0-27-amd64/kernel/drivers/infiniband");
+        .join("lib/modules/6.1.0-49-amd64/kernel/drivers/infiniband");
     std::fs::create_dir_all(&dir).unwrap();
     for m in ["ib_core", "ib_uverbs", "mlx5_ib", "rdma_ucm"] {
         std::fs::write(dir.join(format!("{m}.ko.xz")), b"not read by --only").unwrap();

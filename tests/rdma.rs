@@ -101,9 +101,21 @@ fn each_fixture_reports_exactly_its_devices() {
     assert!(sriov.contains(&"mlx5_9 vf [ens2f0v3] 1:ACTIVE/LinkUp/100.0/Ethernet/ens2f0v3".into()));
 
     let (code, c) = check_of(&fixtures().join("nodes/a100"), "rdma.devices");
-    assert_eq!(code, 0, "no expectations: never fails");
+    // No expectations: ports ACTIVE, so it does not fail; the one down is named.
+    assert_eq!(code, 0);
+    assert_eq!(c["status"], "warn");
     assert_eq!(
         c["message"],
+        "3 RDMA device(s), 2/3 port(s) ACTIVE; 1 NVIDIA GPU(s): nvidia_peermem loaded, gdrdrv not loaded; \
+         mlx5_0/1 is DOWN (Disabled); list it in rdma.ignore_ports if it is down by design"
+    );
+    // Down by design (one cable): listed, it is not warned about.
+    let t = node("a100");
+    write(t.path(), CONFIG, "[rdma]\nignore_ports = [\"mlx5_0/1\"]\n");
+    let (_, ignored) = check_of(t.path(), "rdma.devices");
+    assert_eq!(ignored["status"], "ok", "{ignored}");
+    assert_eq!(
+        ignored["message"],
         "3 RDMA device(s), 2/3 port(s) ACTIVE; 1 NVIDIA GPU(s): nvidia_peermem loaded, gdrdrv not loaded"
     );
     assert_eq!(c["details"]["devices"][0]["pci"], "0000:0c:00.0");

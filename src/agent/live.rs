@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::config::rdma::RdmaConfig;
 use crate::containerd;
@@ -48,23 +49,43 @@ impl crate::host::files::Chown for SystemdChown {
     }
 }
 
+/// Said once per process: a daemon would repeat it every cycle.
+static NO_SYSTEMD_SAID: AtomicBool = AtomicBool::new(false);
+
 /// Connects to the live host: systemd over D-Bus when its bus answers (without
 /// it restarts are reported as pending and checks rely on files and /proc).
-pub fn connect(host: &Host, rdma: &RdmaConfig) -> Live {
-    let manager: Option<Arc<dyn ServiceManager>> = match Dbus::system() {
-        Ok(d) => Some(Arc::new(d)),
+/// Without it, also why, for the checks to say what they could not ask.
+pub fn connect(host: &Host, rdma: &RdmaConfig) -> (Live, Option<String>) {
+    let (manager, error): (Option<Arc<dyn ServiceManager>>, _) = match Dbus::system() {
+        Ok(d) => (Some(Arc::new(d)), None),
         Err(e) => {
-            tracing::warn!("{e}; restarts will be left pending");
-            None
+            // PID 1 says why: most often not systemd at all (containers, VMs
+            // with their own init).
+            let pid1 = host
+                .read_string(Path::new("/proc/1/comm"))
+                .ok()
+                .flatten()
+                .map(|c| c.trim().to_owned())
+                .filter(|c| c != "systemd")
+                .map(|c| format!("PID 1 is {c}, not systemd; "))
+                .unwrap_or_default();
+            let why = format!("cannot ask systemd: {pid1}{e}");
+            if NO_SYSTEMD_SAID.swap(true, Ordering::Relaxed) {
+                tracing::debug!("{why}");
+            } else {
+                tracing::warn!("{why}; unit states are not asked and restarts are left pending");
+            }
+            (None, Some(why))
         }
     };
-    Live {
+    let live = Live {
         manager,
         host: Box::new(System {
             host: host.clone(),
             rdma: rdma.clone(),
         }),
-    }
+    };
+    (live, error)
 }
 
 impl LiveHost for System {

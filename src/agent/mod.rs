@@ -49,6 +49,8 @@ pub struct Agent {
     pub live: Option<Live>,
     /// Set when the daemon is asked to stop: waits end, files stay consistent.
     pub stop: Stop,
+    /// Why systemd could not be asked, on a live host without its bus.
+    pub manager_error: Option<String>,
 }
 
 /// containerd's own parser, run on edited configs before they are written.
@@ -68,12 +70,13 @@ impl Agent {
             config,
             live: None,
             stop: Stop::new(),
+            manager_error: None,
         }
     }
 
     /// On the live host: with systemd, containerd's CRI probe and RDMA netlink.
     pub fn live(host: Host, config: Config) -> Self {
-        let live = live::connect(&host, &config.rdma);
+        let (live, manager_error) = live::connect(&host, &config.rdma);
         // Where this process may not chown (the unit), systemd does it.
         let host = match (&live.manager, host.which("chown")) {
             (Some(m), Some(chown)) => {
@@ -86,6 +89,7 @@ impl Agent {
         };
         Agent {
             live: Some(live),
+            manager_error,
             ..Agent::new(host, config)
         }
     }
@@ -103,7 +107,10 @@ impl Agent {
         let snap = Snapshot::new(self.host.clone());
         match self.live.as_ref().and_then(|l| l.manager.clone()) {
             Some(m) => snap.with_manager(m),
-            None => snap,
+            None => match &self.manager_error {
+                Some(e) => snap.with_manager_error(e.clone()),
+                None => snap,
+            },
         }
     }
 

@@ -15,6 +15,11 @@ pub struct RdmaConfig {
     pub enabled: bool,
     /// Ports that must be ACTIVE (optionally at a minimum rate).
     pub expect_port: Vec<ExpectPort>,
+    /// Ports that are down by design (one cable on a dual-port card), as
+    /// `device/port` globs (`mlx5_1/2`, `mlx5_bond_*/*`): not warned about when
+    /// no expectations are configured.
+    #[serde(deserialize_with = "super::globs::ignore_ports")]
+    pub ignore_ports: Vec<String>,
     /// Link layer (`InfiniBand`, `Ethernet`) → minimum number of ACTIVE ports.
     pub min_active_ports: BTreeMap<String, u32>,
     /// GPUDirect modules that must be loaded when NVIDIA GPUs are present.
@@ -25,6 +30,7 @@ pub struct RdmaConfig {
     /// What to do when exclusive mode is wanted while the shared device plugin runs.
     pub shared_plugin: PluginPolicy,
     /// File-name globs of the RDMA shared device plugin's sockets (`<resource>.sock`).
+    #[serde(deserialize_with = "super::globs::shared_plugin_sockets")]
     pub shared_plugin_sockets: Vec<String>,
     pub initramfs: InitramfsPolicy,
     /// Also require `ib_core.netns_mode=` on the kernel command line.
@@ -38,6 +44,7 @@ impl Default for RdmaConfig {
         RdmaConfig {
             enabled: true,
             expect_port: Vec::new(),
+            ignore_ports: Vec::new(),
             min_active_ports: BTreeMap::new(),
             gpudirect_required: Vec::new(),
             netns_mode: NetnsSetting::Unmanaged,
@@ -55,6 +62,7 @@ impl Default for RdmaConfig {
 #[serde(deny_unknown_fields)]
 pub struct ExpectPort {
     /// A device name or glob (`mlx5_0`, `mlx5_*`).
+    #[serde(deserialize_with = "super::globs::expect_port_device")]
     pub device: String,
     /// One port; every port of the device when absent.
     pub port: Option<u32>,

@@ -15,10 +15,13 @@ pub struct KubeletConfig {
     /// The kubelet's device-plugin directory: its checkpoint and the plugins' sockets.
     pub device_plugins_dir: PathBuf,
     /// Resource names (globs) that stand for RDMA devices.
+    #[serde(deserialize_with = "super::globs::rdma_resources")]
     pub rdma_resources: Vec<String>,
     /// Other resources to report (their device counts), e.g. GPUs.
+    #[serde(deserialize_with = "super::globs::report_resources")]
     pub report_resources: Vec<String>,
     /// Resources that must be registered with at least one healthy device.
+    #[serde(deserialize_with = "super::globs::expected_resources")]
     pub expected_resources: Vec<String>,
     /// How a mismatch between the host's RDMA ports and the kubelet's RDMA
     /// resources is reported (ports up but no resource, or the reverse).

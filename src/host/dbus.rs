@@ -218,8 +218,13 @@ impl ServiceManager for Dbus {
                 .build()
                 .await
                 .map_err(call("Service"))?;
-            // A unit that is not a service has none of these: not an error.
-            let main_pid = s.main_pid().await.unwrap_or(0);
+            // A unit that is not a service has none of these: not an error. A
+            // service's MainPID that cannot be read is one (0 would read as "none").
+            let main_pid = match s.main_pid().await {
+                Ok(pid) => pid,
+                Err(_) if !unit.ends_with(".service") => 0,
+                Err(e) => return Err(call("MainPID")(e)),
+            };
             let limit_memlock = s.limit_memlock().await.ok();
             let started = s
                 .exec_main_start_timestamp()

@@ -22,9 +22,11 @@ pub struct Snapshot {
     host: Host,
     /// systemd, on the live host: unit states are read once per cycle too.
     manager: Option<Cached>,
+    /// Why systemd could not be asked, on a live host without its bus.
+    manager_error: Option<String>,
     pids: OnceLock<Result<Vec<u32>, String>>,
-    /// (pid, file) → content; `None`: gone or unreadable (processes come and go).
-    proc_files: Cache<(u32, ProcFile)>,
+    /// (pid, file) → content; `Ok(None)`: gone; `Err`: why it could not be read.
+    proc_files: Mutex<HashMap<(u32, ProcFile), ProcRead>>,
     /// Shared host files (osrelease, boot id, /proc/modules, …) → trimmed-free content.
     files: Cache<&'static str>,
     /// pid → the targets of its /proc/<pid>/fd links, or why they cannot be read.
@@ -32,6 +34,10 @@ pub struct Snapshot {
     /// Which containerd runs here, found once per cycle for every concern.
     containerd: OnceLock<super::runtime::Discovery>,
 }
+
+/// A process's file as read: `Ok(None)` when the process (or file) is gone,
+/// `Err` with the reason when it exists but could not be read.
+pub type ProcRead = Result<Option<Arc<str>>, String>;
 
 /// The targets of a process's open file descriptors (`/dev/infiniband/uverbs0`,
 /// `socket:[123]`, …); `Err` says why they could not be read (permission).
@@ -57,6 +63,7 @@ impl Snapshot {
         Snapshot {
             host,
             manager: None,
+            manager_error: None,
             pids: OnceLock::new(),
             proc_files: Mutex::default(),
             files: Mutex::default(),
@@ -72,6 +79,17 @@ impl Snapshot {
             status: Mutex::default(),
         });
         self
+    }
+
+    /// On the live host when systemd's bus did not answer: why.
+    pub fn with_manager_error(mut self, why: String) -> Self {
+        self.manager_error = Some(why);
+        self
+    }
+
+    /// Why systemd could not be asked this cycle, on a live host.
+    pub fn manager_error(&self) -> Option<&str> {
+        self.manager_error.as_deref()
     }
 
     pub fn host(&self) -> &Host {
@@ -117,16 +135,21 @@ impl Snapshot {
         }
     }
 
-    /// `/proc/<pid>/<name>`, read once per cycle.
+    /// `/proc/<pid>/<name>`, read once per cycle; `None` when gone or unreadable.
     pub fn proc(&self, pid: u32, name: ProcFile) -> Option<Arc<str>> {
+        self.proc_read(pid, name).ok().flatten()
+    }
+
+    /// `/proc/<pid>/<name>`, read once per cycle, keeping why it could not be
+    /// read apart from its absence: a fact that was not seen is not a fact.
+    pub fn proc_read(&self, pid: u32, name: ProcFile) -> ProcRead {
         let mut m = self.proc_files.lock().expect("snapshot lock");
         m.entry((pid, name))
             .or_insert_with(|| {
                 self.host
                     .read_string(Path::new(&format!("/proc/{pid}/{name}")))
-                    .ok()
-                    .flatten()
-                    .map(Arc::from)
+                    .map(|o| o.map(Arc::from))
+                    .map_err(|e| e.to_string())
             })
             .clone()
     }

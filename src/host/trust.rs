@@ -55,10 +55,16 @@ impl Host {
             if !d.starts_with(&self.root) {
                 break;
             }
-            if let Ok(m) = std::fs::metadata(d) {
-                if let Some(why) = untrusted(m.uid(), m.mode(), true) {
-                    return Err(refuse(d, &m, why));
-                }
+            // A directory that cannot be inspected cannot be trusted.
+            let m = std::fs::metadata(d).map_err(|source| HostError::Read {
+                path: d.to_owned(),
+                source: std::io::Error::new(
+                    source.kind(),
+                    format!("{source}; cannot tell who may write {what} in it"),
+                ),
+            })?;
+            if let Some(why) = untrusted(m.uid(), m.mode(), true) {
+                return Err(refuse(d, &m, why));
             }
             if d == self.root {
                 break;
@@ -128,5 +134,26 @@ mod tests {
         assert!(untrusted(0, 0o1777, true).is_none(), "sticky dirs are fine");
         assert!(untrusted(0, 0o1777, false).is_some());
         assert_eq!(untrusted(54321, 0o644, false), Some("not owned by root"));
+    }
+
+    /// A directory on the chain whose metadata cannot be read is not trusted.
+    #[test]
+    fn an_ancestor_that_cannot_be_inspected_is_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let h = Host::new(t.path());
+        fs::create_dir_all(t.path().join("etc/a")).unwrap();
+        let f = t.path().join("etc/a/config.toml");
+        fs::write(&f, "x").unwrap();
+        let meta = fs::metadata(&f).unwrap();
+        // The file's directory is gone (replaced) between the read and the check.
+        fs::rename(t.path().join("etc/a"), t.path().join("etc/b")).unwrap();
+        let e = h
+            .check_trusted(&f, &meta, "the agent config")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("etc/a") && e.contains("cannot tell who may write"),
+            "{e}"
+        );
     }
 }

@@ -28,6 +28,36 @@ pub const CONTROL_MEMLOCK: Limit = Limit(64 << 10);
 pub const MISSING_PERFTEST: &str = "ib_write_bw not found: install perftest \
     (Debian/Ubuntu: apt-get install perftest; RHEL: dnf install perftest)";
 
+/// CAP_IPC_LOCK's bit in the capability sets of /proc/<pid>/status.
+const CAP_IPC_LOCK: u32 = 14;
+
+/// Whether the test's children would hold CAP_IPC_LOCK (with it the kernel
+/// ignores the memlock under test) unless `setpriv` drops it, from this
+/// process's /proc/self/status: held now (CapEff), passed on at exec (CapAmb),
+/// or regained at exec by an effective uid 0 (from CapBnd). Not from who owns
+/// /proc/self: a non-root caller may hold the capability.
+pub fn children_keep_ipc_lock(status: &str) -> Result<bool, String> {
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::trim)
+            .ok_or_else(|| format!("/proc/self/status has no {name} line"))
+    };
+    let caps = |name: &str| -> Result<bool, String> {
+        let v = field(name)?;
+        u64::from_str_radix(v, 16)
+            .map(|c| c & (1 << CAP_IPC_LOCK) != 0)
+            .map_err(|e| format!("/proc/self/status {name} {v:?}: {e}"))
+    };
+    let uid = field("Uid:")?;
+    let euid = uid
+        .split_whitespace()
+        .nth(1)
+        .ok_or_else(|| format!("/proc/self/status Uid: {uid:?} has no effective uid"))?;
+    Ok(caps("CapEff:")? || caps("CapAmb:")? || (euid == "0" && caps("CapBnd:")?))
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Target {
     pub device: String,

@@ -114,3 +114,29 @@ fn nothing_to_test_is_said() {
             .starts_with("selftest not run: no RDMA device on this host")
     );
 }
+
+#[test]
+fn ipc_lock_is_read_from_the_capability_sets() {
+    let st = |uid: &str, eff: &str, amb: &str| {
+        format!(
+            "Name:\tx\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nCapInh:\t0\nCapPrm:\t{eff}\nCapEff:\t{eff}\nCapBnd:\t000001ffffffffff\nCapAmb:\t{amb}\n"
+        )
+    };
+    // A non-root caller granted CAP_IPC_LOCK (0x4000) still holds it.
+    assert_eq!(
+        children_keep_ipc_lock(&st("1000", "0000000000004000", "0")),
+        Ok(true)
+    );
+    assert_eq!(
+        children_keep_ipc_lock(&st("1000", "0", "0000000000004000")),
+        Ok(true)
+    );
+    assert_eq!(children_keep_ipc_lock(&st("1000", "0", "0")), Ok(false));
+    // Root regains it at exec from the bounding set, whatever it holds now.
+    assert_eq!(children_keep_ipc_lock(&st("0", "0", "0")), Ok(true));
+    assert!(
+        children_keep_ipc_lock("Name:\tx\nUid:\t0\t0\t0\t0\n")
+            .unwrap_err()
+            .contains("CapEff")
+    );
+}

@@ -54,6 +54,10 @@ pub fn compare_releases(a: &str, b: &str) -> Ordering {
 
 /// The state `apply` records, if it differs from what is recorded.
 pub fn next_state(f: &Facts) -> Option<KernelState> {
+    // A corrupt record is the operator's to look at, not ours to overwrite.
+    if f.state_error.is_some() {
+        return None;
+    }
     let (release, boot_id) = (f.release.clone()?, f.boot_id.clone().unwrap_or_default());
     let state = match &f.state {
         None => KernelState {
@@ -95,6 +99,15 @@ pub fn check_change(f: &Facts) -> Check {
             "no /proc/sys/kernel/osrelease under this root",
         );
     };
+    if let Some(e) = &f.state_error {
+        return Check::new(
+            CHANGE,
+            Status::Unknown,
+            format!(
+                "kernel {release}; cannot tell whether it changed since the last run: the agent's state does not parse ({e}); remove the file and run `rdma-node-agent apply` to record this kernel"
+            ),
+        );
+    }
     let changed_from = changed_from(f);
     let details = json!({"release": release, "boot_id": f.boot_id, "recorded": f.state, "changed_from": changed_from});
     match &f.state {

@@ -30,9 +30,18 @@ pub fn gather(host: &Host, cfg: &KernelConfig) -> Result<Facts, HostError> {
     };
     let release = trimmed("/proc/sys/kernel/osrelease")?;
     let boot_id = trimmed("/proc/sys/kernel/random/boot_id")?;
-    let state = host
-        .state_read(&state_path())?
-        .and_then(|d| serde_json::from_slice(&d).ok());
+    // A state file that does not parse is not a first run: the kernel the agent
+    // last ran on is unknown, and so is whether it changed.
+    let (state, state_error) = match host.state_read(&state_path())? {
+        None => (None, None),
+        Some(d) => match serde_json::from_slice(&d) {
+            Ok(s) => (Some(s), None),
+            Err(e) => (
+                None,
+                Some(format!("{}: {e}", host.path(&state_path()).display())),
+            ),
+        },
+    };
     let loaded = host.read_string(Path::new("/proc/modules"))?.map(|t| {
         t.lines()
             .filter_map(|l| l.split_whitespace().next())
@@ -40,6 +49,15 @@ pub fn gather(host: &Host, cfg: &KernelConfig) -> Result<Facts, HostError> {
             .collect()
     });
     let required: BTreeSet<String> = cfg.required_modules.iter().map(|m| norm(m)).collect();
+    let running_builtin = required
+        .iter()
+        .filter(|m| {
+            !loaded
+                .as_ref()
+                .is_some_and(|l: &BTreeSet<String>| l.contains(*m))
+        })
+        .filter_map(|m| builtin_evidence(host, m).map(|e| (m.clone(), e)))
+        .collect();
     let modules = match &release {
         Some(rel) => Some(module_tree(host, rel, &required)?),
         None => None,
@@ -93,7 +111,9 @@ pub fn gather(host: &Host, cfg: &KernelConfig) -> Result<Facts, HostError> {
         release,
         boot_id,
         state,
+        state_error,
         loaded,
+        running_builtin,
         modules,
         kernels,
         dkms_modules,
@@ -106,6 +126,31 @@ pub fn gather(host: &Host, cfg: &KernelConfig) -> Result<Facts, HostError> {
 /// The file modprobe would load for each required module: depmod's choice in
 /// modules.dep (it applies depmod.d's search order and overrides), else
 /// modules.builtin. modules.order names the in-tree file a choice shadows.
+/// Kernel interfaces a module that is not loaded can only have from the
+/// kernel image: its class or device (built-in modules without parameters
+/// have no /sys/module directory).
+const BUILTIN_INTERFACES: &[(&str, &str)] = &[
+    ("ib_uverbs", "/sys/class/infiniband_verbs"),
+    ("ib_umad", "/sys/class/infiniband_mad"),
+    ("rdma_ucm", "/sys/class/misc/rdma_cm"),
+    ("rdma_ucm", "/dev/infiniband/rdma_cm"),
+];
+
+/// Why the running kernel shows module `m` as built in, if it does: a
+/// /sys/module directory without `initstate` (a loaded module has one), or an
+/// interface only it provides. Only asked for modules not in /proc/modules.
+fn builtin_evidence(host: &Host, m: &str) -> Option<String> {
+    let dir = Path::new("/sys/module").join(m);
+    if host.is_dir(&dir) && !host.exists(&dir.join("initstate")) {
+        return Some(format!("{} has no initstate", dir.display()));
+    }
+    BUILTIN_INTERFACES
+        .iter()
+        .filter(|(name, _)| *name == m)
+        .find(|(_, p)| host.exists(Path::new(p)))
+        .map(|(_, p)| format!("{p} is there"))
+}
+
 fn module_tree(
     host: &Host,
     release: &str,

@@ -107,8 +107,13 @@ pub struct Facts {
     pub release: Option<String>,
     pub boot_id: Option<String>,
     pub state: Option<KernelState>,
+    /// Why the recorded state could not be used (it does not parse).
+    pub state_error: Option<String>,
     /// Loaded modules (names with '_').
     pub loaded: Option<BTreeSet<String>>,
+    /// Required modules the running kernel shows as built in, with the
+    /// evidence (`/sys/module/ib_core` without `initstate`).
+    pub running_builtin: BTreeMap<String, String>,
     pub modules: Option<ModuleTree>,
     /// Every directory of /lib/modules.
     pub kernels: Vec<InstalledKernel>,

@@ -16,45 +16,58 @@ pub fn check_modules(f: &Facts, cfg: &KernelConfig) -> Check {
             "no modules required (kernel.required_modules is empty)",
         );
     }
-    let (Some(release), Some(loaded), Some(tree)) = (&f.release, &f.loaded, &f.modules) else {
+    let (Some(release), Some(loaded)) = (&f.release, &f.loaded) else {
         return Check::new(
             MODULES,
             Status::Unknown,
             "no /proc/modules or kernel release under this root",
         );
     };
-    let resolved = match tree {
-        ModuleTree::Absent => {
-            return Check::new(
-                MODULES,
-                Status::Unknown,
-                format!("/lib/modules/{release} is not there to read"),
-            );
+    // Why /lib/modules/<release> says nothing, when it does not.
+    let tree_gap = match &f.modules {
+        Some(ModuleTree::Read(_)) => None,
+        Some(ModuleTree::NoModulesDep) => Some(format!(
+            "/lib/modules/{release}/modules.dep is missing, so which file modprobe \
+             would load is unknown: run `depmod {release}`"
+        )),
+        Some(ModuleTree::Absent) | None => {
+            Some(format!("/lib/modules/{release} is not there to read"))
         }
-        ModuleTree::NoModulesDep => {
-            return Check::new(
-                MODULES,
-                Status::Unknown,
-                format!(
-                    "/lib/modules/{release}/modules.dep is missing, so which file modprobe \
-                     would load is unknown: run `depmod {release}`"
-                ),
-            );
-        }
-        ModuleTree::Read(r) => r,
+    };
+    let resolved = match &f.modules {
+        Some(ModuleTree::Read(r)) => Some(r),
+        _ => None,
     };
     let mut problems = Vec::new();
+    let mut unknown = Vec::new();
+    let mut builtin = Vec::new();
     let mut notes = Vec::new();
     let mut details = Vec::new();
     for m in &cfg.required_modules {
         let name = norm(m);
         let is_loaded = loaded.contains(&name);
-        let r = resolved.get(&name).unwrap_or(&Resolved::Missing);
+        // The running kernel's own word first: built into its image.
+        if let Some(why) = f.running_builtin.get(&name) {
+            builtin.push(m.clone());
+            details.push(
+                json!({"module": m, "loaded": false, "resolved": "builtin", "evidence": why}),
+            );
+            continue;
+        }
+        let Some(r) = resolved.map(|r| r.get(&name).unwrap_or(&Resolved::Missing)) else {
+            unknown.push(if is_loaded {
+                format!("{m} is loaded, but the file modprobe would load next is unknown")
+            } else {
+                format!("{m} is not loaded, and the running kernel does not show it built in")
+            });
+            details.push(json!({"module": m, "loaded": is_loaded, "resolved": null}));
+            continue;
+        };
         if !is_loaded && *r != Resolved::Builtin {
             problems.push(format!("{m} is not loaded"));
         }
         match r {
-            Resolved::Builtin => {}
+            Resolved::Builtin => builtin.push(m.clone()),
             Resolved::Missing => problems.push(format!(
                 "{m} has no file in /lib/modules/{release}/modules.dep (nor is it built in)"
             )),
@@ -74,21 +87,50 @@ pub fn check_modules(f: &Facts, cfg: &KernelConfig) -> Check {
         }
         details.push(json!({"module": m, "loaded": is_loaded, "resolved": r}));
     }
-    let details =
-        json!({"release": release, "modules": details, "driver": f.driver, "shadowed": notes});
-    if problems.is_empty() {
-        let mut msg = format!(
+    let details = json!({"release": release, "modules": details, "driver": f.driver, "shadowed": notes, "builtin": builtin});
+    if !problems.is_empty() {
+        return Check::new(
+            MODULES,
+            Status::Fail,
+            [problems, unknown].concat().join("; "),
+        )
+        .with_details(details);
+    }
+    if !unknown.is_empty() {
+        let gap = tree_gap.unwrap_or_default();
+        return Check::new(
+            MODULES,
+            Status::Unknown,
+            format!("{}: {gap}", unknown.join("; ")),
+        )
+        .with_details(details);
+    }
+    let from_files: Vec<&String> = cfg
+        .required_modules
+        .iter()
+        .filter(|m| !builtin.contains(m))
+        .collect();
+    let mut msg = match (from_files.is_empty(), builtin.is_empty()) {
+        (false, true) => format!(
             "{} loaded, files match {release}",
             cfg.required_modules.join(", ")
-        );
-        if let Some(d) = &f.driver {
-            msg.push_str(&format!("; driver {d}"));
-        }
-        if !notes.is_empty() {
-            msg.push_str(&format!("; {}", notes.join("; ")));
-        }
-        Check::new(MODULES, Status::Ok, msg).with_details(details)
-    } else {
-        Check::new(MODULES, Status::Fail, problems.join("; ")).with_details(details)
+        ),
+        (true, _) => format!("{} built into kernel {release}", builtin.join(", ")),
+        (false, false) => format!(
+            "{} loaded, files match {release}; {} built in",
+            from_files
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            builtin.join(", ")
+        ),
+    };
+    if let Some(d) = &f.driver {
+        msg.push_str(&format!("; driver {d}"));
     }
+    if !notes.is_empty() {
+        msg.push_str(&format!("; {}", notes.join("; ")));
+    }
+    Check::new(MODULES, Status::Ok, msg).with_details(details)
 }

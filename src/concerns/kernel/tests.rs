@@ -279,3 +279,32 @@ fn kernel_change_is_reported_then_recorded() {
         "kernel 6.8.0-40-generic, unchanged"
     );
 }
+
+/// A state file that does not parse is not a first run.
+#[test]
+fn corrupt_state_is_unknown_not_a_first_run() {
+    let t = tempfile::tempdir().unwrap();
+    let host = crate::host::Host::new(t.path());
+    std::fs::create_dir_all(t.path().join("proc/sys/kernel")).unwrap();
+    std::fs::write(
+        t.path().join("proc/sys/kernel/osrelease"),
+        "6.8.0-40-generic\n",
+    )
+    .unwrap();
+    let state = host.path(&super::state_path());
+    std::fs::create_dir_all(state.parent().unwrap()).unwrap();
+    std::fs::write(&state, "{\"release\": \"6.8.0-31-gen").unwrap();
+    let f = super::gather::gather(&host, &KernelConfig::default()).unwrap();
+    let c = check_change(&f);
+    assert_eq!(c.status, Status::Unknown, "{}", c.message);
+    assert!(
+        c.message.contains(&state.display().to_string()),
+        "{}",
+        c.message
+    );
+    assert!(!c.message.contains("first run"), "{}", c.message);
+    assert!(
+        next_state(&f).is_none(),
+        "a corrupt record is not overwritten"
+    );
+}

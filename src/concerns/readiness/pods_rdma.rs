@@ -10,10 +10,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Serialize;
-use serde_json::json;
 
-use crate::check::{Check, Status};
-use crate::config::{Config, Limit, Severity};
+use crate::config::{Config, Limit};
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::engine::observe::{Observation, RdmaProblem};
 use crate::host::snapshot::Snapshot;
@@ -137,11 +135,26 @@ fn devices_cgroup(cgroup: &str) -> Option<&str> {
     })
 }
 
-pub fn gather(snap: &Snapshot) -> crate::host::Result<Vec<Container>> {
+/// The running pod containers, and what could not be read on the way (a
+/// process whose cgroup is unreadable may be a pod's).
+#[derive(Debug, Clone, Default)]
+pub struct Facts {
+    pub containers: Vec<Container>,
+    pub unreadable: Vec<String>,
+}
+
+pub fn gather(snap: &Snapshot) -> crate::host::Result<Facts> {
     let mut by_id: BTreeMap<(Option<String>, Option<String>), Container> = BTreeMap::new();
+    let mut unreadable = Vec::new();
     for &pid in snap.pids()? {
-        let Some(cg) = procfs::read(snap, pid, "cgroup") else {
-            continue;
+        let cg = match snap.proc_read(pid, "cgroup") {
+            Ok(Some(cg)) => cg,
+            // Gone since /proc was listed.
+            Ok(None) => continue,
+            Err(e) => {
+                unreadable.push(format!("pid {pid}: {e}"));
+                continue;
+            }
         };
         let Some((pod_uid, container_id)) = parse_cgroup(&cg) else {
             continue;
@@ -195,13 +208,22 @@ pub fn gather(snap: &Snapshot) -> crate::host::Result<Vec<Container>> {
                     ),
                     Err(e) => (Vec::new(), Some(e.to_string())),
                 };
-                let cgroup_devices = devices_cgroup(&cg)
-                    .and_then(|p| {
-                        let list = format!("/sys/fs/cgroup/devices{p}/devices.list");
-                        snap.read_string(Path::new(&list)).ok().flatten()
-                    })
-                    .map(|t| parse_devices_list(&t))
-                    .unwrap_or_default();
+                let mut cgroup_devices = Vec::new();
+                if let Some(p) = devices_cgroup(&cg) {
+                    let list = format!("/sys/fs/cgroup/devices{p}/devices.list");
+                    match snap.read_string(Path::new(&list)) {
+                        Ok(t) => {
+                            cgroup_devices = t.map(|t| parse_devices_list(&t)).unwrap_or_default()
+                        }
+                        Err(e) => unreadable.push(format!(
+                            "pod {} container {}: {e}",
+                            pod_uid.as_deref().unwrap_or("?"),
+                            container_id
+                                .as_deref()
+                                .map_or("?", |c| &c[..c.len().min(12)])
+                        )),
+                    }
+                }
                 Container {
                     pod_uid,
                     container_id,
@@ -213,7 +235,10 @@ pub fn gather(snap: &Snapshot) -> crate::host::Result<Vec<Container>> {
             });
         c.processes.push(process);
     }
-    Ok(by_id.into_values().collect())
+    Ok(Facts {
+        containers: by_id.into_values().collect(),
+        unreadable,
+    })
 }
 
 /// What one container with RDMA devices lacks, judged on the processes that
@@ -312,112 +337,11 @@ pub fn findings(containers: &[Container], target: Limit) -> (Vec<Finding>, Vec<&
     (out, unreadable)
 }
 
-fn name(f: &Finding) -> String {
-    format!(
-        "pod {} container {} ({}, pid {})",
-        f.pod_uid.as_deref().unwrap_or("?"),
-        f.container_id
-            .as_deref()
-            .map_or("?", |c| &c[..c.len().min(12)]),
-        f.process.comm,
-        f.process.pid
-    )
-}
-
-/// What is wrong with one finding and how to fix it.
-pub fn explain(f: &Finding, target: Limit) -> String {
-    let mut what = Vec::new();
-    if f.problems.contains(&RdmaProblem::NoIpcLock) {
-        what.push(
-            "lacks CAP_IPC_LOCK: NCCL will crash registering memory; add IPC_LOCK to \
-             securityContext.capabilities.add"
-                .to_owned(),
-        );
-    }
-    if f.problems.contains(&RdmaProblem::LowMemlock) {
-        let soft = f.process.memlock_soft.unwrap_or(Limit(0));
-        let hard = f
-            .process
-            .memlock_hard
-            .map_or_else(|| "?".to_owned(), |h| h.to_string());
-        what.push(format!(
-            "its memlock {soft} (hard {hard}) is below {target} without CAP_IPC_LOCK: \
-             ibv_reg_mr fails (\"Couldn't allocate MR\") past it; run `rdma-node-agent apply` \
-             and recreate the pod"
-        ));
-    }
-    format!("{} {} but {}", name(f), f.evidence, what.join("; and "))
-}
-
-pub fn check(containers: &[Container], target: Limit, severity: Severity) -> Check {
-    let (found, unreadable) = findings(containers, target);
-    let bad: Vec<&Finding> = found.iter().filter(|f| !f.problems.is_empty()).collect();
-    let unknown: Vec<&Finding> = found
-        .iter()
-        .filter(|f| f.problems.is_empty() && !f.unknown.is_empty())
-        .collect();
-    let details = json!({
-        "containers": found,
-        "unreadable": unreadable.iter().map(|c| json!({
-            "pod_uid": c.pod_uid, "container_id": c.container_id,
-        })).collect::<Vec<_>>(),
-    });
-    let unreadable_note = (!unreadable.is_empty()).then(|| {
-        format!(
-            "the open files of {} pod container(s) could not be read (run as root, or with CAP_SYS_PTRACE as the service does)",
-            unreadable.len()
-        )
-    });
-    let (status, message) = if !bad.is_empty() {
-        let status = match severity {
-            Severity::Warn => Status::Warn,
-            Severity::Fail => Status::Fail,
-        };
-        let named: Vec<String> = bad.iter().take(5).map(|f| explain(f, target)).collect();
-        let more = if bad.len() > 5 {
-            format!("; and {} more", bad.len() - 5)
-        } else {
-            String::new()
-        };
-        let mut m = format!(
-            "{} of {} RDMA pod container(s) cannot register memory: {}{more}",
-            bad.len(),
-            found.len(),
-            named.join("; ")
-        );
-        if let Some(n) = &unreadable_note {
-            m.push_str(&format!("; {n}"));
-        }
-        (status, m)
-    } else if !unknown.is_empty() || unreadable_note.is_some() {
-        let mut parts: Vec<String> = unknown
-            .iter()
-            .map(|f| format!("{}: cannot read its {}", name(f), f.unknown.join(", ")))
-            .collect();
-        parts.extend(unreadable_note);
-        (Status::Unknown, parts.join("; "))
-    } else if found.is_empty() {
-        (
-            Status::Ok,
-            "no running pod container has RDMA devices".to_owned(),
-        )
-    } else {
-        (
-            Status::Ok,
-            format!(
-                "{} RDMA pod container(s), each with CAP_IPC_LOCK or memlock at {target}",
-                found.len()
-            ),
-        )
-    };
-    Check::new(CHECK_ID, status, message).with_details(details)
-}
-
 /// `pods.rdma` as a concern.
 pub struct PodsRdma;
 
 impl Concern for PodsRdma {
-    type Facts = Vec<Container>;
+    type Facts = Facts;
 
     fn ids(&self) -> &'static [&'static str] {
         &[CHECK_ID]
@@ -427,13 +351,13 @@ impl Concern for PodsRdma {
         true
     }
 
-    fn gather(&self, snap: &Snapshot, _cfg: &Config) -> Result<Vec<Container>, GatherError> {
+    fn gather(&self, snap: &Snapshot, _cfg: &Config) -> Result<Facts, GatherError> {
         gather(snap).map_err(GatherError::unknown)
     }
 
-    fn decide(&self, containers: &Vec<Container>, ctx: &Ctx) -> Decision {
+    fn decide(&self, facts: &Facts, ctx: &Ctx) -> Decision {
         let target = ctx.config.containerd.memlock;
-        let (found, _) = findings(containers, target);
+        let (found, _) = findings(&facts.containers, target);
         let observations = found
             .into_iter()
             .map(|f| Observation::RdmaContainer {
@@ -443,12 +367,21 @@ impl Concern for PodsRdma {
             })
             .collect();
         Decision {
-            checks: vec![check(containers, target, ctx.config.pods.rdma)],
+            checks: vec![check_with(
+                &facts.containers,
+                &facts.unreadable,
+                target,
+                ctx.config.pods.rdma,
+            )],
             observations,
             ..Decision::default()
         }
     }
 }
+
+#[path = "pods_rdma_report.rs"]
+mod report;
+pub use report::{check, check_with, explain};
 
 #[cfg(test)]
 #[path = "pods_rdma_tests.rs"]

@@ -1,4 +1,7 @@
 use super::*;
+use crate::check::Status;
+use crate::config::Severity;
+use serde_json::json;
 
 const ID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 /// CapEff of a root shell (every capability) and of containerd's default set
@@ -172,4 +175,49 @@ fn unreadable_is_unknown_never_ok() {
     p.cap_eff = None;
     let c = check(&[container(vec![p])], Limit::UNLIMITED, Severity::Warn);
     assert_eq!(c.status, Status::Unknown, "{}", c.message);
+}
+
+/// A process whose /proc/PID/cgroup cannot be read, or a container whose
+/// devices.list cannot, is named and makes the check unknown: it is not skipped.
+#[test]
+fn unreadable_cgroup_and_devices_list_are_named() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path();
+    // pid 10: its cgroup is a directory (unreadable as a file).
+    std::fs::create_dir_all(root.join("proc/10/cgroup")).unwrap();
+    // pid 11: a pod container whose devices.list is unreadable.
+    std::fs::create_dir_all(root.join("proc/11")).unwrap();
+    let cg = format!("12:devices:/kubepods/podabc/{ID}\n0::/kubepods/podabc/{ID}\n");
+    std::fs::write(root.join("proc/11/cgroup"), &cg).unwrap();
+    std::fs::write(root.join("proc/11/comm"), "sleep\n").unwrap();
+    let list = root.join(format!(
+        "sys/fs/cgroup/devices/kubepods/podabc/{ID}/devices.list"
+    ));
+    std::fs::create_dir_all(&list).unwrap();
+    let snap = Snapshot::new(crate::host::Host::new(root));
+    let f = gather(&snap).unwrap();
+    assert_eq!(f.unreadable.len(), 2, "{:?}", f.unreadable);
+    assert!(
+        f.unreadable[0].contains("/proc/10/cgroup"),
+        "{:?}",
+        f.unreadable
+    );
+    assert!(
+        f.unreadable[1].contains("devices.list"),
+        "{:?}",
+        f.unreadable
+    );
+    let c = check_with(
+        &f.containers,
+        &f.unreadable,
+        Limit::UNLIMITED,
+        Severity::Warn,
+    );
+    assert_eq!(c.status, Status::Unknown, "{}", c.message);
+    assert!(
+        c.message.contains("2 process file(s) could not be read"),
+        "{}",
+        c.message
+    );
+    assert!(c.message.contains("pid 10"), "{}", c.message);
 }

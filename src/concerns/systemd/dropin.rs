@@ -26,8 +26,9 @@ pub struct UnitFacts {
     pub status: Option<UnitStatus>,
     /// Why systemd could not be asked, when it could not.
     pub status_error: Option<String>,
-    /// The soft locked-memory limit of the unit's running main process.
-    pub process_memlock: Option<Limit>,
+    /// The soft locked-memory limit of the unit's running main process, or why
+    /// it could not be read (no main process, /proc/PID/limits unreadable).
+    pub process_memlock: Result<Limit, String>,
 }
 
 pub fn dropin_path(unit: &str, name: &str) -> PathBuf {
@@ -46,19 +47,22 @@ pub fn gather(
         let path = dropin_path(unit, &cfg.dropin);
         let current = host.read(&path)?.map(|d| d.bytes);
         let (status, status_error) = match manager.map(|m| m.status(unit)) {
-            None => (None, None),
+            None => (None, host.manager_error().map(str::to_owned)),
             Some(Ok(s)) => (Some(s), None),
             Some(Err(e)) => (None, Some(e.to_string())),
         };
         // Without systemd to name the main process, find it by its command name.
         let pid = match &status {
-            Some(s) if s.main_pid > 0 => Some(s.main_pid),
-            Some(_) => None,
-            None => *found_pid,
+            Some(s) if s.main_pid > 0 => Ok(s.main_pid),
+            Some(s) => Err(format!(
+                "systemd names no main process of {unit} (it is {})",
+                s.active_state
+            )),
+            None => found_pid.ok_or_else(|| {
+                format!("no containerd process of {unit} found (systemd cannot be asked)")
+            }),
         };
-        let process_memlock = pid
-            .and_then(|p| procfs::read(host, p, "limits"))
-            .and_then(|l| procfs::parse_limit(&l, procfs::MEMLOCK_ROW));
+        let process_memlock = pid.and_then(|p| memlock_of(host, p));
         out.push(UnitFacts {
             unit: unit.clone(),
             path,
@@ -69,6 +73,25 @@ pub fn gather(
         });
     }
     Ok(out)
+}
+
+/// The soft memlock of a process, or why it could not be read.
+fn memlock_of(host: &Snapshot, pid: u32) -> Result<Limit, String> {
+    let path = procfs::proc_file(pid, "limits");
+    match host.proc_read(pid, "limits") {
+        Ok(Some(l)) => procfs::parse_limit(&l, procfs::MEMLOCK_ROW).ok_or_else(|| {
+            format!(
+                "{} has no readable \"{}\" row",
+                path.display(),
+                procfs::MEMLOCK_ROW
+            )
+        }),
+        Ok(None) => Err(format!(
+            "{} is gone (process {pid} exited?)",
+            path.display()
+        )),
+        Err(e) => Err(e),
+    }
 }
 
 pub fn content(limit: Limit) -> String {
@@ -139,27 +162,23 @@ pub fn check(facts: &[UnitFacts], cfg: &SystemdConfig) -> Check {
                 continue;
             }
         }
-        match f.process_memlock {
-            Some(l) if l == cfg.memlock => {}
-            Some(l) => problems.push((
+        match &f.process_memlock {
+            Ok(l) if *l == cfg.memlock => {}
+            Ok(l) => problems.push((
                 Status::Fail,
                 format!(
                     "{}: needs restart: its main process runs with memlock {l}, want {}",
                     f.unit, cfg.memlock
                 ),
             )),
-            None if f.status.is_none() => problems.push((
-                Status::Warn,
+            // Not seen in effect is not in effect: the check cannot tell.
+            Err(why) => problems.push((
+                Status::Unknown,
                 format!(
-                    "{}: drop-in in place; the running process could not be found{}",
-                    f.unit,
-                    f.status_error
-                        .as_deref()
-                        .map(|e| format!(" ({e})"))
-                        .unwrap_or_default()
+                    "{}: drop-in in place, but its effect on the running process could not be read: {why}",
+                    f.unit
                 ),
             )),
-            None => {}
         }
     }
     let details = json!({
@@ -169,11 +188,18 @@ pub fn check(facts: &[UnitFacts], cfg: &SystemdConfig) -> Check {
             "dropin": f.path,
             "systemd_limit_memlock": f.status.as_ref().and_then(|s| s.limit_memlock),
             "main_pid": f.status.as_ref().map(|s| s.main_pid),
-            "process_memlock": f.process_memlock.map(|l| l.to_string()),
+            "process_memlock": f.process_memlock.as_ref().ok().map(|l| l.to_string()),
+            "process_memlock_error": f.process_memlock.as_ref().err(),
         })).collect::<Vec<_>>(),
     });
     let worst = problems.iter().map(|(s, _)| *s).max();
-    match worst {
+    // What systemd was not asked (unit state, loaded limit), and why.
+    let not_asked = facts
+        .iter()
+        .find_map(|f| f.status_error.as_deref())
+        .map(|e| format!(" (unit state and loaded LimitMEMLOCK unchecked: {e})"))
+        .unwrap_or_default();
+    let check = match worst {
         None => Check::new(
             CHECK_ID,
             Status::Ok,
@@ -196,6 +222,10 @@ pub fn check(facts: &[UnitFacts], cfg: &SystemdConfig) -> Check {
                 .collect::<Vec<_>>()
                 .join("; "),
         ),
+    };
+    Check {
+        message: format!("{}{not_asked}", check.message),
+        ..check
     }
     .with_details(details)
 }
@@ -214,7 +244,7 @@ mod tests {
     fn facts(
         current: Option<&str>,
         status: Option<UnitStatus>,
-        proc: Option<Limit>,
+        proc: Result<Limit, String>,
     ) -> Vec<UnitFacts> {
         vec![UnitFacts {
             unit: "containerd.service".into(),
@@ -238,7 +268,7 @@ mod tests {
     #[test]
     fn missing_dropin_is_planned_with_a_restart() {
         let c = cfg(Limit::UNLIMITED);
-        let p = decide(&facts(None, None, None), &c);
+        let p = decide(&facts(None, None, Err("none".into())), &c);
         assert_eq!(p.changes.len(), 1);
         assert!(
             String::from_utf8_lossy(p.changes[0].new.as_ref().unwrap())
@@ -249,19 +279,105 @@ mod tests {
         let mut plan = Plan::default();
         plan.extend(p);
         assert_eq!(plan.restarts().collect::<Vec<_>>(), ["containerd.service"]);
-        assert_eq!(check(&facts(None, None, None), &c).status, Status::Fail);
+        assert_eq!(
+            check(&facts(None, None, Err("none".into())), &c).status,
+            Status::Fail
+        );
     }
 
     #[test]
     fn reload_then_restart_pending_then_ok() {
         let c = cfg(Limit(4 << 20));
         let want = content(c.memlock);
-        let f = facts(Some(&want), Some(status(65536)), Some(Limit(65536)));
+        let f = facts(Some(&want), Some(status(65536)), Ok(Limit(65536)));
         assert!(decide(&f, &c).is_empty());
         assert!(check(&f, &c).message.contains("daemon-reload pending"));
-        let f = facts(Some(&want), Some(status(4 << 20)), Some(Limit(65536)));
+        let f = facts(Some(&want), Some(status(4 << 20)), Ok(Limit(65536)));
         assert!(check(&f, &c).message.contains("needs restart"));
-        let f = facts(Some(&want), Some(status(4 << 20)), Some(Limit(4 << 20)));
+        let f = facts(Some(&want), Some(status(4 << 20)), Ok(Limit(4 << 20)));
         assert_eq!(check(&f, &c).status, Status::Ok);
+    }
+
+    /// Systemd has loaded the drop-in and the unit is active, but the main
+    /// process's limits cannot be read: that is not "in effect".
+    #[test]
+    fn unreadable_main_process_is_unknown_not_ok() {
+        let c = cfg(Limit::UNLIMITED);
+        let want = content(c.memlock);
+        let t = tempfile::tempdir().unwrap();
+        // /proc/42/limits exists but cannot be read (a directory in its place).
+        std::fs::create_dir_all(t.path().join("proc/42/limits")).unwrap();
+        let snap = Snapshot::new(crate::host::Host::new(t.path()));
+        let why = memlock_of(&snap, 42).unwrap_err();
+        assert!(why.contains("/proc/42/limits"), "{why}");
+        let f = facts(Some(&want), Some(status(u64::MAX)), Err(why));
+        let ch = check(&f, &c);
+        assert_eq!(ch.status, Status::Unknown, "{}", ch.message);
+        assert!(ch.message.contains("/proc/42/limits"), "{}", ch.message);
+        // Gone: named too.
+        assert!(
+            memlock_of(&snap, 43)
+                .unwrap_err()
+                .contains("/proc/43/limits")
+        );
+        // MainPID 0 for an active service: systemd could not name the process.
+        let mut s = status(u64::MAX);
+        s.main_pid = 0;
+        let dir = t.path().join("etc/systemd/system/containerd.service.d");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("50-rdma-node-agent.conf"), &want).unwrap();
+        let facts = gather_with_status(&snap, &c, s);
+        let ch = check(&facts, &c);
+        assert_eq!(ch.status, Status::Unknown, "{}", ch.message);
+        assert!(ch.message.contains("no main process"), "{}", ch.message);
+    }
+
+    fn gather_with_status(snap: &Snapshot, c: &SystemdConfig, s: UnitStatus) -> Vec<UnitFacts> {
+        struct One(UnitStatus);
+        impl ServiceManager for One {
+            fn reload(&self) -> Result<(), crate::host::service::SystemdError> {
+                Ok(())
+            }
+            fn restart(
+                &self,
+                _: &str,
+                _: std::time::Duration,
+                _: &crate::host::stop::Stop,
+            ) -> Result<(), crate::host::service::SystemdError> {
+                Ok(())
+            }
+            fn status(&self, _: &str) -> Result<UnitStatus, crate::host::service::SystemdError> {
+                Ok(self.0.clone())
+            }
+            fn run_transient(
+                &self,
+                _: &str,
+                _: &[String],
+                _: std::time::Duration,
+                _: &crate::host::stop::Stop,
+            ) -> Result<(), crate::host::service::SystemdError> {
+                Ok(())
+            }
+        }
+        gather(snap, c, &[("containerd.service".to_owned(), None)], Some(&One(s))).unwrap()
+    }
+
+    /// On a live host without systemd's bus, the check says what it could not ask.
+    #[test]
+    fn without_systemd_the_check_says_what_it_could_not_ask() {
+        let c = cfg(Limit::UNLIMITED);
+        let t = tempfile::tempdir().unwrap();
+        let snap = Snapshot::new(crate::host::Host::new(t.path()))
+            .with_manager_error("cannot ask systemd: no bus socket".into());
+        let f = gather(&snap, &c, &[("containerd.service".to_owned(), None)], None).unwrap();
+        let ch = check(&f, &c);
+        assert_eq!(ch.status, Status::Fail, "{}", ch.message);
+        assert!(
+            ch.message
+                .contains("unit state and loaded LimitMEMLOCK unchecked")
+                && ch.message.contains("cannot ask systemd: no bus socket"),
+            "{}",
+            ch.message
+        );
     }
 }

@@ -1,9 +1,11 @@
 //! `rdma.devices`: the inventory against the expectations in `[rdma]`.
 //!
-//! Without expectations the check only reports, but never reads `ok` on what it
-//! could not see: no RDMA device at all is `skipped` (with expectations, `fail`);
-//! a broken class link, a device without ports or an unreadable field is a
-//! warning; an expected port whose state is unknown is `unknown`, not `fail`.
+//! Without expectations the check judges what every RDMA node needs: devices
+//! present with no ACTIVE port is `fail`, a port not ACTIVE (and not in
+//! `rdma.ignore_ports`) a warning. It never reads `ok` on what it could not
+//! see: no RDMA device at all is `skipped` (with expectations, `fail`); a broken
+//! class link, a device without ports or an unreadable field is a warning; a
+//! port whose state is unknown is `unknown`, not `fail`.
 
 use std::collections::BTreeMap;
 
@@ -131,6 +133,70 @@ pub fn unmet(devices: &[Device], cfg: &RdmaConfig) -> Unmet {
     out
 }
 
+/// Without expectations, what an RDMA node needs anyway.
+#[derive(Debug, Default, PartialEq)]
+pub struct Defaults {
+    /// No port ACTIVE and none of unknown state: the node cannot run RDMA jobs.
+    pub none_active: Option<String>,
+    /// Ports not ACTIVE (and not in `rdma.ignore_ports`), each named.
+    pub down: Vec<String>,
+    /// No port known ACTIVE, some of unknown state.
+    pub unknown: Vec<String>,
+}
+
+/// Some ACTIVE port (else the node cannot run RDMA jobs), and every port
+/// ACTIVE unless listed in `rdma.ignore_ports` (down by design). Applies only
+/// when `[rdma]` has no expectations: those decide otherwise.
+pub fn defaults(devices: &[Device], cfg: &RdmaConfig) -> Defaults {
+    let mut out = Defaults::default();
+    if devices.is_empty() || !cfg.expect_port.is_empty() || !cfg.min_active_ports.is_empty() {
+        return out;
+    }
+    // Validated at config load.
+    let ignored: Vec<glob::Pattern> = cfg
+        .ignore_ports
+        .iter()
+        .filter_map(|p| glob::Pattern::new(p).ok())
+        .collect();
+    let mut unknown = Vec::new();
+    let mut active = 0;
+    for d in devices {
+        for p in &d.ports {
+            let at = format!("{}/{}", d.name, p.port);
+            match (p.active(), p.state) {
+                (Some(true), _) => active += 1,
+                _ if ignored.iter().any(|g| g.matches(&at)) => {}
+                (Some(false), Some(s)) => {
+                    let phys = p.phys_state.map_or("phys_state unknown", |s| s.name());
+                    out.down.push(format!("{at} is {} ({phys})", s.name()));
+                }
+                _ => unknown.push(at),
+            }
+        }
+    }
+    if active > 0 {
+        return out;
+    }
+    if unknown.is_empty() {
+        out.none_active = Some(format!(
+            "no ACTIVE port on any of {} RDMA device(s): this node cannot run RDMA jobs{}",
+            devices.len(),
+            if out.down.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", listed(&out.down))
+            }
+        ));
+        out.down.clear();
+    } else {
+        out.unknown.push(format!(
+            "no port is known to be ACTIVE: the state of {} is unknown",
+            unknown.join(", ")
+        ));
+    }
+    out
+}
+
 fn active_by_link_layer(devices: &[Device]) -> BTreeMap<&'static str, u32> {
     let mut m = BTreeMap::new();
     for p in devices
@@ -199,8 +265,13 @@ fn listed(items: &[String]) -> String {
 pub fn check(devices: &[Device], cfg: &RdmaConfig, gpu: &Finding) -> Check {
     let Unmet {
         mut failures,
-        unknown,
+        mut unknown,
     } = unmet(devices, cfg);
+    unknown.extend(gpu.unknown.iter().cloned());
+    // Without expectations: none ACTIVE fails; a port not ACTIVE warns.
+    let d = defaults(devices, cfg);
+    failures.extend(d.none_active);
+    unknown.extend(d.unknown);
     failures.extend(gpu.missing.iter().map(|m| {
         format!(
             "GPUDirect module {m} is not loaded ({} NVIDIA GPU(s) present; required by rdma.gpudirect_required)",
@@ -215,6 +286,11 @@ pub fn check(devices: &[Device], cfg: &RdmaConfig, gpu: &Finding) -> Check {
             Some(Problem::BrokenLink(why)) => Some(format!("{}: broken link ({why})", d.name)),
             None => None,
         })
+        .chain(
+            d.down
+                .iter()
+                .map(|p| format!("{p}; list it in rdma.ignore_ports if it is down by design")),
+        )
         .collect();
     let active = active_by_link_layer(devices);
     let details = json!({

@@ -17,6 +17,7 @@ pub use assess::{CHECK_ID, check, unmet};
 pub use gather::{RawDevice, RawPort, Read, gather};
 pub use parse::{
     parse, parse_guid, parse_link_layer, parse_phys_state, parse_rate, parse_state, parse_text,
+    phys_state_note, state_note,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -61,6 +62,10 @@ pub struct Device {
     /// Per-field problems, e.g. `mlx5_0/1 rate: cannot parse "fast"`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
+    /// Values read by their number whose text is not the kernel's spelling
+    /// (`"4: ACTIVE" read as 4` for a phys_state): details, not problems.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 impl Device {
@@ -73,7 +78,7 @@ impl Device {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Port {
     pub port: u32,
-    /// `None`: the file could not be read or is not in the kernel's spelling.
+    /// `None`: the file could not be read or holds no number.
     pub state: Option<PortState>,
     pub phys_state: Option<PhysState>,
     pub rate_gbps: Option<f64>,

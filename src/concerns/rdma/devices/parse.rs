@@ -1,38 +1,48 @@
-//! The sysfs texts, parsed in the kernel's exact spellings
+//! The sysfs texts, parsed as the kernel prints them
 //! (drivers/infiniband/core/sysfs.c: `state_show`, `phys_state_show`,
-//! `rate_show`, `link_layer_show`). A value the kernel cannot print is an
-//! error on that field, which is then unknown: never read as "down".
+//! `rate_show`, `link_layer_show`). For `state` and `phys_state` the number
+//! before the colon is the kernel's ABI: a known number beside a name the
+//! kernel would not print is read by the number, and the odd text is noted.
+//! A value without a number is an error on that field, which is then
+//! unknown: never read as "down".
 
 use super::{Device, Kind, LinkLayer, PhysState, Port, PortState, Problem, RawDevice, Read};
 
-/// `"<number>: <name>"` where the name must be the kernel's for the number.
-fn numbered(text: &str, name_of: impl Fn(u32) -> &'static str) -> Result<u32, String> {
+/// The number of `"<number>: <name>"`.
+fn number(text: &str) -> Result<u32, String> {
     let t = text.trim_end_matches('\n');
     let bad = || format!("cannot parse {t:?} (expected like \"4: ACTIVE\")");
-    let (num, name) = t.split_once(": ").ok_or_else(bad)?;
-    let id: u32 = num.parse().map_err(|_| bad())?;
-    // "%d"/"%u" print no sign and no leading zero.
-    if num != id.to_string() {
-        return Err(bad());
-    }
-    if name == name_of(id) {
-        Ok(id)
-    } else {
-        Err(format!(
-            "{t:?} is not what the kernel prints for {id} (\"{id}: {}\")",
-            name_of(id)
-        ))
-    }
+    let (num, _) = t.split_once(':').ok_or_else(bad)?;
+    num.trim().parse().map_err(|_| bad())
+}
+
+/// A note when `text` is not exactly what the kernel prints for `id`.
+fn odd_name(text: &str, id: u32, name_of: impl Fn(u32) -> &'static str) -> Option<String> {
+    let t = text.trim_end_matches('\n');
+    let printed = format!("{id}: {}", name_of(id));
+    (t != printed).then(|| format!("{t:?} read as {id} (the kernel prints \"{printed}\")"))
 }
 
 /// `4: ACTIVE`, `1: DOWN`, `7: UNKNOWN` (a value past the kernel's names).
 pub fn parse_state(text: &str) -> Result<PortState, String> {
-    numbered(text, |id| PortState(id).name()).map(PortState)
+    number(text).map(PortState)
 }
 
 /// `5: LinkUp`, `7: Phy Test`, `6: LinkErrorRecovery`, `9: <unknown>`.
 pub fn parse_phys_state(text: &str) -> Result<PhysState, String> {
-    numbered(text, |id| PhysState(id).name()).map(PhysState)
+    number(text).map(PhysState)
+}
+
+/// A note when a state's text is not the kernel's spelling for its number.
+pub fn state_note(text: &str) -> Option<String> {
+    let id = number(text).ok()?;
+    odd_name(text, id, |i| PortState(i).name())
+}
+
+/// A note when a phys_state's text is not the kernel's spelling for its number.
+pub fn phys_state_note(text: &str) -> Option<String> {
+    let id = number(text).ok()?;
+    odd_name(text, id, |i| PhysState(i).name())
 }
 
 /// `200 Gb/sec (4X HDR)` → 200; `2.5 Gb/sec (1X SDR)` → 2.5; before 5.x SDR
@@ -114,6 +124,7 @@ fn field<T>(
 
 pub fn parse(raw: RawDevice) -> Device {
     let mut errors = raw.errors;
+    let mut notes = Vec::new();
     let n = &raw.name;
     let text = |errors: &mut Vec<String>, what: &str, read: &Read| {
         field(errors, &format!("{n} {what}"), read, parse_text, false).flatten()
@@ -135,6 +146,14 @@ pub fn parse(raw: RawDevice) -> Device {
             continue;
         };
         let at = format!("{n}/{number}");
+        for (what, read, note) in [
+            ("state", &p.state, state_note as fn(&str) -> Option<String>),
+            ("phys_state", &p.phys_state, phys_state_note),
+        ] {
+            if let Ok(Some(t)) = read {
+                notes.extend(note(t).map(|n| format!("{at} {what}: {n}")));
+            }
+        }
         let e = &mut errors;
         ports.push(Port {
             port: number,
@@ -188,5 +207,6 @@ pub fn parse(raw: RawDevice) -> Device {
         ports,
         problem,
         errors,
+        notes,
     }
 }

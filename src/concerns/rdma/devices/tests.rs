@@ -79,22 +79,36 @@ fn every_state_the_kernel_prints() {
 }
 
 #[test]
-fn what_the_kernel_cannot_print_is_an_error() {
-    for bad in [
-        "ACTIVE",
-        "x: ACTIVE",
-        "4: \u{1}",
-        "4:ACTIVE",
-        "4: active",
-        "1: ACTIVE",
-        "",
-    ] {
+fn a_value_without_a_number_is_an_error() {
+    for bad in ["ACTIVE", "x: ACTIVE", "-1: DOWN", ": ACTIVE", ""] {
         assert!(parse_state(bad).is_err(), "{bad:?}");
+        assert!(parse_phys_state(bad).is_err(), "{bad:?}");
     }
-    // prometheus/procfs's mlx5_0 fixture holds this phys_state: 4 is PortConfigurationTraining.
-    let e = parse_phys_state("4: ACTIVE\n").unwrap_err();
-    assert!(e.contains("\"4: PortConfigurationTraining\""), "{e}");
-    assert!(parse_phys_state("7: PhyTest").is_err());
+}
+
+/// The number is the kernel's ABI: a known number beside an unfamiliar name
+/// is read by the number, the text noted (node_exporter reads it the same way).
+#[test]
+fn the_number_decides_and_odd_text_is_noted() {
+    for (text, id) in [
+        ("4:ACTIVE", 4),
+        ("4: active", 4),
+        ("1: ACTIVE", 1),
+        ("4: \u{1}", 4),
+    ] {
+        assert_eq!(parse_state(text), Ok(PortState(id)), "{text:?}");
+        assert!(state_note(text).is_some(), "{text:?}");
+    }
+    assert_eq!(state_note("4: ACTIVE\n"), None);
+    // prometheus/procfs's recorded mlx5_0 tree holds this phys_state: 4 is
+    // PortConfigurationTraining in sysfs.c's phys_state_to_str.
+    assert_eq!(parse_phys_state("4: ACTIVE\n"), Ok(PhysState(4)));
+    let n = phys_state_note("4: ACTIVE\n").unwrap();
+    assert!(n.contains("\"4: PortConfigurationTraining\""), "{n}");
+    assert_eq!(parse_phys_state("7: PhyTest"), Ok(PhysState(7)));
+    assert_eq!(phys_state_note("7: Phy Test"), None);
+    // Past the kernel's names: read, but not a state that can be judged.
+    assert!(!parse_state("17: UNKNOWN").unwrap().is_named());
 }
 
 #[test]
@@ -147,11 +161,13 @@ fn garbage_becomes_field_errors() {
         vec![
             port("1", "banana", "fast", "InfiniBand"),
             port("x", "4: ACTIVE", "1 Gb/sec", "Ethernet"),
+            // One ACTIVE port: the node can run RDMA jobs, the garbage warns.
+            port("2", "4: ACTIVE", "100 Gb/sec (4X EDR)", "InfiniBand"),
         ],
     );
     r.node_guid = Err("/sys/…/node_guid is not valid UTF-8".into());
     let d = parse(r);
-    assert_eq!(d.ports.len(), 1);
+    assert_eq!(d.ports.len(), 2);
     assert_eq!(d.ports[0].state, None);
     assert_eq!(d.ports[0].active(), None);
     let all = d.errors.join("\n");
@@ -185,11 +201,17 @@ fn a100() -> Vec<Device> {
     ]
 }
 
+/// Without expectations an RDMA node still needs its ports: a port not
+/// ACTIVE warns, naming it, unless listed in rdma.ignore_ports.
 #[test]
-fn no_expectations_never_fail() {
+fn no_expectations_warn_on_a_port_not_active_unless_ignored() {
     let c = check(&a100(), &RdmaConfig::default(), &Finding::default());
-    assert_eq!(c.status, Status::Ok);
-    assert_eq!(c.message, "3 RDMA device(s), 2/3 port(s) ACTIVE");
+    assert_eq!(c.status, Status::Warn, "{}", c.message);
+    assert_eq!(
+        c.message,
+        "3 RDMA device(s), 2/3 port(s) ACTIVE; mlx5_0/1 is DOWN (Disabled); \
+         list it in rdma.ignore_ports if it is down by design"
+    );
     assert_eq!(c.details["devices"][2]["kind"], "bond");
     assert_eq!(c.details["devices"][0]["ports"][0]["state"], "DOWN");
     assert_eq!(
@@ -197,6 +219,59 @@ fn no_expectations_never_fail() {
         "Disabled"
     );
     assert_eq!(c.details["active_ports"]["Ethernet"], 1);
+    let cfg = RdmaConfig {
+        ignore_ports: vec!["mlx5_0/*".into()],
+        ..RdmaConfig::default()
+    };
+    let c = check(&a100(), &cfg, &Finding::default());
+    assert_eq!(c.status, Status::Ok, "{}", c.message);
+    assert_eq!(c.message, "3 RDMA device(s), 2/3 port(s) ACTIVE");
+}
+
+/// No ACTIVE port anywhere: the node cannot run RDMA jobs, expectations or not.
+/// Ports of unknown state keep that from being a failure.
+#[test]
+fn no_active_port_at_all_fails_and_unknown_states_are_unknown() {
+    let down = || {
+        vec![
+            parse(raw(
+                "mlx5_0",
+                vec![port("1", "1: DOWN", "200 Gb/sec (4X HDR)", "InfiniBand")],
+            )),
+            parse(raw(
+                "mlx5_1",
+                vec![port("1", "2: INIT", "200 Gb/sec (4X HDR)", "InfiniBand")],
+            )),
+        ]
+    };
+    let c = check(&down(), &RdmaConfig::default(), &Finding::default());
+    assert_eq!(c.status, Status::Fail, "{}", c.message);
+    assert!(
+        c.message.starts_with(
+            "no ACTIVE port on any of 2 RDMA device(s): this node cannot run RDMA jobs \
+             (mlx5_0/1 is DOWN (Disabled); mlx5_1/1 is INIT"
+        ),
+        "{}",
+        c.message
+    );
+    // Ignored ports do not count as down, but do not make the node usable either.
+    let cfg = RdmaConfig {
+        ignore_ports: vec!["mlx5_*/1".into()],
+        ..RdmaConfig::default()
+    };
+    assert_eq!(
+        check(&down(), &cfg, &Finding::default()).status,
+        Status::Fail
+    );
+    let mut d = down();
+    d[1].ports[0].state = None;
+    let c = check(&d, &RdmaConfig::default(), &Finding::default());
+    assert_eq!(c.status, Status::Unknown, "{}", c.message);
+    assert!(
+        c.message.contains("the state of mlx5_1/1 is unknown"),
+        "{}",
+        c.message
+    );
 }
 
 #[test]
@@ -231,7 +306,8 @@ fn a_device_without_ports_or_behind_a_broken_link_is_not_healthy() {
         c.message,
         "5 RDMA device(s) (1 without ports; 1 broken link(s)), 2/3 port(s) ACTIVE; \
          mlx5_2 has no ports; mlx5_3: broken link (/sys/class/infiniband/mlx5_3 points to \
-         /sys/devices/pci0000:00/0000:00:03.0/infiniband/mlx5_3, which does not exist)"
+         /sys/devices/pci0000:00/0000:00:03.0/infiniband/mlx5_3, which does not exist); \
+         mlx5_0/1 is DOWN (Disabled); list it in rdma.ignore_ports if it is down by design"
     );
     assert_eq!(c.details["devices"][4]["problem"]["problem"], "broken_link");
 }
