@@ -9,6 +9,7 @@ use serde::{Deserialize, Deserializer};
 
 use crate::host::{Host, HostError};
 
+pub mod gpudirect;
 pub mod rdma;
 pub mod readiness;
 
@@ -40,6 +41,7 @@ pub struct Config {
     pub http: HttpConfig,
     pub nfd: NfdConfig,
     pub rdma: rdma::RdmaConfig,
+    pub gpudirect: gpudirect::GpuDirectConfig,
     pub kernel: KernelConfig,
     pub kubelet: readiness::KubeletConfig,
     /// What the file says that is no longer read, and what to write instead.
