@@ -55,7 +55,10 @@ impl Concern for Path {
         let mut observations = Vec::new();
         if !f.gpus.is_empty() {
             observations.push(Observation::GpuDirectMechanism(
-                out.mechanism.as_ref().map(|m| m.kind.as_str()),
+                out.mechanism
+                    .as_ref()
+                    .filter(|m| m.kind != Kind::None || m.unknown.is_none())
+                    .map(|m| m.kind.as_str()),
             ));
         }
         for p in &out.pairs {

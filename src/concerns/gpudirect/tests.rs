@@ -389,3 +389,42 @@ fn debians_own_kernel_config_has_no_dmabuf_path() {
     );
     assert_eq!(out.check.status, Status::Warn);
 }
+
+#[test]
+fn observations_feed_the_nfd_label_and_metrics() {
+    let t = switch_tree(0x001d, ("16.0", "32.0", 8, 16));
+    let snap = Snapshot::new(Host::new(t.root.path()));
+    let config = Config::default();
+    let ctx = Ctx {
+        config: &config,
+        checks: &[],
+        observations: &[],
+    };
+    let d = Path.decide(&Path.gather(&snap, &config).unwrap(), &ctx);
+    assert!(
+        d.observations
+            .contains(&Observation::GpuDirectMechanism(Some("peermem")))
+    );
+    assert!(d.observations.contains(&Observation::GpuDirectPair {
+        gpu: "0000:03:00.0".into(),
+        nic: "mlx5_0".into(),
+        mechanism: "peermem",
+        distance: "PIX",
+        ready: Some(false),
+        reasons: vec!["acs_redirect", "link_degraded"],
+    }));
+    assert!(d.observations.contains(&Observation::PcieLink {
+        device: "0000:04:00.0".into(),
+        speed_tenths_gts: Some(160),
+        max_speed_tenths_gts: Some(320),
+        width: Some(8),
+        max_width: Some(16),
+    }));
+    let labels = crate::nfd::labels(&d.checks, &d.observations, &config);
+    assert!(labels.contains(&("rdma-node-agent.gpudirect".into(), "peermem".into())));
+    // On the real H200 host: none.
+    let snap = Snapshot::new(Host::new(fixture("gpu-host")));
+    let d = Path.decide(&Path.gather(&snap, &config).unwrap(), &ctx);
+    let labels = crate::nfd::labels(&d.checks, &d.observations, &config);
+    assert!(labels.contains(&("rdma-node-agent.gpudirect".into(), "none".into())));
+}
