@@ -179,7 +179,7 @@ fn iommu_mode(a: &Endpoint, b: &Endpoint) -> &'static str {
         .any(|k| matches!(k, Some(t) if t.starts_with("DMA")))
     {
         "translated"
-    } else if kinds.iter().any(|k| *k == Some("identity")) {
+    } else if kinds.contains(&Some("identity")) {
         "passthrough"
     } else {
         "off"
