@@ -185,7 +185,7 @@ pub fn acs_ctl_text(ctl: u16) -> String {
 /// `Unknown`, an empty file (no link: a virtual function, a root-bus device
 /// in some VMs) or anything else.
 pub fn parse_speed(s: &str) -> Option<u32> {
-    let num = s.trim().split_whitespace().next()?;
+    let num = s.split_whitespace().next()?;
     if !s.contains("GT/s") {
         return None;
     }
