@@ -10,6 +10,7 @@ use serde::{Deserialize, Deserializer};
 use crate::host::{Host, HostError};
 
 pub mod globs;
+pub mod gpudirect;
 pub mod rdma;
 pub mod readiness;
 
@@ -41,6 +42,7 @@ pub struct Config {
     pub http: HttpConfig,
     pub nfd: NfdConfig,
     pub rdma: rdma::RdmaConfig,
+    pub gpudirect: gpudirect::GpuDirectConfig,
     pub kernel: KernelConfig,
     pub kubelet: readiness::KubeletConfig,
     /// What the file says that is no longer read, and what to write instead.

@@ -17,6 +17,7 @@ pub mod cri;
 pub mod dbus;
 mod dir;
 pub mod files;
+pub mod gunzip;
 pub mod limit;
 pub mod links;
 pub mod lock;

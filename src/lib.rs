@@ -17,7 +17,7 @@ pub mod outputs;
 pub mod selftest;
 
 // Short paths to the modules every layer names.
-pub use concerns::{containerd, kernel, pods, rdma, readiness, reboot, systemd};
+pub use concerns::{containerd, gpudirect, kernel, pods, rdma, readiness, reboot, systemd};
 pub use engine::{check, ledger, plan};
 pub use host::{lock, netlink, procfs};
 pub use outputs::{http, metrics, nfd};

@@ -16,7 +16,7 @@ use crate::host::Host;
 use crate::host::snapshot::Snapshot;
 use crate::host::stop::Stop;
 use crate::plan::{Plan, Preflight};
-use crate::{containerd, kernel, nfd, pods, rdma, readiness, reboot, systemd};
+use crate::{containerd, gpudirect, kernel, nfd, pods, rdma, readiness, reboot, systemd};
 
 /// Every concern, in the order they run: one registers with one line. A
 /// concern may read the observations of those before it (pods reads
@@ -27,6 +27,7 @@ pub static CONCERNS: &[&dyn Run] = &[
     &pods::Memlock,
     &readiness::pods_rdma::PodsRdma,
     &rdma::concern::Devices,
+    &gpudirect::Path,
     &readiness::kubelet::Kubelet,
     &rdma::concern::Netns,
     &kernel::concern::Kernel,

@@ -41,6 +41,29 @@ pub enum Observation {
         container_id: Option<String>,
         problems: Vec<RdmaProblem>,
     },
+    /// How GPU memory is registered with RDMA NICs on this node (`peermem`,
+    /// `dmabuf`, `none`); `None`: it could not be told. Only with GPUs.
+    GpuDirectMechanism(Option<&'static str>),
+    /// One GPU and its nearest NIC (`gpudirect.path`).
+    GpuDirectPair {
+        gpu: String,
+        nic: String,
+        mechanism: &'static str,
+        distance: &'static str,
+        /// `None`: cannot tell.
+        ready: Option<bool>,
+        /// From `gpudirect::decide::Reason::ALL`.
+        reasons: Vec<&'static str>,
+    },
+    /// A PCIe link on a GPU↔NIC path, named by the function below it; speeds in
+    /// tenths of GT/s, the maxima what both ends support. `None`: unreadable.
+    PcieLink {
+        device: String,
+        speed_tenths_gts: Option<u32>,
+        max_speed_tenths_gts: Option<u32>,
+        width: Option<u32>,
+        max_width: Option<u32>,
+    },
     /// A device-plugin resource the kubelet has registered, with its healthy devices.
     KubeletResource {
         name: String,

@@ -162,6 +162,7 @@ pub fn families(cycle: &Cycle, totals: Totals) -> Families {
     );
 
     readiness(&mut m, seen);
+    super::gpudirect_metrics::gpudirect(&mut m, seen);
 
     m.counter(
         "reconciles",
@@ -262,6 +263,43 @@ mod tests {
             error: None,
             observations,
         }
+    }
+
+    #[test]
+    fn gpudirect_pairs_and_links() {
+        let text = render(
+            &cycle(vec![
+                Observation::GpuDirectPair {
+                    gpu: "0000:03:00.0".into(),
+                    nic: "mlx5_0".into(),
+                    mechanism: "peermem",
+                    distance: "PIX",
+                    ready: Some(false),
+                    reasons: vec!["acs_redirect"],
+                },
+                Observation::PcieLink {
+                    device: "0000:04:00.0".into(),
+                    speed_tenths_gts: Some(160),
+                    max_speed_tenths_gts: Some(320),
+                    width: Some(8),
+                    max_width: None,
+                },
+            ]),
+            Totals::default(),
+        )
+        .text;
+        for line in [
+            "rdma_node_agent_gpudirect_pair_ready{gpu=\"0000:03:00.0\",nic=\"mlx5_0\",mechanism=\"peermem\",distance=\"PIX\"} 0",
+            "rdma_node_agent_gpudirect_pair_problem{gpu=\"0000:03:00.0\",nic=\"mlx5_0\",reason=\"acs_redirect\"} 1",
+            "rdma_node_agent_gpudirect_pair_problem{gpu=\"0000:03:00.0\",nic=\"mlx5_0\",reason=\"mechanism_unknown\"} 0",
+            "rdma_node_agent_pcie_link_speed_transfers_per_second{device=\"0000:04:00.0\",which=\"current\"} 16000000000",
+            "rdma_node_agent_pcie_link_speed_transfers_per_second{device=\"0000:04:00.0\",which=\"max\"} 32000000000",
+            "rdma_node_agent_pcie_link_width_lanes{device=\"0000:04:00.0\",which=\"current\"} 8",
+        ] {
+            assert!(text.contains(line), "{line} not in\n{text}");
+        }
+        // An unreadable maximum is no series, not 0.
+        assert!(!text.contains("pcie_link_width_lanes{device=\"0000:04:00.0\",which=\"max\"}"));
     }
 
     #[test]

@@ -32,6 +32,14 @@ pub fn labels(
         ));
     }
     out.extend(readiness_labels(checks, observations));
+    // `gpudirect`: peermem, dmabuf or none (only with NVIDIA GPUs, and only
+    // when gpudirect.path could tell).
+    if let Some(mech) = observations.iter().find_map(|o| match o {
+        Observation::GpuDirectMechanism(m) => *m,
+        _ => None,
+    }) {
+        out.push(("rdma-node-agent.gpudirect".to_owned(), mech.to_owned()));
+    }
     out
 }
 

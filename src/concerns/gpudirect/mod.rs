@@ -1,0 +1,213 @@
+//! `gpudirect.path`: what stands between each NVIDIA GPU and its nearest RDMA
+//! NIC. gather (sysfs, /proc, the kernel config under the root) → decide
+//! (pure: pairs, path, ACS, links, mechanism) → one check, metrics per pair
+//! and per link, and the NFD label `rdma-node-agent.gpudirect`.
+//! It only reports.
+
+pub mod decide;
+pub mod gather;
+pub mod mechanism;
+pub mod pcie;
+pub mod topo;
+
+#[cfg(test)]
+mod tests;
+
+use serde_json::json;
+
+use crate::check::{Check, Status};
+use crate::config::Config;
+use crate::config::gpudirect::GpuDirectConfig;
+use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
+use crate::engine::observe::Observation;
+use crate::host::snapshot::Snapshot;
+use decide::{Pair, View};
+use mechanism::{Kind, Mechanism};
+
+pub const CHECK_ID: &str = "gpudirect.path";
+
+/// How many problems the message lists before "(and N more)".
+const LISTED: usize = 3;
+
+pub struct Path;
+
+impl Concern for Path {
+    type Facts = gather::Facts;
+
+    fn ids(&self) -> &'static [&'static str] {
+        &[CHECK_ID]
+    }
+
+    fn enabled(&self, cfg: &Config) -> bool {
+        cfg.gpudirect.enabled
+    }
+
+    fn gather(&self, snap: &Snapshot, _cfg: &Config) -> Result<gather::Facts, GatherError> {
+        gather::gather(snap).map_err(|e| {
+            GatherError::unknown(format!(
+                "cannot read the PCI devices: {e} (run the check as root on the host, or check --root)"
+            ))
+        })
+    }
+
+    fn decide(&self, f: &gather::Facts, ctx: &Ctx) -> Decision {
+        let out = assess(f, &ctx.config.gpudirect);
+        let mut observations = Vec::new();
+        if !f.gpus.is_empty() {
+            observations.push(Observation::GpuDirectMechanism(
+                out.mechanism
+                    .as_ref()
+                    .filter(|m| m.kind != Kind::None || m.unknown.is_none())
+                    .map(|m| m.kind.as_str()),
+            ));
+        }
+        for p in &out.pairs {
+            observations.push(Observation::GpuDirectPair {
+                gpu: p.gpu.clone(),
+                nic: p.nic.clone(),
+                mechanism: p.mechanism.as_str(),
+                distance: p.distance.as_str(),
+                ready: p.ready,
+                reasons: p.reasons.iter().map(|r| r.as_str()).collect(),
+            });
+            for h in &p.hops {
+                observations.push(Observation::PcieLink {
+                    device: h.device.clone(),
+                    speed_tenths_gts: h.speed,
+                    max_speed_tenths_gts: h.max_speed,
+                    width: h.width,
+                    max_width: h.max_width,
+                });
+            }
+        }
+        observations.dedup();
+        Decision {
+            checks: vec![out.check],
+            observations,
+            ..Decision::default()
+        }
+    }
+}
+
+pub struct Outcome {
+    pub check: Check,
+    pub pairs: Vec<Pair>,
+    /// `None` without GPUs.
+    pub mechanism: Option<Mechanism>,
+}
+
+fn required(cfg: &GpuDirectConfig, gpu: &str) -> bool {
+    cfg.required || cfg.required_gpus.iter().any(|g| g == gpu)
+}
+
+/// The check from the facts: pure.
+pub fn assess(f: &gather::Facts, cfg: &GpuDirectConfig) -> Outcome {
+    if f.gpus.is_empty() && f.unplaced.is_empty() {
+        let (status, message) = if cfg.required {
+            (
+                Status::Fail,
+                "no NVIDIA GPU on the PCI bus, and [gpudirect] required = true".to_owned(),
+            )
+        } else {
+            (
+                Status::Skipped,
+                "no NVIDIA GPU (/sys/bus/pci/devices has none of vendor 0x10de, class 0x0300/0x0302): nothing to check".to_owned(),
+            )
+        };
+        return Outcome {
+            check: Check::new(CHECK_ID, status, message),
+            pairs: Vec::new(),
+            mechanism: None,
+        };
+    }
+    let mech = mechanism::decide(&f.mechanism);
+    let view = View::new(f);
+    let pairs = decide::pairs(&view, &mech);
+    let iommu = decide::node_iommu(f);
+    let mech_text = mech.describe();
+    let mut status = Status::Ok;
+    let mut problems: Vec<String> = Vec::new();
+    let mut raise = |s: Status| status = status.max(s);
+    for gpu in &f.unplaced {
+        raise(Status::Unknown);
+        problems.push(format!(
+            "GPU {gpu}: its sysfs link does not lead to a device under /sys/devices/pci*: its path cannot be read"
+        ));
+    }
+    if pairs.is_empty() {
+        let gpus = f.gpus.len();
+        let any_required = cfg.required || f.gpus.iter().any(|g| required(cfg, &g.pci));
+        if any_required {
+            raise(Status::Fail);
+        } else if problems.is_empty() {
+            raise(Status::Skipped);
+        }
+        let mut message = format!(
+            "{gpus} NVIDIA GPU(s), no RDMA NIC with a PCI function (/sys/class/infiniband): no GPU↔NIC path to check; GPUDirect mechanism: {mech_text}; IOMMU {iommu}"
+        );
+        if any_required {
+            message.push_str("; required by [gpudirect]");
+        }
+        for p in problems {
+            message.push_str("; ");
+            message.push_str(&p);
+        }
+        return Outcome {
+            check: Check::new(CHECK_ID, status, message)
+                .with_details(details(&pairs, &mech, iommu)),
+            pairs,
+            mechanism: Some(mech),
+        };
+    }
+    if mech.kind == Kind::None {
+        if mech.unknown.is_some() {
+            raise(Status::Unknown);
+        }
+        problems.push(format!("GPUDirect mechanism {mech_text}: GPU memory would be staged through host memory; load nvidia_peermem with MLNX_OFED/DOCA-OFED, or use the open GPU kernel modules on a kernel with CONFIG_PCI_P2PDMA=y"));
+    }
+    for p in &pairs {
+        let need = required(cfg, &p.gpu);
+        raise(match p.ready {
+            Some(false) if need => Status::Fail,
+            Some(false) => Status::Warn,
+            None => Status::Unknown,
+            Some(true) if !p.reasons.is_empty() => Status::Warn,
+            Some(true) => Status::Ok,
+        });
+        problems.extend(p.problems.iter().cloned());
+    }
+    let ready = pairs.iter().filter(|p| p.ready == Some(true)).count();
+    let mut distances: Vec<&str> = pairs.iter().map(|p| p.distance.as_str()).collect();
+    distances.sort_unstable();
+    distances.dedup();
+    let mut message = format!(
+        "{} GPU↔NIC pair(s), {ready} ready; mechanism {}; distance {}; IOMMU {iommu}",
+        pairs.len(),
+        mech.kind.as_str(),
+        distances.join("/"),
+    );
+    if problems.is_empty() {
+        message.push_str("; no ACS redirect, every link at its maximum");
+    }
+    let more = problems.len().saturating_sub(LISTED);
+    for p in problems.iter().take(LISTED) {
+        message.push_str("; ");
+        message.push_str(p);
+    }
+    if more > 0 {
+        message.push_str(&format!(" (and {more} more)"));
+    }
+    Outcome {
+        check: Check::new(CHECK_ID, status, message).with_details(details(&pairs, &mech, iommu)),
+        pairs,
+        mechanism: Some(mech),
+    }
+}
+
+fn details(pairs: &[Pair], mech: &Mechanism, iommu: &str) -> serde_json::Value {
+    json!({
+        "mechanism": mech,
+        "iommu": iommu,
+        "pairs": pairs,
+    })
+}

@@ -1,0 +1,111 @@
+//! The `gpudirect.path` families of the exposition (see `metrics`).
+
+use crate::engine::observe::Observation;
+use crate::outputs::exposition::{Families, Kind};
+
+fn bool01(b: bool) -> f64 {
+    f64::from(u8::from(b))
+}
+
+/// `gpudirect.path`'s pairs and links. The reason label takes every value of
+/// `Reason::ALL` for every pair (1 present, 0 absent), so alerts need no
+/// `absent()`; a pair whose readiness cannot be told has no `ready` series.
+pub(super) fn gpudirect(m: &mut Families, seen: &[Observation]) {
+    use crate::gpudirect::decide::Reason;
+    let pairs: Vec<_> = seen
+        .iter()
+        .filter_map(|o| match o {
+            Observation::GpuDirectPair {
+                gpu,
+                nic,
+                mechanism,
+                distance,
+                ready,
+                reasons,
+            } => Some((gpu, nic, *mechanism, *distance, *ready, reasons)),
+            _ => None,
+        })
+        .collect();
+    let ready = m.family(
+        "gpudirect_pair_ready",
+        Kind::Gauge,
+        "1 when GPUDirect RDMA between the GPU and its nearest NIC can work without staging through host memory (a mechanism, no ACS redirect, distance PIX or PXB), 0 when not; no series when it cannot be told",
+    );
+    for (gpu, nic, mech, dist, r, _) in &pairs {
+        if let Some(r) = r {
+            ready.sample(
+                vec![
+                    ("gpu", (*gpu).clone()),
+                    ("nic", (*nic).clone()),
+                    ("mechanism", (*mech).into()),
+                    ("distance", (*dist).into()),
+                ],
+                bool01(*r),
+            );
+        }
+    }
+    let problem = m.family(
+        "gpudirect_pair_problem",
+        Kind::Gauge,
+        "1 for each reason a GPU-NIC pair is not ready or slowed down (acs_redirect, acs_unknown, link_degraded, distance, no_mechanism, mechanism_unknown), 0 for the others",
+    );
+    for (gpu, nic, _, _, _, reasons) in &pairs {
+        for r in Reason::ALL {
+            problem.sample(
+                vec![
+                    ("gpu", (*gpu).clone()),
+                    ("nic", (*nic).clone()),
+                    ("reason", r.as_str().into()),
+                ],
+                bool01(reasons.contains(&r.as_str())),
+            );
+        }
+    }
+    let links: Vec<_> = seen
+        .iter()
+        .filter_map(|o| match o {
+            Observation::PcieLink {
+                device,
+                speed_tenths_gts,
+                max_speed_tenths_gts,
+                width,
+                max_width,
+            } => Some((
+                device,
+                [*speed_tenths_gts, *max_speed_tenths_gts],
+                [*width, *max_width],
+            )),
+            _ => None,
+        })
+        .collect();
+    let speed = m.family(
+        "pcie_link_speed_transfers_per_second",
+        Kind::Gauge,
+        "Speed of a PCIe link on a GPU-NIC path, named by the function below it: which=current as trained, which=max what both ends support; no series when unreadable",
+    );
+    for (device, s, _) in &links {
+        for (which, v) in ["current", "max"].into_iter().zip(s) {
+            if let Some(v) = v {
+                speed.sample(
+                    vec![("device", (*device).clone()), ("which", which.into())],
+                    f64::from(*v) * 1e8,
+                );
+            }
+        }
+    }
+    let width = m.family(
+        "pcie_link_width_lanes",
+        Kind::Gauge,
+        "Width of a PCIe link on a GPU-NIC path in lanes: which=current as trained, which=max what both ends support; no series when unreadable",
+    );
+    for (device, _, w) in &links {
+        for (which, v) in ["current", "max"].into_iter().zip(w) {
+            if let Some(v) = v {
+                width.sample(
+                    vec![("device", (*device).clone()), ("which", which.into())],
+                    f64::from(*v),
+                );
+            }
+        }
+    }
+}
