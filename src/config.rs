@@ -168,7 +168,9 @@ impl Default for DaemonConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct ContainerdConfig {
     pub enabled: bool,
-    pub config_path: PathBuf,
+    /// The config containerd reads, when the agent must not find it itself;
+    /// unset: found from the unit that runs containerd (host::runtime).
+    pub config_path: Option<PathBuf>,
     pub memlock: Limit,
     /// Runtime handlers that get the base spec; empty = every CRI handler plus the default.
     pub handlers: Vec<String>,
@@ -187,18 +189,13 @@ pub struct ContainerdConfig {
     pub daemon_version: Option<u32>,
     /// A node without containerd fails `containerd.memlock` instead of skipping it.
     pub required: bool,
-    /// `config_path` was written in the file (even as its default value).
-    #[serde(skip)]
-    pub config_path_set: bool,
 }
 
 impl ContainerdConfig {
     /// What this section says about where containerd is, for its discovery.
     pub fn hints(&self) -> crate::host::runtime::Hints {
         crate::host::runtime::Hints {
-            config_path: (self.config_path_set
-                || self.config_path != ContainerdConfig::default().config_path)
-                .then(|| self.config_path.clone()),
+            config_path: self.config_path.clone(),
             unit: self.unit.clone(),
         }
     }
@@ -208,7 +205,7 @@ impl Default for ContainerdConfig {
     fn default() -> Self {
         ContainerdConfig {
             enabled: true,
-            config_path: "/etc/containerd/config.toml".into(),
+            config_path: None,
             memlock: Limit::UNLIMITED,
             handlers: Vec::new(),
             base_spec_path: "/etc/containerd/rdma-node-agent/base-spec.json".into(),
@@ -217,7 +214,6 @@ impl Default for ContainerdConfig {
             unit: None,
             daemon_version: None,
             required: false,
-            config_path_set: false,
         }
     }
 }
@@ -324,12 +320,6 @@ impl Config {
                 message: e.message().to_owned(),
             }
         })?;
-        // The default path written out is still an explicit choice.
-        cfg.containerd.config_path_set = text.parse::<toml::Table>().ok().is_some_and(|t| {
-            t.get("containerd")
-                .and_then(|s| s.get("config_path"))
-                .is_some()
-        });
         cfg.migrate(shown_path);
         Ok(cfg)
     }

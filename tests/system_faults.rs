@@ -26,11 +26,15 @@ fn strays(m: &Machine, known: &[&str]) -> Vec<String> {
 }
 
 fn wait_for_message(m: &Machine, id: &str, needle: &str) {
-    m.wait(&format!("{id} naming {needle:?}"), Duration::from_secs(30), |m| {
-        status_check(m, id)["message"]
-            .as_str()
-            .is_some_and(|s| s.contains(needle))
-    });
+    m.wait(
+        &format!("{id} naming {needle:?}"),
+        Duration::from_secs(30),
+        |m| {
+            status_check(m, id)["message"]
+                .as_str()
+                .is_some_and(|s| s.contains(needle))
+        },
+    );
 }
 
 /// Starts the agent on a node whose containerd config the fault keeps it from
@@ -53,15 +57,31 @@ fn fault(m: &Machine, set_up: &str, needle: &str, clear: &str) {
         Vec::<String>::new(),
         "half-written files: {s}"
     );
-    assert_eq!(containerd_starts(m), starts, "no restart while it cannot write");
-    assert_eq!(status_check(m, "containerd.memlock")["status"], "fail", "{s}");
+    assert_eq!(
+        containerd_starts(m),
+        starts,
+        "no restart while it cannot write"
+    );
+    assert_eq!(
+        status_check(m, "containerd.memlock")["status"],
+        "fail",
+        "{s}"
+    );
     m.sh_ok(clear);
-    m.wait("the repair once the fault clears", Duration::from_secs(30), |m| {
-        m.read(CONFIG).contains("base_runtime_spec")
-            && cri_ok(m)
-            && status_check(m, "containerd.memlock")["status"] == "ok"
-    });
-    assert_eq!(containerd_starts(m), starts + 1, "one restart for the change");
+    m.wait(
+        "the repair once the fault clears",
+        Duration::from_secs(30),
+        |m| {
+            m.read(CONFIG).contains("base_runtime_spec")
+                && cri_ok(m)
+                && status_check(m, "containerd.memlock")["status"] == "ok"
+        },
+    );
+    assert_eq!(
+        containerd_starts(m),
+        starts + 1,
+        "one restart for the change"
+    );
 }
 
 #[test]

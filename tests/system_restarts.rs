@@ -14,7 +14,6 @@ use support::service::{containerd_starts, cri_ok, install_agent};
 
 const CONFIG: &str = "/etc/containerd/config.toml";
 
-
 #[test]
 #[ignore = "needs root, systemd-nspawn and a Debian mirror: run via scripts/test.sh"]
 fn agent_restarts_during_repairs_restart_containerd_once_per_change() {

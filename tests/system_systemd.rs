@@ -12,7 +12,6 @@ use support::service::{cri_ok, install_agent, machine_config, status};
 
 const CONFIG: &str = "/etc/containerd/config.toml";
 
-
 #[test]
 #[ignore = "needs root, systemd-nspawn and a Debian mirror: run via scripts/test.sh"]
 fn infinity_dropin_is_what_systemd_reports() {

@@ -38,6 +38,8 @@ pub fn check(
         "unmanaged": d.unmanaged,
         "left_alone": d.foreign,
         "warnings": facts.warnings,
+        "containerd_started_unix": facts.containerd_started.as_ref().ok().and_then(|s| s.as_ref()).map(|s| unix(s.at)),
+        "newest_change": facts.newest_change.as_ref().ok().and_then(|n| n.as_ref()).map(|(t, p)| json!({"path": p, "unix": unix(*t)})),
     });
     if let Some(entry) = &facts.cri_disabled {
         return cri_off(facts, entry, &config).with_details(details);
@@ -268,4 +270,10 @@ fn cri_off(facts: &Facts, entry: &str, config: &str) -> Check {
             ),
         ),
     }
+}
+
+/// Seconds since the epoch, to the microsecond (systemd's precision).
+fn unix(t: std::time::SystemTime) -> f64 {
+    t.duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }

@@ -173,19 +173,11 @@ impl Facts {
     }
 
     /// Why a restart is owed, with the times, for messages.
+    /// (The times are in the check's details: a message stays the same while
+    /// the facts do.)
     pub fn pending_reason(&self) -> String {
-        let fmt = |t: SystemTime| {
-            t.duration_since(SystemTime::UNIX_EPOCH)
-                .map(|d| format!("{}.{:06}", d.as_secs(), d.subsec_micros()))
-                .unwrap_or_default()
-        };
-        match (&self.containerd_started, &self.newest_change) {
-            (Ok(Some(s)), Ok(Some((t, p)))) => format!(
-                "containerd started (at {}) before {} last changed (at {})",
-                fmt(s.at),
-                p.display(),
-                fmt(*t)
-            ),
+        match &self.newest_change {
+            Ok(Some((_, p))) => format!("containerd started before {} last changed", p.display()),
             _ => "containerd started before its config or base spec last changed".into(),
         }
     }

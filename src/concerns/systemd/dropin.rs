@@ -359,7 +359,13 @@ mod tests {
                 Ok(())
             }
         }
-        gather(snap, c, &[("containerd.service".to_owned(), None)], Some(&One(s))).unwrap()
+        gather(
+            snap,
+            c,
+            &[("containerd.service".to_owned(), None)],
+            Some(&One(s)),
+        )
+        .unwrap()
     }
 
     /// On a live host without systemd's bus, the check says what it could not ask.
