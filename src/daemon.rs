@@ -35,6 +35,8 @@ pub enum DaemonError {
     Running(#[source] LockError),
     #[error(transparent)]
     Http(#[from] http::HttpError),
+    #[error("{0} is read-only to the service but writable on the host: restarting")]
+    StaleMounts(PathBuf),
     #[error("cannot set up {what}: {source}")]
     Setup {
         what: &'static str,
@@ -132,6 +134,16 @@ impl Daemon {
                 _ = sigint.recv() => return self.stop_during(run).await,
             };
             holds = held;
+            if let Some(p) = &cycle.stale_mounts {
+                // Exit so that systemd (Restart=on-failure) starts the service
+                // again with the host's writable mount; StartLimitBurst bounds it.
+                tracing::error!(
+                    path = %p.display(),
+                    "{} is read-only to this service but writable on the host (remounted since the service started): exiting so that systemd restarts it with the host's view",
+                    p.display()
+                );
+                return Err(DaemonError::StaleMounts(p.clone()));
+            }
             let status = match (&cycle.error, &cycle.report) {
                 (Some(e), _) => format!("error: {e}"),
                 (None, Some(r)) => r.summary.clone(),
@@ -298,6 +310,7 @@ impl Daemon {
                     actions: Vec::new(),
                     error: Some(format!("reconcile panicked: {e}")),
                     observations: Vec::new(),
+                    stale_mounts: None,
                 },
                 Vec::new(),
                 Duration::from_secs(60),
@@ -356,6 +369,7 @@ fn reconcile_once(
                 actions: Vec::new(),
                 error: Some(format!("agent config invalid: {e}")),
                 observations: Vec::new(),
+                stale_mounts: None,
             };
             return (
                 cycle,
@@ -381,6 +395,7 @@ fn reconcile_once(
     let mut actions = Vec::new();
     let mut error = config_error;
     let mut holds = holds;
+    let mut stale_mounts = None;
     // One snapshot serves the plan and the report, unless the apply changed the host.
     let first = agent.assess(Scope::All, mode == Mode::Enforce);
     if mode == Mode::Enforce {
@@ -420,6 +435,7 @@ fn reconcile_once(
             Err(e) => {
                 tracing::error!(trigger = %trigger, "apply failed: {e}");
                 error = Some(e.to_string());
+                stale_mounts = read_only_here(&e).filter(|p| agent.host.writable_for_pid1(p));
             }
         }
     }
@@ -441,7 +457,11 @@ fn reconcile_once(
             first
         };
         watch.extend(assessment.watch.iter().cloned());
-        let report = Report::new(assessment.checks);
+        let mut checks = assessment.checks;
+        if let Some(e) = &error {
+            crate::check::note_apply_failure(&mut checks, e);
+        }
+        let report = Report::new(checks);
         tracing::info!(trigger = %trigger, ok = report.ok, "{}", report.summary);
         (Some(report), assessment.observations)
     };
@@ -455,8 +475,26 @@ fn reconcile_once(
         actions,
         error,
         observations,
+        stale_mounts,
     };
     (cycle, watch, interval, debounce, holds)
+}
+
+/// The file a write was refused for as on a read-only file system.
+fn read_only_here(e: &AgentError) -> Option<PathBuf> {
+    use crate::engine::ledger::LedgerError;
+    use crate::host::HostError;
+    let w = match e {
+        AgentError::Exec(ExecError::Host(w)) => w,
+        AgentError::Exec(ExecError::Ledger(LedgerError::Host(w))) => w,
+        _ => return None,
+    };
+    match w {
+        HostError::Write { path, source } if source.raw_os_error() == Some(nix::libc::EROFS) => {
+            Some(path.clone())
+        }
+        _ => None,
+    }
 }
 
 /// The directories to watch for the given files: a file is replaced by rename, so

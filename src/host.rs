@@ -83,8 +83,10 @@ pub type Result<T> = std::result::Result<T, HostError>;
 /// when the service started.
 fn read_only_hint(e: &io::Error) -> &'static str {
     if e.raw_os_error() == Some(nix::libc::EROFS) {
-        " (under rdma-node-agent.service: a directory missing when the service started \
-         stays read-only to it; create it, then `systemctl restart rdma-node-agent`)"
+        " (a read-only file system: make it writable; under rdma-node-agent.service, \
+         a directory missing when the service started, or a read-only mount later \
+         remounted read-write, stays read-only to it until \
+         `systemctl restart rdma-node-agent`; a read-only mount removed is seen at once)"
     } else {
         ""
     }
@@ -249,6 +251,21 @@ impl Host {
             Err(e) if missing(&e) || e.kind() == io::ErrorKind::InvalidInput => Ok(None),
             Err(source) => Err(HostError::Read { path: real, source }),
         }
+    }
+
+    /// Whether the file system holding `p` (a host path) is writable as PID 1
+    /// sees it (`/proc/1/root`), on the live host: under the service's sandbox a
+    /// mount is bound once, at start. False when it cannot be told.
+    pub fn writable_for_pid1(&self, p: &Path) -> bool {
+        if !self.is_live() {
+            return false;
+        }
+        let Some(dir) = p.parent() else {
+            return false;
+        };
+        let through_pid1 = Path::new("/proc/1/root").join(dir.strip_prefix("/").unwrap_or(dir));
+        nix::sys::statvfs::statvfs(&through_pid1)
+            .is_ok_and(|v| !v.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY))
     }
 
     /// Runs a program of the host, only when acting on the live machine: a fixture

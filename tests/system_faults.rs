@@ -106,6 +106,14 @@ fn a_read_only_etc_loses_nothing_and_is_named() {
         &m,
         "mount --bind /etc/containerd /etc/containerd && mount -o remount,bind,ro /etc/containerd",
         "Read-only file system",
+        // Remounted read-write: the service's own mount namespace (its
+        // read-write paths are bound at start) does not see it; the agent sees
+        // the host's view through PID 1 and exits for systemd to restart it.
         "mount -o remount,bind,rw /etc/containerd",
+    );
+    let journal = m.sh("journalctl -u rdma-node-agent --no-pager -o cat");
+    assert!(
+        journal.contains("read-only to this service but writable on the host"),
+        "{journal}"
     );
 }

@@ -40,6 +40,26 @@ pub struct Check {
     pub details: serde_json::Value,
 }
 
+/// A failed apply, said by the checks it left failing: each that names a path
+/// the error names (else every check that is not ok) gets the error appended,
+/// so `check`, `/status` and node-problem-detector show the fault (a full disk,
+/// a read-only /etc), not only "not prepared".
+pub fn note_apply_failure(checks: &mut [Check], error: &str) {
+    let bad = |c: &Check| !matches!(c.status, Status::Ok | Status::Skipped);
+    let names_it = |c: &Check| {
+        c.message
+            .split([' ', ':', ';', '(', ')', ','])
+            .any(|w| w.starts_with('/') && w.len() > 1 && error.contains(w))
+    };
+    let any = checks.iter().any(|c| bad(c) && names_it(c));
+    for c in checks
+        .iter_mut()
+        .filter(|c| bad(c) && (!any || names_it(c)))
+    {
+        c.message = format!("{}; the last apply failed: {error}", c.message);
+    }
+}
+
 impl Check {
     pub fn new(id: &'static str, status: Status, message: impl Into<String>) -> Self {
         Check {
@@ -145,6 +165,37 @@ fn truncate(s: &str, max: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_failed_apply_is_said_by_the_check_naming_its_file() {
+        let mut checks = vec![
+            Check::new(
+                "containerd.memlock",
+                Status::Fail,
+                "not prepared: /etc/containerd/config.toml: point runtime handlers",
+            ),
+            Check::new("rdma.devices", Status::Warn, "mlx5_0/1 is DOWN"),
+            Check::new("kernel.modules", Status::Ok, "loaded"),
+        ];
+        let e = "cannot write /etc/containerd/config.toml: No space left on device (os error 28)";
+        note_apply_failure(&mut checks, e);
+        assert!(
+            checks[0]
+                .message
+                .ends_with(&format!("; the last apply failed: {e}"))
+        );
+        assert_eq!(checks[1].message, "mlx5_0/1 is DOWN");
+        assert_eq!(checks[2].message, "loaded");
+        // Naming no file of any check: every check that is not ok says it.
+        note_apply_failure(&mut checks, "ledger: cannot lock");
+        assert!(
+            checks[1]
+                .message
+                .ends_with("the last apply failed: ledger: cannot lock")
+        );
+        assert_eq!(checks[2].message, "loaded");
+    }
+
     use super::*;
 
     #[test]

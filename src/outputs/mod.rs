@@ -33,4 +33,9 @@ pub struct Cycle {
     /// What the concerns observed, for metrics.
     #[serde(skip)]
     pub observations: Vec<Observation>,
+    /// A write refused as read-only in the service's own mount namespace while
+    /// the host sees that file system writable: only a restart of the service
+    /// gives it the host's view again (its read-write paths are bound at start).
+    #[serde(skip)]
+    pub stale_mounts: Option<PathBuf>,
 }
