@@ -125,6 +125,7 @@ impl Daemon {
             if trigger == "SIGHUP" {
                 // `systemctl reload`: the operator asks for failed actions to be tried now.
                 holds.actions.clear();
+                holds.plan = None;
             }
             let run = self.reconcile(trigger.clone(), std::mem::take(&mut holds));
             tokio::pin!(run);
@@ -425,7 +426,7 @@ fn reconcile_once(
                 tracing::error!(trigger = %trigger, "apply rolled back: {e}");
                 error = Some(e.to_string());
                 if let ExecError::RolledBack { digest, reason, .. } = e {
-                    holds.plan = Some((digest, reason));
+                    holds.record_rollback(digest, reason, SystemTime::now(), interval);
                 }
             }
             Err(AgentError::Exec(e @ ExecError::Interrupted(_))) => {

@@ -141,10 +141,18 @@ impl Executor<'_> {
             Path::new(lock::LOCK_PATH),
             Duration::from_secs(10),
         )?;
-        if let Some((digest, reason)) = &holds.plan {
-            if !plan.is_empty() && plan.digest() == *digest {
+        if let Some(h) = holds.plan_held(&plan.digest(), SystemTime::now()) {
+            if !plan.is_empty() {
+                let wait = h
+                    .until
+                    .duration_since(SystemTime::now())
+                    .unwrap_or_default()
+                    .as_secs();
                 return Err(ExecError::HeldBack {
-                    reason: reason.clone(),
+                    reason: format!(
+                        "{} (rolled back {} time(s) in a row; tried again in {wait} s, or now with `systemctl reload rdma-node-agent`)",
+                        h.reason, h.failures
+                    ),
                 });
             }
         }

@@ -161,10 +161,13 @@ fn a_plan_rolled_back_before_is_held_back() {
     let stop = Stop::new();
     let m = Arc::new(FakeManager::new(&[], &stop));
     let l = live(&m, FakeHost::default());
-    let holds = Holds {
-        plan: Some((s.plan.digest(), "CRI did not load".into())),
-        ..Holds::default()
-    };
+    let mut holds = Holds::default();
+    holds.record_rollback(
+        s.plan.digest(),
+        "CRI did not load".into(),
+        std::time::SystemTime::now(),
+        std::time::Duration::from_secs(60),
+    );
     let e = executor(&s, Some(&l), &stop)
         .apply(&s.plan, true, &holds)
         .unwrap_err();

@@ -14,11 +14,20 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(6 * 3600);
 
 #[derive(Debug, Clone, Default)]
 pub struct Holds {
-    /// A plan that was rolled back: its digest and why. Not applied again until
-    /// the plan changes.
-    pub plan: Option<(String, String)>,
+    /// A plan that was rolled back: not applied again until the plan changes or
+    /// its backoff ends (the cause, say a unit that hangs at start, may have been
+    /// fixed: each retry costs restarts, so the waits double).
+    pub plan: Option<PlanHold>,
     /// Failing live actions, by their text.
     pub actions: BTreeMap<String, ActionHold>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanHold {
+    pub digest: String,
+    pub reason: String,
+    pub failures: u32,
+    pub until: SystemTime,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,6 +45,35 @@ pub fn backoff(failures: u32, interval: Duration) -> Duration {
 }
 
 impl Holds {
+    /// The hold on the plan with `digest` when it must wait at `now`.
+    pub fn plan_held(&self, digest: &str, now: SystemTime) -> Option<&PlanHold> {
+        self.plan
+            .as_ref()
+            .filter(|h| h.digest == digest && h.until > now)
+    }
+
+    /// A plan was rolled back at `now`: hold it, longer each time in a row.
+    pub fn record_rollback(
+        &mut self,
+        digest: String,
+        reason: String,
+        now: SystemTime,
+        interval: Duration,
+    ) {
+        let failures = self
+            .plan
+            .as_ref()
+            .filter(|h| h.digest == digest)
+            .map_or(0, |h| h.failures)
+            + 1;
+        self.plan = Some(PlanHold {
+            digest,
+            reason,
+            failures,
+            until: now + backoff(failures, interval),
+        });
+    }
+
     /// The hold on `action` when it must wait at `now`.
     pub fn deferred(&self, action: &str, now: SystemTime) -> Option<&ActionHold> {
         self.actions.get(action).filter(|h| h.until > now)
@@ -83,6 +121,22 @@ mod tests {
         assert_eq!(backoff(10, 5 * MIN), MAX_BACKOFF);
         assert_eq!(backoff(u32::MAX, 5 * MIN), MAX_BACKOFF);
         assert_eq!(backoff(1, 24 * 60 * MIN), MAX_BACKOFF);
+    }
+
+    #[test]
+    fn a_rolled_back_plan_waits_longer_each_time_then_is_tried_again() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let mut h = Holds::default();
+        h.record_rollback("d1".into(), "hung".into(), t0, MIN);
+        assert!(h.plan_held("d1", t0 + MIN / 2).is_some());
+        assert!(h.plan_held("d1", t0 + MIN).is_none(), "due again");
+        assert!(h.plan_held("d2", t0).is_none(), "another plan is not held");
+        h.record_rollback("d1".into(), "hung".into(), t0 + MIN, MIN);
+        let hold = h.plan_held("d1", t0 + MIN).unwrap();
+        assert_eq!((hold.failures, hold.until), (2, t0 + 3 * MIN));
+        // Another plan starts counting again.
+        h.record_rollback("d2".into(), "hung".into(), t0 + 3 * MIN, MIN);
+        assert_eq!(h.plan.as_ref().unwrap().failures, 1);
     }
 
     #[test]

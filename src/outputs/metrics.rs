@@ -262,6 +262,7 @@ mod tests {
             actions: vec![],
             error: None,
             observations,
+            stale_mounts: None,
         }
     }
 
