@@ -167,3 +167,36 @@ fn a_hanging_containerd_start_is_rolled_back_held_and_retried_once_fixed() {
     );
     assert!(rollbacks(&m) <= 4, "rollbacks: {}", rollbacks(&m));
 }
+
+/// The agent's state directory (the ledger: what `revert` puts back) removed
+/// while the service runs: the agent writes it back from its memory, says so,
+/// and `revert` still restores the node's original bytes.
+#[test]
+#[ignore = "needs root, systemd-nspawn and a Debian mirror: run via scripts/test.sh"]
+fn a_state_directory_removed_while_running_is_written_back() {
+    let m = Machine::boot();
+    m.write(CONFIG, "version = 2\n# the node's own file\n");
+    m.sh_ok("systemctl restart containerd");
+    let original = m.read(CONFIG);
+    install_agent(&m, AGENT);
+    m.sh_ok("systemctl start rdma-node-agent");
+    m.wait("prepared", Duration::from_secs(30), |m| {
+        status_check(m, "containerd.memlock")["status"] == "ok"
+    });
+    let ledger = m.read("/var/lib/rdma-node-agent/ledger.json");
+    assert!(ledger.contains("config.toml"), "{ledger}");
+    let starts = containerd_starts(&m);
+    m.sh_ok("rm -rf /var/lib/rdma-node-agent");
+    m.wait("the state written back", Duration::from_secs(30), |m| {
+        m.read("/var/lib/rdma-node-agent/ledger.json") == ledger
+    });
+    let journal = m.sh("journalctl -u rdma-node-agent --no-pager -o cat");
+    assert!(journal.contains("state directory"), "{journal}");
+    m.wait("healthy again", Duration::from_secs(30), |m| {
+        status_check(m, "containerd.memlock")["status"] == "ok"
+    });
+    assert_eq!(containerd_starts(&m), starts, "nothing to restart");
+    m.sh_ok("systemctl stop rdma-node-agent");
+    m.sh_ok("rdma-node-agent revert");
+    assert_eq!(m.read(CONFIG), original, "revert knew the original");
+}

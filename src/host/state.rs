@@ -9,6 +9,7 @@
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
 use nix::errno::Errno;
@@ -17,6 +18,14 @@ use nix::sys::stat::{Mode, mkdirat};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
 use super::{Host, HostError, Result};
+
+/// See `Host::state_dir`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateDir {
+    Present,
+    Missing,
+    Deleted,
+}
 
 /// The directories that hold only the agent's own files.
 pub const AGENT_DIRS: &[&str] = &["/var/lib/rdma-node-agent", "/run/rdma-node-agent"];
@@ -103,6 +112,42 @@ impl Host {
                 path: self.path(p),
                 source: io(e),
             }),
+        }
+    }
+
+    /// Every file under the agent's state directory, with its bytes and mode:
+    /// the daemon keeps this copy so that a state directory removed while it
+    /// runs (by hand, by a cleanup job) can be written back (`revert` needs it).
+    pub fn state_files(&self) -> Result<Vec<(PathBuf, Vec<u8>, u32)>> {
+        let mut out = Vec::new();
+        let mut dirs = vec![PathBuf::from(AGENT_DIRS[0])];
+        while let Some(d) = dirs.pop() {
+            for name in self.list_dir(&d)? {
+                let p = d.join(&name);
+                let Ok(meta) = std::fs::symlink_metadata(self.path(&p)) else {
+                    continue;
+                };
+                if meta.is_dir() {
+                    dirs.push(p);
+                } else if meta.is_file() && !name.contains(".rdma-node-agent.") {
+                    if let Some(bytes) = self.state_read(&p)? {
+                        out.push((p, bytes, meta.mode() & 0o7777));
+                    }
+                }
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Whether the agent's state directory is there: absent, or removed while
+    /// this process holds it bound (a service's `StateDirectory=`: the path still
+    /// opens, but names a directory no longer linked anywhere).
+    pub fn state_dir(&self) -> StateDir {
+        match std::fs::metadata(self.path(Path::new(AGENT_DIRS[0]))) {
+            Err(_) => StateDir::Missing,
+            Ok(m) if m.nlink() == 0 => StateDir::Deleted,
+            Ok(_) => StateDir::Present,
         }
     }
 

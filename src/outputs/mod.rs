@@ -37,5 +37,5 @@ pub struct Cycle {
     /// the host sees that file system writable: only a restart of the service
     /// gives it the host's view again (its read-write paths are bound at start).
     #[serde(skip)]
-    pub stale_mounts: Option<PathBuf>,
+    pub stale_mounts: Option<String>,
 }

@@ -13,19 +13,18 @@ use inotify::{Inotify, WatchMask};
 use sd_notify::NotifyState;
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::agent::{Agent, AgentError};
-use crate::check::Report;
-use crate::config::{Config, Mode};
-use crate::engine::Scope;
-use crate::engine::executor::ExecError;
+mod cycle;
+mod state_copy;
+
+use crate::config::Config;
 use crate::engine::holds::Holds;
-use crate::engine::outcome::ActionStatus;
 use crate::host::Host;
 use crate::host::stop::Stop;
 use crate::http::{self, Board, Limits, Listen, Published};
 use crate::lock::{self, LockError};
 use crate::metrics::{self, Totals};
 use crate::outputs::Cycle;
+use state_copy::{StateCopy, WriteBack};
 
 pub const DAEMON_LOCK: &str = "/run/rdma-node-agent/daemon.lock";
 
@@ -35,8 +34,8 @@ pub enum DaemonError {
     Running(#[source] LockError),
     #[error(transparent)]
     Http(#[from] http::HttpError),
-    #[error("{0} is read-only to the service but writable on the host: restarting")]
-    StaleMounts(PathBuf),
+    #[error("{0}: restarting")]
+    StaleMounts(String),
     #[error("cannot set up {what}: {source}")]
     Setup {
         what: &'static str,
@@ -54,6 +53,8 @@ pub struct Daemon {
     busy_since: Arc<AtomicU64>,
     /// Set on SIGTERM/SIGINT: a running reconcile stops waiting and returns.
     stop: Stop,
+    /// The state directory's files, written back if it is removed.
+    state: Arc<StateCopy>,
     /// The last config that loaded: while a later edit does not, the checks
     /// go on with it (reporting only) instead of defaults.
     last_good: Arc<Mutex<Option<Config>>>,
@@ -82,6 +83,7 @@ impl Daemon {
             board: Arc::default(),
             busy_since: Arc::default(),
             stop: Stop::new(),
+            state: Arc::default(),
             last_good: Arc::default(),
         }
     }
@@ -135,15 +137,20 @@ impl Daemon {
                 _ = sigint.recv() => return self.stop_during(run).await,
             };
             holds = held;
-            if let Some(p) = &cycle.stale_mounts {
+            if let Some(why) = &cycle.stale_mounts {
+                // What only this process still knows goes to the host first.
+                match self.state.write_back(&host) {
+                    WriteBack::Nothing => {}
+                    WriteBack::Restored(what) | WriteBack::RestartNeeded(what) => {
+                        tracing::warn!("{what}")
+                    }
+                }
                 // Exit so that systemd (Restart=on-failure) starts the service
-                // again with the host's writable mount; StartLimitBurst bounds it.
+                // again with the host's mounts; StartLimitBurst bounds it.
                 tracing::error!(
-                    path = %p.display(),
-                    "{} is read-only to this service but writable on the host (remounted since the service started): exiting so that systemd restarts it with the host's view",
-                    p.display()
+                    "{why}: exiting so that systemd restarts the service with the host's view"
                 );
-                return Err(DaemonError::StaleMounts(p.clone()));
+                return Err(DaemonError::StaleMounts(why.clone()));
             }
             let status = match (&cycle.error, &cycle.report) {
                 (Some(e), _) => format!("error: {e}"),
@@ -291,10 +298,11 @@ impl Daemon {
         let config_path = self.config_path.clone();
         let stop = self.stop.clone();
         let last_good = self.last_good.clone();
+        let state = self.state.clone();
         let started = Instant::now();
         self.busy_since.store(unix_now(), Ordering::Relaxed);
         let out = tokio::task::spawn_blocking(move || {
-            reconcile_once(root, config_path, trigger, holds, stop, &last_good)
+            cycle::reconcile_once(root, config_path, trigger, holds, stop, &last_good, &state)
         })
         .await;
         self.busy_since.store(0, Ordering::Relaxed);
@@ -327,176 +335,6 @@ impl Daemon {
 
 /// A cycle, the paths to watch, the interval and debounce to use next, and the holds.
 type ReconcileOut = (Cycle, Vec<PathBuf>, Duration, Duration, Holds);
-
-fn reconcile_once(
-    root: PathBuf,
-    config_path: PathBuf,
-    trigger: String,
-    holds: Holds,
-    stop: Stop,
-    last_good: &Mutex<Option<Config>>,
-) -> ReconcileOut {
-    let host = Host::new(&root);
-    let mut watch = vec![config_path.clone()];
-    let mut config_error = None;
-    let loaded = Config::load(&host, &config_path);
-    let kept = last_good.lock().expect("config lock").clone();
-    let config = match (loaded, kept) {
-        (Ok(c), _) => {
-            *last_good.lock().expect("config lock") = Some(c.clone());
-            c
-        }
-        // Checks go on with the last config that loaded; nothing is changed
-        // on the host until the new one is fixed.
-        (Err(e), Some(mut c)) => {
-            tracing::error!(
-                "agent config invalid, reporting with the last good one, not acting: {e}"
-            );
-            config_error = Some(format!(
-                "agent config invalid: {e}; reporting with the last config that loaded, not acting until it is fixed"
-            ));
-            c.mode = Mode::Report;
-            c
-        }
-        (Err(e), None) => {
-            tracing::error!("agent config invalid, not acting: {e}");
-            let cycle = Cycle {
-                report: None,
-                mode: "unknown",
-                finished_unix: 0,
-                duration_ms: 0,
-                trigger,
-                changed: Vec::new(),
-                actions: Vec::new(),
-                error: Some(format!("agent config invalid: {e}")),
-                observations: Vec::new(),
-                stale_mounts: None,
-            };
-            return (
-                cycle,
-                watch,
-                Duration::from_secs(60),
-                Duration::from_millis(200),
-                holds,
-            );
-        }
-    };
-    let interval = Duration::from_secs(config.daemon.interval_secs.max(1));
-    let debounce = Duration::from_millis(config.daemon.debounce_ms);
-    let mode = config.mode;
-    // The daemon acts on the host it runs on (`--root` only in tests, then with
-    // no live action).
-    let mut agent = if host.is_live() {
-        Agent::live(host, config)
-    } else {
-        Agent::new(host, config)
-    };
-    agent.stop = stop;
-    let mut changed = Vec::new();
-    let mut actions = Vec::new();
-    let mut error = config_error;
-    let mut holds = holds;
-    let mut stale_mounts = None;
-    // One snapshot serves the plan and the report, unless the apply changed the host.
-    let first = agent.assess(Scope::All, mode == Mode::Enforce);
-    if mode == Mode::Enforce {
-        let applied = match first.plan.clone() {
-            Ok(plan) => agent.execute(&plan, true, &holds),
-            Err(e) => Err(e.into()),
-        };
-        match applied {
-            Ok(out) => {
-                for p in &out.changed {
-                    tracing::info!(path = %p.display(), trigger = %trigger, "changed");
-                }
-                for a in &out.actions {
-                    let line = format!("{} {}: {}", a.action, a.status, a.detail);
-                    if a.status == ActionStatus::Failed {
-                        tracing::warn!(action = %a.action, status = a.status.as_str(), trigger = %trigger, "{line}");
-                    } else {
-                        tracing::info!(action = %a.action, status = a.status.as_str(), trigger = %trigger, "{line}");
-                    }
-                }
-                holds.plan = None;
-                holds.record(&out.actions, SystemTime::now(), interval);
-                changed = out.changed;
-                actions = out.actions;
-            }
-            Err(AgentError::Exec(e @ ExecError::RolledBack { .. })) => {
-                tracing::error!(trigger = %trigger, "apply rolled back: {e}");
-                error = Some(e.to_string());
-                if let ExecError::RolledBack { digest, reason, .. } = e {
-                    holds.record_rollback(digest, reason, SystemTime::now(), interval);
-                }
-            }
-            Err(AgentError::Exec(e @ ExecError::Interrupted(_))) => {
-                tracing::info!(trigger = %trigger, "{e}");
-                error = Some(e.to_string());
-            }
-            Err(e) => {
-                tracing::error!(trigger = %trigger, "apply failed: {e}");
-                error = Some(e.to_string());
-                stale_mounts = read_only_here(&e).filter(|p| agent.host.writable_for_pid1(p));
-            }
-        }
-    }
-    let mode_name = match mode {
-        Mode::Enforce => "enforce",
-        Mode::Report => "report",
-    };
-    let changed_host = !changed.is_empty()
-        || actions
-            .iter()
-            .any(|a| a.status == ActionStatus::Done || a.status == ActionStatus::Failed);
-    // Stopping: report what happened, without another pass over the host.
-    let (report, observations) = if agent.stop.requested() {
-        (None, Vec::new())
-    } else {
-        let assessment = if changed_host {
-            agent.assess(Scope::All, false)
-        } else {
-            first
-        };
-        watch.extend(assessment.watch.iter().cloned());
-        let mut checks = assessment.checks;
-        if let Some(e) = &error {
-            crate::check::note_apply_failure(&mut checks, e);
-        }
-        let report = Report::new(checks);
-        tracing::info!(trigger = %trigger, ok = report.ok, "{}", report.summary);
-        (Some(report), assessment.observations)
-    };
-    let cycle = Cycle {
-        report,
-        mode: mode_name,
-        finished_unix: 0,
-        duration_ms: 0,
-        trigger,
-        changed,
-        actions,
-        error,
-        observations,
-        stale_mounts,
-    };
-    (cycle, watch, interval, debounce, holds)
-}
-
-/// The file a write was refused for as on a read-only file system.
-fn read_only_here(e: &AgentError) -> Option<PathBuf> {
-    use crate::engine::ledger::LedgerError;
-    use crate::host::HostError;
-    let w = match e {
-        AgentError::Exec(ExecError::Host(w)) => w,
-        AgentError::Exec(ExecError::Ledger(LedgerError::Host(w))) => w,
-        _ => return None,
-    };
-    match w {
-        HostError::Write { path, source } if source.raw_os_error() == Some(nix::libc::EROFS) => {
-            Some(path.clone())
-        }
-        _ => None,
-    }
-}
 
 /// The directories to watch for the given files: a file is replaced by rename, so
 /// its directory is watched; a directory that does not exist yet is watched

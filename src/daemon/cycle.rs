@@ -1,0 +1,236 @@
+//! One reconcile of the daemon, on a blocking thread: load the config (or keep
+//! the last good one), write back a removed state directory, assess, apply in
+//! enforce mode, and assess again when the host changed.
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use super::ReconcileOut;
+use super::state_copy::{StateCopy, WriteBack};
+use crate::agent::{Agent, AgentError};
+use crate::check::Report;
+use crate::config::{Config, Mode};
+use crate::engine::Scope;
+use crate::engine::executor::ExecError;
+use crate::engine::holds::Holds;
+use crate::engine::outcome::ActionStatus;
+use crate::host::Host;
+use crate::host::stop::Stop;
+use crate::outputs::Cycle;
+
+pub(super) fn reconcile_once(
+    root: PathBuf,
+    config_path: PathBuf,
+    trigger: String,
+    holds: Holds,
+    stop: Stop,
+    last_good: &Mutex<Option<Config>>,
+    state: &StateCopy,
+) -> ReconcileOut {
+    let host = Host::new(&root);
+    let mut written_back = None;
+    match state.write_back(&host) {
+        WriteBack::Nothing => {}
+        WriteBack::Restored(what) => {
+            tracing::warn!("{what}");
+            written_back = Some(what);
+        }
+        WriteBack::RestartNeeded(what) => {
+            let cycle = Cycle {
+                report: None,
+                mode: "unknown",
+                finished_unix: 0,
+                duration_ms: 0,
+                trigger,
+                changed: Vec::new(),
+                actions: Vec::new(),
+                error: Some(what.clone()),
+                observations: Vec::new(),
+                stale_mounts: Some(format!(
+                    "{what}, as the host sees it; this service still holds the removed directory"
+                )),
+            };
+            let d = crate::config::DaemonConfig::default();
+            return (
+                cycle,
+                Vec::new(),
+                Duration::from_secs(d.interval_secs),
+                Duration::from_millis(d.debounce_ms),
+                holds,
+            );
+        }
+    }
+    let mut watch = vec![config_path.clone()];
+    let mut config_error = None;
+    let loaded = Config::load(&host, &config_path);
+    let kept = last_good.lock().expect("config lock").clone();
+    let config = match (loaded, kept) {
+        (Ok(c), _) => {
+            *last_good.lock().expect("config lock") = Some(c.clone());
+            c
+        }
+        // Checks go on with the last config that loaded; nothing is changed
+        // on the host until the new one is fixed.
+        (Err(e), Some(mut c)) => {
+            tracing::error!(
+                "agent config invalid, reporting with the last good one, not acting: {e}"
+            );
+            config_error = Some(format!(
+                "agent config invalid: {e}; reporting with the last config that loaded, not acting until it is fixed"
+            ));
+            c.mode = Mode::Report;
+            c
+        }
+        (Err(e), None) => {
+            tracing::error!("agent config invalid, not acting: {e}");
+            let cycle = Cycle {
+                report: None,
+                mode: "unknown",
+                finished_unix: 0,
+                duration_ms: 0,
+                trigger,
+                changed: Vec::new(),
+                actions: Vec::new(),
+                error: Some(format!("agent config invalid: {e}")),
+                observations: Vec::new(),
+                stale_mounts: None,
+            };
+            return (
+                cycle,
+                watch,
+                Duration::from_secs(60),
+                Duration::from_millis(200),
+                holds,
+            );
+        }
+    };
+    let interval = Duration::from_secs(config.daemon.interval_secs.max(1));
+    let debounce = Duration::from_millis(config.daemon.debounce_ms);
+    let mode = config.mode;
+    // The daemon acts on the host it runs on (`--root` only in tests, then with
+    // no live action).
+    let mut agent = if host.is_live() {
+        Agent::live(host, config)
+    } else {
+        Agent::new(host, config)
+    };
+    agent.stop = stop;
+    let mut changed = Vec::new();
+    let mut actions = Vec::new();
+    let mut error = config_error;
+    let mut holds = holds;
+    let mut stale_mounts = None;
+    // One snapshot serves the plan and the report, unless the apply changed the host.
+    let first = agent.assess(Scope::All, mode == Mode::Enforce);
+    if mode == Mode::Enforce {
+        let applied = match first.plan.clone() {
+            Ok(plan) => agent.execute(&plan, true, &holds),
+            Err(e) => Err(e.into()),
+        };
+        match applied {
+            Ok(out) => {
+                for p in &out.changed {
+                    tracing::info!(path = %p.display(), trigger = %trigger, "changed");
+                }
+                for a in &out.actions {
+                    let line = format!("{} {}: {}", a.action, a.status, a.detail);
+                    if a.status == ActionStatus::Failed {
+                        tracing::warn!(action = %a.action, status = a.status.as_str(), trigger = %trigger, "{line}");
+                    } else {
+                        tracing::info!(action = %a.action, status = a.status.as_str(), trigger = %trigger, "{line}");
+                    }
+                }
+                holds.plan = None;
+                holds.record(&out.actions, SystemTime::now(), interval);
+                changed = out.changed;
+                actions = out.actions;
+            }
+            Err(AgentError::Exec(e @ ExecError::RolledBack { .. })) => {
+                tracing::error!(trigger = %trigger, "apply rolled back: {e}");
+                error = Some(e.to_string());
+                if let ExecError::RolledBack { digest, reason, .. } = e {
+                    holds.record_rollback(digest, reason, SystemTime::now(), interval);
+                }
+            }
+            Err(AgentError::Exec(e @ ExecError::Interrupted(_))) => {
+                tracing::info!(trigger = %trigger, "{e}");
+                error = Some(e.to_string());
+            }
+            Err(e) => {
+                tracing::error!(trigger = %trigger, "apply failed: {e}");
+                error = Some(e.to_string());
+                stale_mounts = read_only_here(&e)
+                    .filter(|p| agent.host.writable_for_pid1(p))
+                    .map(|p| format!(
+                        "{} is read-only to this service but writable on the host (remounted since the service started)",
+                        p.display()
+                    ));
+            }
+        }
+    }
+    let mode_name = match mode {
+        Mode::Enforce => "enforce",
+        Mode::Report => "report",
+    };
+    let changed_host = !changed.is_empty()
+        || actions
+            .iter()
+            .any(|a| a.status == ActionStatus::Done || a.status == ActionStatus::Failed);
+    // Stopping: report what happened, without another pass over the host.
+    let (report, observations) = if agent.stop.requested() {
+        (None, Vec::new())
+    } else {
+        let assessment = if changed_host {
+            agent.assess(Scope::All, false)
+        } else {
+            first
+        };
+        watch.extend(assessment.watch.iter().cloned());
+        let mut checks = assessment.checks;
+        if let Some(e) = &error {
+            crate::check::note_apply_failure(&mut checks, e);
+        }
+        let report = Report::new(checks);
+        tracing::info!(trigger = %trigger, ok = report.ok, "{}", report.summary);
+        (Some(report), assessment.observations)
+    };
+    // Remembered after this cycle's writes; and said once if it had to be written back.
+    state.refresh(&agent.host);
+    if let Some(w) = written_back {
+        error = Some(match error {
+            Some(e) => format!("{e}; {w}"),
+            None => w,
+        });
+    }
+    let cycle = Cycle {
+        report,
+        mode: mode_name,
+        finished_unix: 0,
+        duration_ms: 0,
+        trigger,
+        changed,
+        actions,
+        error,
+        observations,
+        stale_mounts,
+    };
+    (cycle, watch, interval, debounce, holds)
+}
+
+/// The file a write was refused for as on a read-only file system.
+fn read_only_here(e: &AgentError) -> Option<PathBuf> {
+    use crate::engine::ledger::LedgerError;
+    use crate::host::HostError;
+    let w = match e {
+        AgentError::Exec(ExecError::Host(w)) => w,
+        AgentError::Exec(ExecError::Ledger(LedgerError::Host(w))) => w,
+        _ => return None,
+    };
+    match w {
+        HostError::Write { path, source } if source.raw_os_error() == Some(nix::libc::EROFS) => {
+            Some(path.clone())
+        }
+        _ => None,
+    }
+}
