@@ -83,10 +83,10 @@ pub type Result<T> = std::result::Result<T, HostError>;
 /// when the service started.
 fn read_only_hint(e: &io::Error) -> &'static str {
     if e.raw_os_error() == Some(nix::libc::EROFS) {
-        " (a read-only file system: make it writable; under rdma-node-agent.service, \
-         a directory missing when the service started, or a read-only mount later \
-         remounted read-write, stays read-only to it until \
-         `systemctl restart rdma-node-agent`; a read-only mount removed is seen at once)"
+        " (make it writable; under rdma-node-agent.service a directory missing when \
+         the service started stays read-only to it: create it, then \
+         `systemctl restart rdma-node-agent`; a mount made writable since, the agent \
+         picks up by restarting itself)"
     } else {
         ""
     }

@@ -200,3 +200,43 @@ fn a_state_directory_removed_while_running_is_written_back() {
     m.sh_ok("rdma-node-agent revert");
     assert_eq!(m.read(CONFIG), original, "revert knew the original");
 }
+
+/// D-Bus restarts while the agent waits for containerd's restart job: the job
+/// finishes without the agent watching, and the change is not taken for a
+/// failure (no rollback, no second restart); the agent reconnects and reports
+/// containerd's real state.
+#[test]
+#[ignore = "needs root, systemd-nspawn and a Debian mirror: run via scripts/test.sh"]
+fn dbus_restarting_during_a_restart_job_is_no_failure() {
+    let m = Machine::boot();
+    m.write(CONFIG, "version = 2\n");
+    m.sh_ok("systemctl restart containerd");
+    // A start slow enough for the bus to restart meanwhile.
+    m.write(
+        "/etc/systemd/system/containerd.service.d/10-slow.conf",
+        "[Service]\nExecStartPre=/bin/sleep 3\n",
+    );
+    m.sh_ok("systemctl daemon-reload");
+    install_agent(
+        &m,
+        "[containerd]\nmemlock = \"4MiB\"\n\n[systemd]\nmemlock = \"4MiB\"\n\n[daemon]\ninterval_secs = 4\nrestart_timeout_secs = 20\n",
+    );
+    let starts = containerd_starts(&m);
+    m.sh_ok("systemctl start --no-block rdma-node-agent");
+    m.wait("containerd's restart job", Duration::from_secs(20), |m| {
+        m.sh("systemctl list-jobs --no-legend")
+            .contains("containerd.service")
+    });
+    m.sh_ok("systemctl restart dbus");
+    m.wait("prepared", Duration::from_secs(60), |m| {
+        cri_ok(m) && status_check(m, "containerd.memlock")["status"] == "ok"
+    });
+    let journal = m.sh("journalctl -b --no-pager -o short-monotonic | grep -E 'rdma-node-agent|dbus|Start.*containerd'");
+    assert!(
+        !journal.contains("rolling back") && !journal.contains("rolled back"),
+        "{journal}"
+    );
+    assert!(journal.contains("reconnecting to follow it"), "{journal}");
+    assert!(m.read(CONFIG).contains("base_runtime_spec"), "{journal}");
+    assert_eq!(containerd_starts(&m), starts + 1, "{journal}");
+}

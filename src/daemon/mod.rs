@@ -127,7 +127,6 @@ impl Daemon {
             if trigger == "SIGHUP" {
                 // `systemctl reload`: the operator asks for failed actions to be tried now.
                 holds.actions.clear();
-                holds.plan = None;
             }
             let run = self.reconcile(trigger.clone(), std::mem::take(&mut holds));
             tokio::pin!(run);

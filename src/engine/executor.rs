@@ -150,7 +150,7 @@ impl Executor<'_> {
                     .as_secs();
                 return Err(ExecError::HeldBack {
                     reason: format!(
-                        "{} (rolled back {} time(s) in a row; tried again in {wait} s, or now with `systemctl reload rdma-node-agent`)",
+                        "{} (rolled back {} time(s) in a row; tried again in {wait} s)",
                         h.reason, h.failures
                     ),
                 });

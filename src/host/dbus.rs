@@ -79,7 +79,8 @@ trait Service {
 /// synchronous core (the CLI, the daemon's blocking reconcile) can use it.
 pub struct Dbus {
     rt: tokio::runtime::Runtime,
-    conn: Connection,
+    /// Replaced when the bus restarts (dbus.service restarted under us).
+    conn: std::sync::Mutex<Connection>,
 }
 
 fn call(name: &str) -> impl Fn(zbus::Error) -> SystemdError + '_ {
@@ -90,6 +91,19 @@ fn call(name: &str) -> impl Fn(zbus::Error) -> SystemdError + '_ {
 }
 
 impl Dbus {
+    fn conn(&self) -> Connection {
+        self.conn.lock().expect("bus connection").clone()
+    }
+
+    /// A new connection to the system bus, for every call from now on.
+    async fn reconnect(&self) -> Result<(), SystemdError> {
+        let conn = Connection::system()
+            .await
+            .map_err(|e| SystemdError::Connect(e.to_string()))?;
+        *self.conn.lock().expect("bus connection") = conn;
+        Ok(())
+    }
+
     /// Connects to the system bus (`DBUS_SYSTEM_BUS_ADDRESS` or the default socket).
     pub fn system() -> Result<Dbus, SystemdError> {
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -99,13 +113,16 @@ impl Dbus {
         let conn = rt
             .block_on(Connection::system())
             .map_err(|e| SystemdError::Connect(e.to_string()))?;
-        Ok(Dbus { rt, conn })
+        Ok(Dbus {
+            rt,
+            conn: std::sync::Mutex::new(conn),
+        })
     }
 
     /// The manager, with job signals subscribed to and listened for: listening
     /// before a job is queued means its end cannot slip by unseen.
     async fn watching_jobs(&self) -> Result<(ManagerProxy<'_>, JobRemovedStream), SystemdError> {
-        let m = ManagerProxy::new(&self.conn)
+        let m = ManagerProxy::new(&self.conn())
             .await
             .map_err(call("Manager"))?;
         // Job signals are only sent to subscribed clients; once per connection.
@@ -120,7 +137,7 @@ impl Dbus {
     }
 
     async fn unit_path(&self, unit: &str) -> Result<OwnedObjectPath, SystemdError> {
-        let m = ManagerProxy::new(&self.conn)
+        let m = ManagerProxy::new(&self.conn())
             .await
             .map_err(call("Manager"))?;
         // LoadUnit, not GetUnit: a unit that is not loaded yet is not an error.
@@ -131,7 +148,7 @@ impl Dbus {
 impl ServiceManager for Dbus {
     fn reload(&self) -> Result<(), SystemdError> {
         self.rt.block_on(async {
-            let m = ManagerProxy::new(&self.conn)
+            let m = ManagerProxy::new(&self.conn())
                 .await
                 .map_err(call("Manager"))?;
             m.reload().await.map_err(call("Reload"))
@@ -205,14 +222,14 @@ impl ServiceManager for Dbus {
     fn status(&self, unit: &str) -> Result<UnitStatus, SystemdError> {
         self.rt.block_on(async {
             let path = self.unit_path(unit).await?;
-            let u = UnitProxy::builder(&self.conn)
+            let u = UnitProxy::builder(&self.conn())
                 .path(path.clone())
                 .cache_properties(CacheProperties::No)
                 .build()
                 .await
                 .map_err(call("Unit"))?;
             let active_state = u.active_state().await.map_err(call("ActiveState"))?;
-            let s = ServiceProxy::builder(&self.conn)
+            let s = ServiceProxy::builder(&self.conn())
                 .path(path)
                 .cache_properties(CacheProperties::No)
                 .build()
@@ -256,6 +273,7 @@ impl Dbus {
         timeout: Duration,
         stop: &Stop,
     ) -> Result<(), SystemdError> {
+        let started = std::time::Instant::now();
         let wait = async {
             while let Some(signal) = removed.next().await {
                 if let Ok(args) = signal.args() {
@@ -278,6 +296,22 @@ impl Dbus {
                 return Err(SystemdError::Stopped { unit: unit.to_owned(), job: kind, cancelled });
             }
         };
+        let outcome = match outcome {
+            // The bus went away (dbus.service restarted): the job goes on without
+            // us; follow it from a new connection instead of calling it failed.
+            Ok(None) => {
+                tracing::warn!(
+                    unit,
+                    "the system bus closed while waiting for {unit}'s {kind} job: reconnecting to follow it"
+                );
+                let left = timeout.saturating_sub(started.elapsed());
+                match tokio::time::timeout(left, self.follow_without_signals(&job, unit)).await {
+                    Ok(r) => Ok(r),
+                    Err(e) => Err(e),
+                }
+            }
+            other => other,
+        };
         match outcome {
             Ok(Some(result)) if result == "done" => Ok(()),
             Ok(Some(result)) => Err(SystemdError::JobFailed {
@@ -293,11 +327,43 @@ impl Dbus {
         }
     }
 
+    /// After the bus restarted: until `job` is gone from the unit, then the
+    /// result as systemd would have signalled it (`done` when the unit is active).
+    async fn follow_without_signals(&self, job: &OwnedObjectPath, unit: &str) -> Option<String> {
+        loop {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            if self.reconnect().await.is_err() {
+                continue;
+            }
+            let Ok(path) = self.unit_path(unit).await else {
+                continue;
+            };
+            let Ok(u) = UnitProxy::builder(&self.conn())
+                .path(path)
+                .cache_properties(CacheProperties::No)
+                .build()
+                .await
+            else {
+                continue;
+            };
+            match u.job().await {
+                Ok((_, current)) if current == *job => continue,
+                Ok(_) => {}
+                Err(_) => continue,
+            }
+            return match u.active_state().await.ok()?.as_str() {
+                "active" => Some("done".into()),
+                "activating" | "reloading" => continue,
+                other => Some(format!("failed ({unit} is {other})")),
+            };
+        }
+    }
+
     /// The unit's job when it is a start or restart still waiting (none of its
     /// start has run, so the unit will read the files as they are when it does).
     async fn waiting_start(&self, unit: &str) -> Option<(OwnedObjectPath, &'static str)> {
         let path = self.unit_path(unit).await.ok()?;
-        let u = UnitProxy::builder(&self.conn)
+        let u = UnitProxy::builder(&self.conn())
             .path(path)
             .cache_properties(CacheProperties::No)
             .build()
@@ -309,7 +375,7 @@ impl Dbus {
         if job.as_str() == "/" {
             return None;
         }
-        let j = JobProxy::builder(&self.conn)
+        let j = JobProxy::builder(&self.conn())
             .path(job.clone())
             .cache_properties(CacheProperties::No)
             .build()
@@ -333,7 +399,7 @@ impl Dbus {
     /// cancelled; the rest is left to systemd, which starts the unit once the
     /// agent is gone.
     async fn cancel_if_waiting(&self, job: &OwnedObjectPath, kind: &str) -> bool {
-        let Ok(j) = JobProxy::builder(&self.conn)
+        let Ok(j) = JobProxy::builder(&self.conn())
             .path(job.clone())
             .cache_properties(CacheProperties::No)
             .build()
