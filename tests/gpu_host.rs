@@ -55,3 +55,30 @@ fn a_module_with_initstate_is_not_taken_for_built_in() {
         "{msg}"
     );
 }
+
+/// The fixture tree answers as the real host did when the agent ran there
+/// (tests/fixtures/nodes/gpu-host-live, recorded on the lent H200 VM): the
+/// checks that only read the tree agree in status, and the real host's check
+/// exited 0 with honest skips (no containerd, no RDMA NIC).
+#[test]
+fn the_fixture_tree_answers_as_the_real_host_did() {
+    let live: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("nodes/gpu-host-live/check.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(live["ok"], true, "{live}");
+    let t = node("gpu-host");
+    let here = json(&agent(t.path(), &["check", "--json"]));
+    for id in [
+        "containerd.memlock",
+        "systemd.memlock",
+        "kernel.modules",
+        "rdma.devices",
+        "gpudirect.path",
+    ] {
+        let (a, b) = (check_in(&live, id), check_in(&here, id));
+        assert_eq!(a["status"], b["status"], "{id}: real host {a}\nfixture {b}");
+    }
+    let m = check_in(&live, "containerd.memlock")["message"].to_string();
+    assert!(m.contains("no containerd on this node"), "{m}");
+}
