@@ -2,6 +2,7 @@
 //! (HTTP, metrics) to render: they read this record, never the host.
 
 pub mod exposition;
+pub mod heap;
 pub mod http;
 pub mod listen;
 pub mod metrics;
