@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::abuse::{self, Abuse, rss_kib};
+use support::abuse::{self, Abuse, anon_kib, rss_kib};
 use support::*;
 
 /// The issue's target: after abuse, RSS is back to at most twice idle within this.
@@ -83,6 +83,15 @@ fn oversized_heads_are_refused_before_they_are_buffered() {
         "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.4,*/*;q=0.1"
     );
     assert_eq!(send(&d.addr, scrape.as_bytes()), Some(200));
+    // The bound is 8 KiB of head, request line and headers together.
+    let head = |n: usize| {
+        format!(
+            "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: {}\r\n\r\n",
+            "a".repeat(n)
+        )
+    };
+    assert_eq!(send(&d.addr, head(7 * 1024).as_bytes()), Some(200));
+    assert_eq!(send(&d.addr, head(9 * 1024).as_bytes()), Some(431));
 }
 
 #[test]
@@ -92,28 +101,32 @@ fn memory_returns_after_each_abuse_round_and_does_not_climb() {
     let pid = d.child.id();
     // Idle: the first reconcile done and a probe served.
     std::thread::sleep(Duration::from_secs(1));
-    let idle = rss_kib(pid);
-    assert!(idle > 0);
+    let (idle, idle_anon) = (rss_kib(pid), anon_kib(pid));
+    assert!(idle > 0 && idle_anon > 0);
+    // RSS is the issue's measure; in this dev build the binary's code pages make
+    // idle RSS 3x the release build's, so twice idle is loose there. Anonymous
+    // memory (heap, stacks: what abuse takes) is held to twice idle as well.
+    let back = |pid| rss_kib(pid) <= 2 * idle && anon_kib(pid) <= 2 * idle_anon;
     let addr = d.addr.parse().unwrap();
     let mut settled = Vec::new();
     for round in 1..=ROUNDS {
         let out = abuse::round(addr, Abuse::default());
-        let peak = rss_kib(pid);
+        let (peak, peak_anon) = (rss_kib(pid), anon_kib(pid));
         let start = Instant::now();
-        while rss_kib(pid) > 2 * idle && start.elapsed() < SETTLE {
+        while !back(pid) && start.elapsed() < SETTLE {
             std::thread::sleep(Duration::from_millis(100));
         }
-        let rss = rss_kib(pid);
+        let (rss, anon) = (rss_kib(pid), anon_kib(pid));
         let took = start.elapsed();
         assert!(
-            rss <= 2 * idle,
-            "round {round}: RSS {rss} KiB {SETTLE:?} after the abuse, over twice idle ({idle} KiB)"
+            back(pid),
+            "round {round}: {SETTLE:?} after the abuse, RSS {rss} KiB (idle {idle}), anonymous {anon} KiB (idle {idle_anon}): over twice idle"
         );
         // The trend is read once what goes back has gone back.
         std::thread::sleep(Duration::from_secs(3));
-        let later = rss_kib(pid);
+        let later = anon_kib(pid);
         println!(
-            "round {round}: {out}; RSS idle {idle} KiB, after the round {peak} KiB, {rss} KiB {:.1}s later, {later} KiB 3s after that",
+            "round {round}: {out}; RSS / anonymous KiB: idle {idle} / {idle_anon}, after the round {peak} / {peak_anon}, {rss} / {anon} {:.1}s later, anonymous {later} 3s after that",
             took.as_secs_f64()
         );
         settled.push(later);
@@ -122,12 +135,12 @@ fn memory_returns_after_each_abuse_round_and_does_not_climb() {
     // give or take what one round's bookkeeping may keep (a page per 8 connections).
     let early = settled[..2].iter().copied().max().unwrap();
     let slack = Abuse::default().conns as u64 / 2;
-    for (i, rss) in settled.iter().enumerate().skip(2) {
+    for (i, anon) in settled.iter().enumerate().skip(2) {
         assert!(
-            *rss <= early + slack,
-            "RSS climbs over rounds: {settled:?} KiB (round {} ends {} KiB above the first two)",
+            *anon <= early + slack,
+            "anonymous memory climbs over rounds: {settled:?} KiB (round {} ends {} KiB above the first two)",
             i + 1,
-            rss - early
+            anon - early
         );
     }
 }

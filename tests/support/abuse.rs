@@ -161,11 +161,20 @@ fn raise_open_files(want: u64) {
 
 /// Resident memory of a process in KiB (VmRSS), 0 when it is gone.
 pub fn rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmRSS:")
+}
+
+/// Its anonymous part (RssAnon: heap, stacks), without the binary's code pages.
+pub fn anon_kib(pid: u32) -> u64 {
+    status_kib(pid, "RssAnon:")
+}
+
+fn status_kib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .find_map(|l| l.strip_prefix(field))
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         })
         .unwrap_or(0)
