@@ -322,12 +322,11 @@ impl Config {
             }
         })?;
         // The default path written out is still an explicit choice.
-        let set = |section: &str, key: &str| {
-            text.parse::<toml::Table>()
-                .ok()
-                .is_some_and(|t| t.get(section).and_then(|s| s.get(key)).is_some())
-        };
-        cfg.containerd.config_path_set = set("containerd", "config_path");
+        cfg.containerd.config_path_set = text.parse::<toml::Table>().ok().is_some_and(|t| {
+            t.get("containerd")
+                .and_then(|s| s.get("config_path"))
+                .is_some()
+        });
         cfg.migrate(shown_path);
         Ok(cfg)
     }
