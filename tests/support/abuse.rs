@@ -40,8 +40,10 @@ impl Default for Abuse {
 pub struct Outcome {
     /// Answers by status code.
     pub codes: BTreeMap<u16, usize>,
-    /// Connections closed or reset with no status line.
+    /// Connections closed or reset with no status line…
     pub unanswered: usize,
+    /// …of which this many had been open 5 s or more (a header-read timeout's work).
+    pub unanswered_late: usize,
     /// Connections that could not be opened.
     pub not_connected: usize,
     pub took: Duration,
@@ -52,13 +54,14 @@ impl std::fmt::Display for Outcome {
         let codes: Vec<String> = self.codes.iter().map(|(c, n)| format!("{n}x{c}")).collect();
         write!(
             f,
-            "answers {}, unanswered {}, not connected {}, {:.1}s",
+            "answers {}, unanswered {} ({} after 5 s or more), not connected {}, {:.1}s",
             if codes.is_empty() {
                 "none".into()
             } else {
                 codes.join(" ")
             },
             self.unanswered,
+            self.unanswered_late,
             self.not_connected,
             self.took.as_secs_f64()
         )
@@ -88,7 +91,7 @@ async fn run(addr: SocketAddr, abuse: Abuse) -> Outcome {
     let mut held = Vec::with_capacity(abuse.conns);
     for _ in 0..abuse.conns {
         match tokio::time::timeout_at(end, TcpStream::connect(addr)).await {
-            Ok(Ok(s)) => held.push(s),
+            Ok(Ok(s)) => held.push((s, Instant::now())),
             _ => out.not_connected += 1,
         }
     }
@@ -102,19 +105,24 @@ async fn run(addr: SocketAddr, abuse: Abuse) -> Outcome {
     );
     let requests: [Arc<[u8]>; 2] = [big_header.as_bytes().into(), long_line.as_bytes().into()];
     let mut tasks = tokio::task::JoinSet::new();
-    for (i, s) in held.into_iter().enumerate() {
+    for (i, (s, opened)) in held.into_iter().enumerate() {
         let request = requests[i % 2].clone();
         tasks.spawn(async move {
-            tokio::time::timeout_at(end, exchange(s, request))
+            let code = tokio::time::timeout_at(end, exchange(s, request))
                 .await
                 .ok()
-                .flatten()
+                .flatten();
+            (code, opened.elapsed())
         });
     }
     while let Some(r) = tasks.join_next().await {
-        match r.ok().flatten() {
-            Some(code) => *out.codes.entry(code).or_default() += 1,
-            None => out.unanswered += 1,
+        match r {
+            Ok((Some(code), _)) => *out.codes.entry(code).or_default() += 1,
+            Ok((None, open)) => {
+                out.unanswered += 1;
+                out.unanswered_late += usize::from(open >= Duration::from_secs(5));
+            }
+            Err(_) => out.unanswered += 1,
         }
     }
     out.took = start.elapsed();
