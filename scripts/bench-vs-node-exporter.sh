@@ -17,7 +17,9 @@
 #  4. both daemons on the bundled V100 sample node: start to READY=1 through a
 #     notify socket of our own (no systemd) and to the first answer, idle RSS,
 #     wake-ups while idle, /metrics req/s and latency under the same bounded wrk
-#     load, RSS after it.
+#     load, RSS after it;
+#  5. memory under hostile clients, RSS per round beside node_exporter
+#     (scripts/bench-memory-abuse.sh; ABUSE_ROUNDS=0 leaves it out).
 # On demand (not in CI), as root: `sudo scripts/bench-vs-node-exporter.sh`.
 # RUNS (default 9: medians), SIZES ("64 1024 4096"), IDLE_SECS (10), WAKE_SECS (30)
 # and LOAD_SECS (10) tune it. Times move with the load of the machine: take the
@@ -350,3 +352,9 @@ else
 fi
 echo "         /metrics throughput >= 50x: $(ratio "$a_rps" "$n_rps")x -> $(at_least "$(ratio "$a_rps" "$n_rps")" 50)"
 echo "         /metrics p99 <= 2 ms: $(ms "$a_p99") ms -> $(at_most "$(ms "$a_p99")" 2)"
+
+# 5. Memory under hostile clients: its own table.
+if [ "${ABUSE_ROUNDS:-5}" != 0 ]; then
+    echo
+    ROUNDS="${ABUSE_ROUNDS:-5}" bash scripts/bench-memory-abuse.sh
+fi

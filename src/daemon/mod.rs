@@ -254,7 +254,11 @@ impl Daemon {
         let limits = Limits {
             max_connections,
             header_timeout: Duration::from_secs(5),
-            max_header_bytes: 16 * 1024,
+            // A request head (request line and headers) over 8 KiB is refused
+            // with 431 when the buffer fills: hyper's smallest buffer, so an
+            // abusive connection holds one 8 KiB read buffer, never more.
+            // Prometheus and the kubelet send a few hundred bytes.
+            max_header_bytes: 8 * 1024,
         };
         tracing::info!(listen = ?listen, "health endpoint listening");
         tokio::spawn(http::serve(listener, app, limits));

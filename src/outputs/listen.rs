@@ -14,13 +14,20 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, UnixListener};
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
+
+use super::heap;
 
 /// File descriptors kept for everything but HTTP clients: D-Bus, journald,
 /// inotify, netlink, the files and pipes of a reconcile, the runtime's own.
 pub const FD_RESERVE: u64 = 128;
 /// At most one overload log line per this period.
 pub const LOG_EVERY: Duration = Duration::from_secs(10);
+/// Freed heap goes back to the kernel once no connection has closed for this
+/// long (one trim per burst, none while idle)…
+pub const TRIM_QUIET: Duration = Duration::from_secs(1);
+/// …or this long after the first close, under a steady stream of them.
+pub const TRIM_AT_LATEST: Duration = Duration::from_secs(10);
 
 const OVERLOADED: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 31\r\nConnection: close\r\nRetry-After: 1\r\n\r\nover the connection limit: retry\n";
 
@@ -183,6 +190,8 @@ pub async fn serve(listener: Listener, app: Router, limits: Limits) {
     let over_limit = RateLimited::new();
     let draining = Arc::new(Semaphore::new(64));
     let accept_failed = RateLimited::new();
+    let closed = Arc::new(Notify::new());
+    tokio::spawn(release_after_bursts(closed.clone()));
     loop {
         let accepted = match &listener {
             Listener::Tcp(l) => l.accept().await.map(|(s, _)| {
@@ -215,6 +224,7 @@ pub async fn serve(listener: Listener, app: Router, limits: Limits) {
             // Reading what the client already sent before closing avoids a reset
             // that could destroy the 503 on its way: for a few at a time.
             if let Ok(drain) = draining.clone().try_acquire_owned() {
+                let closed = closed.clone();
                 tokio::spawn(async move {
                     let mut stream = stream.boxed();
                     let _ = tokio::time::timeout(
@@ -223,12 +233,14 @@ pub async fn serve(listener: Listener, app: Router, limits: Limits) {
                     )
                     .await;
                     drop(drain);
+                    closed.notify_one();
                 });
             }
             continue;
         };
         let stream = stream.boxed();
         let app = app.clone();
+        let closed = closed.clone();
         tokio::spawn(async move {
             let mut http = hyper::server::conn::http1::Builder::new();
             http.timer(TokioTimer::new())
@@ -237,7 +249,24 @@ pub async fn serve(listener: Listener, app: Router, limits: Limits) {
             let service = TowerToHyperService::new(app);
             let _ = http.serve_connection(TokioIo::new(stream), service).await;
             drop(permit);
+            closed.notify_one();
         });
+    }
+}
+
+/// The memory a burst of connections took (buffers, tasks) is freed when they
+/// close, but glibc keeps it resident (see [`heap`]): hand it back once the
+/// burst is over.
+async fn release_after_bursts(closed: Arc<Notify>) {
+    loop {
+        closed.notified().await;
+        let latest = tokio::time::Instant::now() + TRIM_AT_LATEST;
+        while tokio::time::timeout(TRIM_QUIET, closed.notified())
+            .await
+            .is_ok()
+            && tokio::time::Instant::now() < latest
+        {}
+        heap::release_free_memory();
     }
 }
 

@@ -3,6 +3,7 @@
 
 pub mod exposition;
 mod gpudirect_metrics;
+pub mod heap;
 pub mod http;
 pub mod listen;
 pub mod metrics;
