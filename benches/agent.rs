@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 use criterion::{Criterion, criterion_group, criterion_main};
 
 use rdma_node_agent::agent::Agent;
+use rdma_node_agent::concerns::containerd::spec::{self, Rlimits};
+use rdma_node_agent::concerns::containerd::toml::ConfigFile;
+use rdma_node_agent::concerns::containerd::{self, Facts};
 use rdma_node_agent::config::{Config, ContainerdConfig, Limit};
-use rdma_node_agent::containerd::spec::{self, Rlimits};
-use rdma_node_agent::containerd::toml::ConfigFile;
-use rdma_node_agent::containerd::{self, Facts};
 use rdma_node_agent::host::Host;
 
 #[path = "../tests/support/sysfs.rs"]

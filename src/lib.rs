@@ -15,9 +15,3 @@ pub mod engine;
 pub mod host;
 pub mod outputs;
 pub mod selftest;
-
-// Short paths to the modules every layer names.
-pub use concerns::{containerd, gpudirect, kernel, pods, rdma, readiness, reboot, systemd};
-pub use engine::{check, ledger, plan};
-pub use host::{lock, netlink, procfs};
-pub use outputs::{http, metrics, nfd};

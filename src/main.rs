@@ -6,8 +6,8 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use rdma_node_agent::agent::{Agent, CONCERNS};
-use rdma_node_agent::check::{EXIT_UNKNOWN, Report};
 use rdma_node_agent::config::{self, Config};
+use rdma_node_agent::engine::check::{EXIT_UNKNOWN, Report};
 use rdma_node_agent::host::Host;
 
 /// Prepares a Kubernetes node's host for RDMA workloads and reports its RDMA health.
@@ -337,7 +337,7 @@ fn selftest(
     min_percent: f64,
     control: bool,
 ) -> anyhow::Result<ExitCode> {
-    use rdma_node_agent::rdma::devices;
+    use rdma_node_agent::concerns::rdma::devices;
     use rdma_node_agent::selftest::{self, Report, run::Perftest, run::find_program};
     let host = Host::new(&cli.root);
     cli.check_config_exists(&host)?;

@@ -10,7 +10,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use rdma_node_agent::kernel::{DkmsState, parse_dkms_status};
+use rdma_node_agent::concerns::kernel::{DkmsState, parse_dkms_status};
 use support::*;
 
 const REQUIRED: &[&str] = &["ib_core", "ib_uverbs", "mlx5_core", "mlx5_ib", "rdma_ucm"];
@@ -412,7 +412,7 @@ fn dkms_gap_holds_back_the_reboot_sentinel() {
 /// sorts after bookworm's, as the reboot gate needs it to.
 #[test]
 fn real_dkms_status_across_the_vm_reboot_into_a_backports_kernel() {
-    use rdma_node_agent::kernel::compare_releases;
+    use rdma_node_agent::concerns::kernel::compare_releases;
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/dkms/vm");
     let text = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
     let (a, b) = (text("booted-kernel"), text("newer-kernel"));

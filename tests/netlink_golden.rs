@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use rdma_node_agent::netlink::{self, NetnsMode, Reply};
+use rdma_node_agent::host::netlink::{self, NetnsMode, Reply};
 
 const HEADER: &str = "/usr/include/rdma/rdma_netlink.h";
 

@@ -326,10 +326,10 @@ fn a_thousand_sriov_devices() {
     eprintln!("generated the tree in {:?}", start.elapsed());
     let host = rdma_node_agent::host::Host::new(t.path());
     let start = Instant::now();
-    let devices: Vec<_> = rdma_node_agent::rdma::devices::gather(&host)
+    let devices: Vec<_> = rdma_node_agent::concerns::rdma::devices::gather(&host)
         .unwrap()
         .into_iter()
-        .map(rdma_node_agent::rdma::devices::parse)
+        .map(rdma_node_agent::concerns::rdma::devices::parse)
         .collect();
     eprintln!(
         "inventory of {} devices (gather + parse): {:?}",
@@ -342,7 +342,7 @@ fn a_thousand_sriov_devices() {
     assert_eq!(
         devices
             .iter()
-            .filter(|d| d.kind == rdma_node_agent::rdma::devices::Kind::Vf)
+            .filter(|d| d.kind == rdma_node_agent::concerns::rdma::devices::Kind::Vf)
             .count(),
         1016
     );

@@ -246,7 +246,7 @@ fn memlock_unlimited() {
 #[test]
 #[ignore = "needs root and containerd: run via scripts/test.sh"]
 fn the_agent_reads_containerds_cri_view_as_a_cri_client_does() {
-    use rdma_node_agent::containerd::view;
+    use rdma_node_agent::concerns::containerd::view;
     let mut c = Containerd::new();
     agent_config(&c, "4MiB");
     apply(&c);

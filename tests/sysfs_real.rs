@@ -9,7 +9,7 @@ mod support;
 
 use std::path::Path;
 
-use rdma_node_agent::rdma::devices::{
+use rdma_node_agent::concerns::rdma::devices::{
     self, LinkLayer, PhysState, PortState, parse_link_layer, parse_phys_state, parse_rate,
     parse_state,
 };

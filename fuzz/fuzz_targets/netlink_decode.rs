@@ -2,7 +2,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rdma_node_agent::netlink;
+use rdma_node_agent::host::netlink;
 
 fuzz_target!(|data: &[u8]| {
     let _ = netlink::decode(data);

@@ -2,11 +2,14 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use rdma_node_agent::concerns::pods;
 use rdma_node_agent::config::Limit;
-use rdma_node_agent::{pods, procfs};
+use rdma_node_agent::host::procfs;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
     let _ = procfs::parse_limit(text, procfs::MEMLOCK_ROW);
     let _ = procfs::parse_start_ticks(text);
     let _ = procfs::parse_boot_time(text);

@@ -4,11 +4,13 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rdma_node_agent::readiness::{checkpoint::Checkpoint, pods_rdma};
+use rdma_node_agent::concerns::readiness::{checkpoint::Checkpoint, pods_rdma};
 use rdma_node_agent::selftest::perftest;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
     if let Ok(cp) = Checkpoint::parse(text) {
         let _ = cp.registered();
         let _ = cp.checksum_ok();

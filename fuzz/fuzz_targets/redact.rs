@@ -6,7 +6,9 @@ use libfuzzer_sys::fuzz_target;
 use rdma_node_agent::engine::redact::redact;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
     let out = redact(text);
     assert_eq!(out.lines().count(), text.lines().count());
     // The same text with a credential line appended: that value is gone.

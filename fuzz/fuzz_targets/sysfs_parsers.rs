@@ -3,27 +3,38 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rdma_node_agent::kernel::{DkmsState, parse_dkms_status};
-use rdma_node_agent::rdma::{devices, netns};
+use rdma_node_agent::concerns::kernel::{DkmsState, parse_dkms_status};
+use rdma_node_agent::concerns::rdma::{devices, netns};
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
     if let Ok(rate) = devices::parse_rate(text) {
         assert!(rate.is_finite() && rate >= 0.0);
     }
     // What the parsers accept is exactly what the kernel prints back.
     if let Ok(state) = devices::parse_state(text) {
-        assert_eq!(text.trim_end_matches('\n'), format!("{}: {}", state.0, state.name()));
+        assert_eq!(
+            text.trim_end_matches('\n'),
+            format!("{}: {}", state.0, state.name())
+        );
     }
     if let Ok(state) = devices::parse_phys_state(text) {
-        assert_eq!(text.trim_end_matches('\n'), format!("{}: {}", state.0, state.name()));
+        assert_eq!(
+            text.trim_end_matches('\n'),
+            format!("{}: {}", state.0, state.name())
+        );
     }
     let _ = devices::parse_link_layer(text);
     let _ = devices::parse_guid(text);
     let _ = devices::parse_text(text);
     // One entry per non-empty line; a known state always names its module.
     let lines = parse_dkms_status(text);
-    assert_eq!(lines.len(), text.lines().filter(|l| !l.trim_end().is_empty()).count());
+    assert_eq!(
+        lines.len(),
+        text.lines().filter(|l| !l.trim_end().is_empty()).count()
+    );
     for l in &lines {
         assert!(matches!(l.state, DkmsState::Unknown(_)) || !l.module.is_empty());
     }

@@ -5,16 +5,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::concerns::containerd;
+use crate::concerns::rdma::netns;
 use crate::config::rdma::RdmaConfig;
-use crate::containerd;
 use crate::engine::executor::{Live, LiveHost};
 use crate::engine::outcome::ActionStatus;
 use crate::host::Host;
 use crate::host::dbus::Dbus;
+use crate::host::netlink::{self, NetnsMode};
 use crate::host::service::ServiceManager;
 use crate::host::snapshot::Snapshot;
-use crate::netlink::{self, NetnsMode};
-use crate::rdma::netns;
 
 struct System {
     host: Host,

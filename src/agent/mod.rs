@@ -6,17 +6,25 @@ mod live;
 
 use std::time::Duration;
 
-use crate::check::Report;
+use crate::concerns::containerd;
+use crate::concerns::gpudirect;
+use crate::concerns::kernel;
+use crate::concerns::pods;
+use crate::concerns::rdma;
+use crate::concerns::readiness;
+use crate::concerns::reboot;
+use crate::concerns::systemd;
 use crate::config::Config;
+use crate::engine::check::Report;
 use crate::engine::concern::Run;
 use crate::engine::executor::{ApplyOutcome, ExecError, Executor, Live, RevertResult};
 use crate::engine::holds::Holds;
+use crate::engine::plan::{Plan, Preflight};
 use crate::engine::{self, Assessment, PlanError, Preflights, Scope};
 use crate::host::Host;
 use crate::host::snapshot::Snapshot;
 use crate::host::stop::Stop;
-use crate::plan::{Plan, Preflight};
-use crate::{containerd, gpudirect, kernel, nfd, pods, rdma, readiness, reboot, systemd};
+use crate::outputs::nfd;
 
 /// Every concern, in the order they run: one registers with one line. A
 /// concern may read the observations of those before it (pods reads

@@ -7,11 +7,11 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 use serde_json::json;
 
-use crate::check::{Check, Status};
 use crate::config::{Limit, Severity};
+use crate::engine::check::{Check, Status};
 use crate::host::Result;
+use crate::host::procfs;
 use crate::host::snapshot::Snapshot;
-use crate::procfs;
 
 pub const CHECK_ID: &str = "pods.memlock";
 
@@ -218,7 +218,7 @@ impl crate::engine::concern::Concern for Memlock {
     }
 
     fn needs(&self) -> &'static [&'static str] {
-        &[crate::containerd::CHECK_ID]
+        &[crate::concerns::containerd::CHECK_ID]
     }
 
     fn enabled(&self, _cfg: &crate::config::Config) -> bool {

@@ -9,9 +9,9 @@ use std::time::{Duration, SystemTime};
 use super::ReconcileOut;
 use super::state_copy::{StateCopy, WriteBack};
 use crate::agent::{Agent, AgentError};
-use crate::check::Report;
 use crate::config::{Config, Mode};
 use crate::engine::Scope;
+use crate::engine::check::Report;
 use crate::engine::executor::ExecError;
 use crate::engine::holds::Holds;
 use crate::engine::outcome::ActionStatus;
@@ -189,7 +189,7 @@ pub(super) fn reconcile_once(
         watch.extend(assessment.watch.iter().cloned());
         let mut checks = assessment.checks;
         if let Some(e) = &error {
-            crate::check::note_apply_failure(&mut checks, e);
+            crate::engine::check::note_apply_failure(&mut checks, e);
         }
         let report = Report::new(checks);
         tracing::info!(trigger = %trigger, ok = report.ok, "{}", report.summary);

@@ -19,11 +19,11 @@ mod state_copy;
 use crate::config::Config;
 use crate::engine::holds::Holds;
 use crate::host::Host;
+use crate::host::lock::{self, LockError};
 use crate::host::stop::Stop;
-use crate::http::{self, Board, Limits, Listen, Published};
-use crate::lock::{self, LockError};
-use crate::metrics::{self, Totals};
 use crate::outputs::Cycle;
+use crate::outputs::http::{self, Board, Limits, Listen, Published};
+use crate::outputs::metrics::{self, Totals};
 use state_copy::{StateCopy, WriteBack};
 
 pub const DAEMON_LOCK: &str = "/run/rdma-node-agent/daemon.lock";

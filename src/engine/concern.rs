@@ -7,10 +7,10 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use crate::check::{Check, Status};
 use crate::config::Config;
+use crate::engine::check::{Check, Status};
+use crate::engine::plan::{Action, FileChange, Preflight, Record, Verify};
 use crate::host::snapshot::Snapshot;
-use crate::plan::{Action, FileChange, Preflight, Record, Verify};
 
 use super::observe::Observation;
 

@@ -13,13 +13,13 @@ use serde::Serialize;
 
 use super::holds::Holds;
 use super::outcome::{ActionOutcome, ActionStatus};
+use crate::engine::ledger::{Ledger, LedgerError, RevertOutcome};
+use crate::engine::plan::{Action, ActionKind, Plan, Verify};
+use crate::host::lock::{self, LockError};
+use crate::host::netlink::NetnsMode;
 use crate::host::service::{ServiceManager, SystemdError};
 use crate::host::stop::Stop;
 use crate::host::{Host, HostError};
-use crate::ledger::{Ledger, LedgerError, RevertOutcome};
-use crate::lock::{self, LockError};
-use crate::netlink::NetnsMode;
-use crate::plan::{Action, ActionKind, Plan, Verify};
 
 /// The transient unit an initramfs rebuild runs as; its output is in its journal.
 pub const INITRAMFS_UNIT: &str = "rdma-node-agent-initramfs.service";

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::*;
 use crate::engine::fakes::{FakeHost, FakeManager, Job};
-use crate::plan::FileChange;
+use crate::engine::plan::FileChange;
 
 const CONFIG: &str = "/etc/containerd/config.toml";
 const UNIT: &str = "containerd.service";

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use super::executor::LiveHost;
 use super::outcome::ActionStatus;
+use crate::host::netlink::NetnsMode;
 use crate::host::service::{ServiceManager, SystemdError, UnitStatus};
 use crate::host::stop::Stop;
-use crate::netlink::NetnsMode;
 
 /// What the fake does with the next restart job.
 #[derive(Debug, Clone, Copy)]

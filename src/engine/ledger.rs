@@ -12,8 +12,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::engine::plan::{FileChange, Plan};
 use crate::host::{Host, HostError, Ownership};
-use crate::plan::{FileChange, Plan};
 
 pub const STATE_DIR: &str = "/var/lib/rdma-node-agent";
 
@@ -222,9 +222,9 @@ impl Ledger {
                 None => host.remove(&change.path)?,
             }
             let event = match change.kind() {
-                crate::plan::ChangeKind::Create => "create",
-                crate::plan::ChangeKind::Modify => "modify",
-                crate::plan::ChangeKind::Remove => "remove",
+                crate::engine::plan::ChangeKind::Create => "create",
+                crate::engine::plan::ChangeKind::Modify => "modify",
+                crate::engine::plan::ChangeKind::Remove => "remove",
             };
             self.journal(host, event, &change.path, change.owner, &change.reason);
         }

@@ -24,10 +24,10 @@ pub mod redact;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use crate::check::{Check, Status};
 use crate::config::Config;
+use crate::engine::check::{Check, Status};
+use crate::engine::plan::{Plan, Preflight};
 use crate::host::snapshot::Snapshot;
-use crate::plan::{Plan, Preflight};
 use concern::{Ctx, Run};
 use observe::Observation;
 

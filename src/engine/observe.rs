@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::SystemTime;
 
-use crate::netlink::NetnsMode;
+use crate::host::netlink::NetnsMode;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Observation {

@@ -86,7 +86,7 @@ pub enum ActionKind {
     },
     /// Switch the RDMA subsystem's netns mode over netlink (live host only).
     SetRdmaNetnsMode {
-        mode: crate::netlink::NetnsMode,
+        mode: crate::host::netlink::NetnsMode,
     },
     /// Rebuild the initramfs so it carries the agent's modprobe.d options.
     RebuildInitramfs {

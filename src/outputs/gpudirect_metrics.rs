@@ -11,7 +11,7 @@ fn bool01(b: bool) -> f64 {
 /// `Reason::ALL` for every pair (1 present, 0 absent), so alerts need no
 /// `absent()`; a pair whose readiness cannot be told has no `ready` series.
 pub(super) fn gpudirect(m: &mut Families, seen: &[Observation]) {
-    use crate::gpudirect::decide::Reason;
+    use crate::concerns::gpudirect::decide::Reason;
     let pairs: Vec<_> = seen
         .iter()
         .filter_map(|o| match o {

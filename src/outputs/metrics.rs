@@ -6,7 +6,7 @@
 //! `_bytes_per_second`), `_total` counters, and a HELP on every family that says
 //! what its values mean. To add a family: one `families(..)` block below.
 
-use crate::check::Status;
+use crate::engine::check::Status;
 use crate::engine::observe::{Observation, RdmaProblem};
 use crate::outputs::Cycle;
 use crate::outputs::exposition::{Families, Format, Kind};
@@ -246,7 +246,7 @@ fn readiness(m: &mut Families, seen: &[Observation]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::check::{Check, Report};
+    use crate::engine::check::{Check, Report};
 
     fn cycle(observations: Vec<Observation>) -> Cycle {
         Cycle {

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::check::Report;
+use crate::engine::check::Report;
 use crate::engine::observe::Observation;
 use crate::engine::outcome::ActionOutcome;
 

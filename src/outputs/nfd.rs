@@ -2,12 +2,12 @@
 //! only on prepared nodes: a feature file in NFD's local source directory,
 //! written atomically (dot-file, then rename) and removed by `revert`.
 
-use crate::check::{Check, Report};
 use crate::config::{Config, NfdConfig};
+use crate::engine::check::{Check, Report};
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::engine::observe::{Observation, Observations};
+use crate::engine::plan::FileChange;
 use crate::host::snapshot::Snapshot;
-use crate::plan::FileChange;
 
 /// `feature.node.kubernetes.io/<name>` once NFD picks them up.
 pub fn labels(
@@ -47,10 +47,10 @@ pub fn labels(
 /// `pods.rdma`); `rdma-advertised`: the kubelet has at least one healthy RDMA
 /// device (from `kubelet.devices`). Absent when their check could not tell.
 fn readiness_labels(checks: &[Check], observations: &[Observation]) -> Vec<(String, String)> {
-    use crate::check::Status;
+    use crate::engine::check::Status;
     let status = |id: &str| checks.iter().find(|c| c.id == id).map(|c| c.status);
     let mut out = Vec::new();
-    match status(crate::readiness::pods_rdma::CHECK_ID) {
+    match status(crate::concerns::readiness::pods_rdma::CHECK_ID) {
         Some(Status::Ok) => {
             out.push(("rdma-node-agent.rdma-pods-ok".to_owned(), "true".to_owned()))
         }
@@ -61,7 +61,7 @@ fn readiness_labels(checks: &[Check], observations: &[Observation]) -> Vec<(Stri
         _ => {}
     }
     if matches!(
-        status(crate::readiness::kubelet::CHECK_ID),
+        status(crate::concerns::readiness::kubelet::CHECK_ID),
         Some(Status::Ok | Status::Warn | Status::Fail)
     ) {
         let advertised = observations.iter().any(|o| {
@@ -142,7 +142,7 @@ pub fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::check::Status;
+    use crate::engine::check::Status;
 
     #[test]
     fn labels_follow_the_checks() {
@@ -156,7 +156,7 @@ mod tests {
             Check::new("rdma.netns", Status::Ok, ""),
         ];
         let seen = [Observation::NetnsMode(Some(
-            crate::netlink::NetnsMode::Exclusive,
+            crate::host::netlink::NetnsMode::Exclusive,
         ))];
         let l = labels(&failing, &seen, &c);
         assert_eq!(l[0].1, "false");

@@ -4,11 +4,11 @@ use super::validate::{self, Validation};
 use super::{CHECK_ID, Facts, SPEC_OWNER, check, decide, gather};
 use crate::config::Config;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
+use crate::engine::ledger::Ledger;
 use crate::engine::observe::Observation;
+use crate::engine::plan::{Preflight, Verify};
 use crate::host::Host;
 use crate::host::snapshot::Snapshot;
-use crate::ledger::Ledger;
-use crate::plan::{Preflight, Verify};
 
 pub struct Memlock;
 

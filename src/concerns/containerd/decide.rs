@@ -9,7 +9,7 @@ use super::spec::{self, Rlimits};
 use super::toml::Version;
 use super::{ConfigSet, ContainerdError, Decision, Facts, SPEC_OWNER};
 use crate::config::ContainerdConfig;
-use crate::plan::{Action, ActionKind, FileChange, Plan};
+use crate::engine::plan::{Action, ActionKind, FileChange, Plan};
 
 /// How containerd merges this set: fixed by the config version where only one
 /// containerd major reads it, else by the installed containerd. When that is not

@@ -10,10 +10,10 @@ use super::layout::{
 use super::spec::{self, SpecError};
 use super::{ContainerdError, Facts, Started, validate, view};
 use crate::config::ContainerdConfig;
+use crate::host::procfs;
 use crate::host::runtime::{Discovery, RANCHERS};
+use crate::host::service::ServiceManager;
 use crate::host::snapshot::Snapshot;
-use crate::procfs;
-use crate::systemd::ServiceManager;
 
 /// `owned_specs`: spec files the agent created earlier (from its ledger): a handler
 /// pointing at one of them follows `base_spec_path` when that setting changes.

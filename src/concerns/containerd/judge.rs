@@ -11,8 +11,8 @@ use serde_json::json;
 use super::spec;
 use super::view::View;
 use super::{CHECK_ID, ContainerdError, Decision, Facts};
-use crate::check::{Check, Status};
 use crate::config::ContainerdConfig;
+use crate::engine::check::{Check, Status};
 
 /// The `containerd.memlock` check from a decision (or the error that prevented one).
 pub fn check(

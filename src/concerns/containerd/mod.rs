@@ -33,8 +33,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use crate::engine::plan::Plan;
 use crate::host::HostError;
-use crate::plan::Plan;
 use spec::SpecError;
 use toml::{ConfigFile, Version};
 
@@ -92,11 +92,11 @@ pub enum ContainerdError {
 impl ContainerdError {
     /// The check's status for this error: a config containerd cannot read fails;
     /// one whose meaning depends on what the agent cannot see is unknown.
-    pub fn status(&self, required: bool) -> crate::check::Status {
+    pub fn status(&self, required: bool) -> crate::engine::check::Status {
         match self {
-            ContainerdError::Unknown(_) => crate::check::Status::Unknown,
-            ContainerdError::Absent(_) if !required => crate::check::Status::Skipped,
-            _ => crate::check::Status::Fail,
+            ContainerdError::Unknown(_) => crate::engine::check::Status::Unknown,
+            ContainerdError::Absent(_) if !required => crate::engine::check::Status::Skipped,
+            _ => crate::engine::check::Status::Fail,
         }
     }
 }

@@ -15,9 +15,9 @@ mod tests;
 
 use serde_json::json;
 
-use crate::check::{Check, Status};
 use crate::config::Config;
 use crate::config::gpudirect::GpuDirectConfig;
+use crate::engine::check::{Check, Status};
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::engine::observe::Observation;
 use crate::host::snapshot::Snapshot;

@@ -420,11 +420,11 @@ fn observations_feed_the_nfd_label_and_metrics() {
         width: Some(8),
         max_width: Some(16),
     }));
-    let labels = crate::nfd::labels(&d.checks, &d.observations, &config);
+    let labels = crate::outputs::nfd::labels(&d.checks, &d.observations, &config);
     assert!(labels.contains(&("rdma-node-agent.gpudirect".into(), "peermem".into())));
     // On the real H200 host: none.
     let snap = Snapshot::new(Host::new(fixture("gpu-host")));
     let d = Path.decide(&Path.gather(&snap, &config).unwrap(), &ctx);
-    let labels = crate::nfd::labels(&d.checks, &d.observations, &config);
+    let labels = crate::outputs::nfd::labels(&d.checks, &d.observations, &config);
     assert!(labels.contains(&("rdma-node-agent.gpudirect".into(), "none".into())));
 }

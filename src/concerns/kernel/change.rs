@@ -6,7 +6,7 @@ use std::cmp::Ordering;
 use serde_json::json;
 
 use super::{CHANGE, Facts, KernelState, state_path};
-use crate::check::{Check, Status};
+use crate::engine::check::{Check, Status};
 use crate::host::{Host, HostError};
 
 /// Kernel releases in version order: digits compare as numbers (6.8.0-51 > 6.8.0-9).

@@ -8,8 +8,8 @@ use super::{
 use crate::config::Config;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::engine::observe::Observation;
+use crate::engine::plan::Record;
 use crate::host::snapshot::Snapshot;
-use crate::plan::Record;
 
 pub struct Kernel;
 

@@ -9,8 +9,8 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::{DKMS, Facts, compare_releases};
-use crate::check::{Check, Status};
 use crate::config::KernelConfig;
+use crate::engine::check::{Check, Status};
 
 /// A build under /var/lib/dkms/<module>/<version>/<kernel>/<arch>/module.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

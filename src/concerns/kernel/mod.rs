@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::ledger::STATE_DIR;
+use crate::engine::ledger::STATE_DIR;
 
 pub use change::{changed_from, check_change, compare_releases, next_state, record};
 pub use dkms::{

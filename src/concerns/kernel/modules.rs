@@ -5,8 +5,8 @@
 use serde_json::json;
 
 use super::{Facts, MODULES, ModuleTree, Resolved, norm};
-use crate::check::{Check, Status};
 use crate::config::KernelConfig;
+use crate::engine::check::{Check, Status};
 
 pub fn check_modules(f: &Facts, cfg: &KernelConfig) -> Check {
     if cfg.required_modules.is_empty() {

@@ -5,8 +5,8 @@ use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::*;
-use crate::check::Status;
 use crate::config::KernelConfig;
+use crate::engine::check::Status;
 
 #[test]
 fn releases_compare_numerically() {

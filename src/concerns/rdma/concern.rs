@@ -4,8 +4,8 @@ use super::{devices, gpudirect, netns};
 use crate::config::Config;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::engine::observe::Observation;
+use crate::host::netlink::NetnsMode;
 use crate::host::snapshot::Snapshot;
-use crate::netlink::NetnsMode;
 
 pub struct Devices;
 

@@ -10,9 +10,9 @@ use std::path::PathBuf;
 use serde_json::json;
 
 use super::checkpoint::Checkpoint;
-use crate::check::{Check, Status};
 use crate::config::readiness::KubeletConfig;
 use crate::config::{Config, Severity};
+use crate::engine::check::{Check, Status};
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::engine::observe::Observation;
 use crate::host::snapshot::Snapshot;
@@ -283,7 +283,7 @@ impl Concern for Kubelet {
     }
 
     fn needs(&self) -> &'static [&'static str] {
-        &[crate::rdma::devices::CHECK_ID]
+        &[crate::concerns::rdma::devices::CHECK_ID]
     }
 
     fn enabled(&self, cfg: &Config) -> bool {

@@ -11,12 +11,12 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use crate::concerns::pods::{parse_cgroup, parse_shim_id};
 use crate::config::{Config, Limit};
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::engine::observe::{Observation, RdmaProblem};
+use crate::host::procfs;
 use crate::host::snapshot::Snapshot;
-use crate::pods::{parse_cgroup, parse_shim_id};
-use crate::procfs;
 
 pub const CHECK_ID: &str = "pods.rdma";
 

@@ -3,8 +3,8 @@
 use serde_json::json;
 
 use super::{CHECK_ID, Container, Finding, findings};
-use crate::check::{Check, Status};
 use crate::config::{Limit, Severity};
+use crate::engine::check::{Check, Status};
 use crate::engine::observe::RdmaProblem;
 
 fn name(f: &Finding) -> String {

@@ -1,6 +1,6 @@
 use super::*;
-use crate::check::Status;
 use crate::config::Severity;
+use crate::engine::check::Status;
 use serde_json::json;
 
 const ID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";

@@ -6,14 +6,14 @@ use std::path::PathBuf;
 
 use serde_json::json;
 
-use crate::check::{Check, Status};
 use crate::config::{Limit, SystemdConfig};
+use crate::engine::check::{Check, Status};
+use crate::engine::plan::{FileChange, Plan};
 use crate::host::HostError;
+use crate::host::procfs;
 use crate::host::snapshot::Snapshot;
-use crate::plan::{FileChange, Plan};
-use crate::procfs;
 
-use super::{ServiceManager, UnitStatus};
+use crate::host::service::{ServiceManager, UnitStatus};
 
 pub const CHECK_ID: &str = "systemd.memlock";
 

@@ -3,5 +3,3 @@
 
 pub mod concern;
 pub mod dropin;
-
-pub use crate::host::service::{ServiceManager, SystemdError, UnitStatus};

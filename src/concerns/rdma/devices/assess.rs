@@ -12,9 +12,9 @@ use std::collections::BTreeMap;
 use serde_json::json;
 
 use super::{Device, Kind, Port, Problem};
-use crate::check::{Check, Status};
 use crate::concerns::rdma::RdmaConfig;
 use crate::concerns::rdma::gpudirect::Finding;
+use crate::engine::check::{Check, Status};
 
 pub const CHECK_ID: &str = "rdma.devices";
 /// Errors listed in the message; the rest are in `details`.

@@ -3,9 +3,9 @@
 //! link_layer_show), and the check's verdicts on what they give.
 
 use super::*;
-use crate::check::Status;
 use crate::concerns::rdma::gpudirect::Finding;
 use crate::concerns::rdma::{ExpectPort, RdmaConfig};
+use crate::engine::check::Status;
 
 fn t(s: &str) -> Read {
     Ok(Some(format!("{s}\n")))

@@ -8,8 +8,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::*;
+use crate::engine::ledger::STATE_DIR;
 use crate::host::state::FileStamp;
-use crate::ledger::STATE_DIR;
 
 /// One answer per host: the running kernel's image.
 const CACHE_FILE: &str = "initramfs.json";

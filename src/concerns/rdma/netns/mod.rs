@@ -14,13 +14,13 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::{InitramfsPolicy, PluginPolicy, RdmaConfig};
-use crate::check::{Check, Status};
+use crate::engine::check::{Check, Status};
 use crate::engine::outcome::ActionStatus;
+use crate::engine::plan::{Action, ActionKind, FileChange, Plan};
+use crate::host::netlink::{NetlinkError, NetnsMode, RdmaNetlink};
+use crate::host::procfs;
 use crate::host::snapshot::Snapshot;
 use crate::host::{Host, HostError};
-use crate::netlink::{NetlinkError, NetnsMode, RdmaNetlink};
-use crate::plan::{Action, ActionKind, FileChange, Plan};
-use crate::procfs;
 
 pub const CHECK_ID: &str = "rdma.netns";
 pub const OWNER: &str = "rdma-netns";

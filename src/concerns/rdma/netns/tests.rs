@@ -1,6 +1,6 @@
 //! rdma.netns: parsers, decisions and the live switch against a fake kernel.
 use super::*;
-use crate::rdma::NetnsSetting;
+use crate::concerns::rdma::NetnsSetting;
 use nix::errno::Errno;
 use std::os::unix::fs::symlink;
 
@@ -324,7 +324,10 @@ fn live_set_outcomes() {
         )
     };
     assert_eq!(run(Ok(())).0, ActionStatus::Done);
-    let (status, detail) = run(Err(crate::netlink::kernel_error(Errno::EBUSY as i32, None)));
+    let (status, detail) = run(Err(crate::host::netlink::kernel_error(
+        Errno::EBUSY as i32,
+        None,
+    )));
     assert_eq!(status, ActionStatus::Pending);
     assert!(
         detail.starts_with("pending reboot: the kernel refused to switch"),
@@ -341,7 +344,7 @@ fn live_set_outcomes() {
         (Errno::EINVAL, "older than 5.3"),
         (Errno::EOPNOTSUPP, "does not support"),
     ] {
-        let (status, detail) = run(Err(crate::netlink::kernel_error(errno as i32, None)));
+        let (status, detail) = run(Err(crate::host::netlink::kernel_error(errno as i32, None)));
         assert_eq!(status, ActionStatus::Failed);
         assert!(detail.contains(want), "{errno}: {detail}");
     }
