@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use support::nspawn::Machine;
