@@ -208,6 +208,12 @@ fn ten_thousand_cycles_of_churn_leave_fds_threads_and_rss_as_after_the_first_hun
          {rate:.0} cycles/s ({} cycles in {secs:.1} s)",
         end_cycles - base_cycles
     );
+    // Not held level, only said: the journal is history, one line per change.
+    for name in ["ledger.json", "journal.jsonl"] {
+        let p = root.join("var/lib/rdma-node-agent").join(name);
+        let len = std::fs::metadata(&p).map_or(0, |m| m.len());
+        println!("state {name}: {len} bytes");
+    }
 
     // Still the daemon it was: converged, and the last reconcile judged the node.
     assert!(read(root, CONFIG).contains("base_runtime_spec"));
