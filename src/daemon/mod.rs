@@ -2,6 +2,8 @@
 //! changes (inotify, debounced), on SIGHUP and on a timer; tells systemd when it
 //! is ready and pings its watchdog; one daemon per host (lock file).
 
+mod worker;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,6 +27,7 @@ use crate::outputs::Cycle;
 use crate::outputs::http::{self, Board, Limits, Listen, Published};
 use crate::outputs::metrics::{self, Totals};
 use state_copy::{StateCopy, WriteBack};
+use worker::Worker;
 
 pub const DAEMON_LOCK: &str = "/run/rdma-node-agent/daemon.lock";
 
@@ -101,6 +104,7 @@ impl Daemon {
             .into_event_stream([0u8; 4096])
             .map_err(setup("inotify"))?;
         let mut watched: BTreeSet<PathBuf> = BTreeSet::new();
+        let worker = Worker::start().map_err(setup("the reconcile thread"))?;
         self.start_http(&host).await?;
         let mut totals = Totals::default();
         // Pinged from its own task, since a reconcile may wait minutes for a restart
@@ -128,7 +132,7 @@ impl Daemon {
                 // `systemctl reload`: the operator asks for failed actions to be tried now.
                 holds.actions.clear();
             }
-            let run = self.reconcile(trigger.clone(), std::mem::take(&mut holds));
+            let run = self.reconcile(&worker, trigger.clone(), std::mem::take(&mut holds));
             tokio::pin!(run);
             let (cycle, watch, interval, debounce, held) = tokio::select! {
                 out = &mut run => out,
@@ -294,9 +298,9 @@ impl Daemon {
         Ok(())
     }
 
-    /// One cycle on a blocking thread: the core is synchronous (file I/O, D-Bus
+    /// One cycle on the reconcile thread: the core is synchronous (file I/O, D-Bus
     /// waits). Returns the cycle, the paths to watch and the timings to use next.
-    async fn reconcile(&self, trigger: String, holds: Holds) -> ReconcileOut {
+    async fn reconcile(&self, worker: &Worker, trigger: String, holds: Holds) -> ReconcileOut {
         let root = self.root.clone();
         let config_path = self.config_path.clone();
         let stop = self.stop.clone();
@@ -304,10 +308,11 @@ impl Daemon {
         let state = self.state.clone();
         let started = Instant::now();
         self.busy_since.store(unix_now(), Ordering::Relaxed);
-        let out = tokio::task::spawn_blocking(move || {
-            cycle::reconcile_once(root, config_path, trigger, holds, stop, &last_good, &state)
-        })
-        .await;
+        let out = worker
+            .run(move || {
+                cycle::reconcile_once(root, config_path, trigger, holds, stop, &last_good, &state)
+            })
+            .await;
         self.busy_since.store(0, Ordering::Relaxed);
         let (mut cycle, watch, interval, debounce, held) = match out {
             Ok(r) => r,
