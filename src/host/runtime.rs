@@ -399,9 +399,11 @@ fn is_dockers(config: &Path) -> bool {
 /// No unit file: the running process's command line, else the config files of
 /// the known layouts, else nothing is there.
 fn without_unit(snap: &Snapshot, hints: &Hints) -> Discovery {
+    // A process whose config is not a file of this root reads another tree (a
+    // containerd in its own mount namespace beside a `--root` tree): not this one.
     let procs: Vec<(u32, PathBuf)> = containerd_processes(snap)
         .into_iter()
-        .filter(|(_, c)| !is_dockers(c))
+        .filter(|(_, c)| !is_dockers(c) && (snap.exists(c) || c == Path::new(DEFAULT_CONFIG)))
         .collect();
     let mut configs: Vec<&PathBuf> = procs.iter().map(|(_, c)| c).collect();
     configs.sort();
