@@ -10,7 +10,7 @@ mod support;
 use std::time::Duration;
 
 use support::nspawn::Machine;
-use support::service::{containerd_starts, cri_ok, install_agent};
+use support::service::{containerd_starts, cri_ok, prepared_and_hand_edited};
 
 const CONFIG: &str = "/etc/containerd/config.toml";
 
@@ -18,20 +18,7 @@ const CONFIG: &str = "/etc/containerd/config.toml";
 #[ignore = "needs root, systemd-nspawn and a Debian mirror: run via scripts/test.sh"]
 fn agent_restarts_during_repairs_restart_containerd_once_per_change() {
     let m = Machine::boot();
-    install_agent(
-        &m,
-        "[containerd]\nmemlock = \"4MiB\"\n\n[systemd]\nmemlock = \"4MiB\"\n",
-    );
-    m.sh_ok("systemctl start rdma-node-agent");
-    m.wait("containerd prepared", Duration::from_secs(30), |m| {
-        cri_ok(m) && m.read(CONFIG).contains("base_runtime_spec")
-    });
-    let repaired = m.read(CONFIG);
-    let edited: String = repaired
-        .lines()
-        .filter(|l| !l.contains("base_runtime_spec"))
-        .map(|l| format!("{l}\n"))
-        .collect();
+    let (repaired, edited) = prepared_and_hand_edited(&m);
     let before = containerd_starts(&m);
     let delays = [0u64, 100, 200, 300, 400, 500, 650, 800, 1000, 1300];
     for delay_ms in delays {

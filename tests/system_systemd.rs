@@ -8,7 +8,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::nspawn::Machine;
-use support::service::{cri_ok, install_agent, machine_config, status};
+use support::service::{cri_ok, install_agent, machine_config, prepared_and_hand_edited, status};
 
 const CONFIG: &str = "/etc/containerd/config.toml";
 
@@ -417,20 +417,7 @@ fn initramfs_rebuild_runs_outside_the_service_sandbox() {
 #[ignore = "needs root, systemd-nspawn and a Debian mirror: run via scripts/test.sh"]
 fn stop_during_a_repair_is_always_clean() {
     let m = Machine::boot();
-    install_agent(
-        &m,
-        "[containerd]\nmemlock = \"4MiB\"\n\n[systemd]\nmemlock = \"4MiB\"\n",
-    );
-    m.sh_ok("systemctl start rdma-node-agent");
-    m.wait("containerd prepared", Duration::from_secs(30), |m| {
-        cri_ok(m) && m.read(CONFIG).contains("base_runtime_spec")
-    });
-    let repaired = m.read(CONFIG);
-    let edited: String = repaired
-        .lines()
-        .filter(|l| !l.contains("base_runtime_spec"))
-        .map(|l| format!("{l}\n"))
-        .collect();
+    let (repaired, edited) = prepared_and_hand_edited(&m);
     let mut stops = Vec::new();
     for (i, delay_ms) in [0u64, 150, 250, 400, 600, 900].into_iter().enumerate() {
         m.write(CONFIG, &edited);

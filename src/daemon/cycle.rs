@@ -37,20 +37,10 @@ pub(super) fn reconcile_once(
             written_back = Some(what);
         }
         WriteBack::RestartNeeded(what) => {
-            let cycle = Cycle {
-                report: None,
-                mode: "unknown",
-                finished_unix: 0,
-                duration_ms: 0,
-                trigger,
-                changed: Vec::new(),
-                actions: Vec::new(),
-                error: Some(what.clone()),
-                observations: Vec::new(),
-                stale_mounts: Some(format!(
-                    "{what}, as the host sees it; this service still holds the removed directory"
-                )),
-            };
+            let mut cycle = Cycle::failed(trigger, what.clone());
+            cycle.stale_mounts = Some(format!(
+                "{what}, as the host sees it; this service still holds the removed directory"
+            ));
             let d = crate::config::DaemonConfig::default();
             return (
                 cycle,
@@ -84,18 +74,7 @@ pub(super) fn reconcile_once(
         }
         (Err(e), None) => {
             tracing::error!("agent config invalid, not acting: {e}");
-            let cycle = Cycle {
-                report: None,
-                mode: "unknown",
-                finished_unix: 0,
-                duration_ms: 0,
-                trigger,
-                changed: Vec::new(),
-                actions: Vec::new(),
-                error: Some(format!("agent config invalid: {e}")),
-                observations: Vec::new(),
-                stale_mounts: None,
-            };
+            let cycle = Cycle::failed(trigger, format!("agent config invalid: {e}"));
             return (
                 cycle,
                 watch,

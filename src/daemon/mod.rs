@@ -317,18 +317,7 @@ impl Daemon {
         let (mut cycle, watch, interval, debounce, held) = match out {
             Ok(r) => r,
             Err(e) => (
-                Cycle {
-                    report: None,
-                    mode: "unknown",
-                    finished_unix: 0,
-                    duration_ms: 0,
-                    trigger: "panic".into(),
-                    changed: Vec::new(),
-                    actions: Vec::new(),
-                    error: Some(format!("reconcile panicked: {e}")),
-                    observations: Vec::new(),
-                    stale_mounts: None,
-                },
+                Cycle::failed("panic".into(), format!("reconcile panicked: {e}")),
                 Vec::new(),
                 Duration::from_secs(60),
                 Duration::from_millis(200),

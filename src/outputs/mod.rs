@@ -40,3 +40,21 @@ pub struct Cycle {
     #[serde(skip)]
     pub stale_mounts: Option<String>,
 }
+
+impl Cycle {
+    /// A cycle that ended before any report: only its trigger and why.
+    pub fn failed(trigger: String, error: String) -> Cycle {
+        Cycle {
+            report: None,
+            mode: "unknown",
+            finished_unix: 0,
+            duration_ms: 0,
+            trigger,
+            changed: Vec::new(),
+            actions: Vec::new(),
+            error: Some(error),
+            observations: Vec::new(),
+            stale_mounts: None,
+        }
+    }
+}

@@ -246,6 +246,20 @@ required_plugins = ["io.containerd.grpc.v1.cri"]
     )
 }
 
+/// A gRPC channel to containerd's socket.
+async fn channel(sock: PathBuf) -> Result<Channel, tonic::transport::Error> {
+    Endpoint::from_static("http://[::]")
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let sock = sock.clone();
+            async move {
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                    tokio::net::UnixStream::connect(sock).await?,
+                ))
+            }
+        }))
+        .await
+}
+
 /// A container kept running, as a pod that predates a change.
 pub struct Running {
     pub pod: String,
@@ -427,18 +441,7 @@ impl Containerd {
         let sock = self.socket();
         let (config, _) = self.sandbox_config("no-cri");
         self.rt.block_on(async {
-            let channel = Endpoint::try_from("http://[::]")
-                .unwrap()
-                .connect_with_connector(tower::service_fn(move |_: Uri| {
-                    let sock = sock.clone();
-                    async move {
-                        Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                            tokio::net::UnixStream::connect(sock).await?,
-                        ))
-                    }
-                }))
-                .await
-                .map_err(|e| e.to_string())?;
+            let channel = channel(sock).await.map_err(|e| e.to_string())?;
             RuntimeServiceClient::new(channel)
                 .run_pod_sandbox(RunPodSandboxRequest {
                     config: Some(config),
@@ -465,18 +468,7 @@ impl Containerd {
         }
         let sock = self.socket();
         self.rt.block_on(async {
-            let channel = Endpoint::try_from("http://[::]")
-                .ok()?
-                .connect_with_connector(tower::service_fn(move |_: Uri| {
-                    let sock = sock.clone();
-                    async move {
-                        Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                            tokio::net::UnixStream::connect(sock).await?,
-                        ))
-                    }
-                }))
-                .await
-                .ok()?;
+            let channel = channel(sock).await.ok()?;
             let mut c = RuntimeServiceClient::new(channel);
             let ask = async {
                 c.version(VersionRequest::default()).await.ok()?;

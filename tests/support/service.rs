@@ -50,3 +50,26 @@ pub fn containerd_starts(m: &Machine) -> usize {
         .filter(|l| l.starts_with("Started containerd"))
         .count()
 }
+
+/// The agent (memlock 4 MiB) started and containerd prepared; returns the
+/// config as repaired and as a hand edit that drops every base spec line.
+pub fn prepared_and_hand_edited(m: &Machine) -> (String, String) {
+    const CONFIG: &str = "/etc/containerd/config.toml";
+    install_agent(
+        m,
+        "[containerd]\nmemlock = \"4MiB\"\n\n[systemd]\nmemlock = \"4MiB\"\n",
+    );
+    m.sh_ok("systemctl start rdma-node-agent");
+    m.wait(
+        "containerd prepared",
+        std::time::Duration::from_secs(30),
+        |m| cri_ok(m) && m.read(CONFIG).contains("base_runtime_spec"),
+    );
+    let repaired = m.read(CONFIG);
+    let edited = repaired
+        .lines()
+        .filter(|l| !l.contains("base_runtime_spec"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    (repaired, edited)
+}
