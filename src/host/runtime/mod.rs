@@ -9,12 +9,17 @@
 //! Flatcar unit passes `--config ${CONTAINERD_CONFIG}`, k3s, rke2 and microk8s run
 //! their own containerd with their own config.
 
+mod fallback;
+mod processes;
+
 use std::path::{Path, PathBuf};
 
 use super::procfs;
 use super::service::ServiceManager;
 use super::snapshot::Snapshot;
 use super::units::{UnitFile, config_arg};
+use fallback::without_unit;
+use processes::{cmdline_config, running_pid};
 
 /// The path containerd reads without `--config`.
 pub const DEFAULT_CONFIG: &str = "/etc/containerd/config.toml";
@@ -59,7 +64,7 @@ pub const RANCHERS: [Rancher; 2] = [
 ];
 
 /// Where a containerd binary is installed, when no unit or config names one.
-const BINARIES: &[&str] = &[
+pub(super) const BINARIES: &[&str] = &[
     "/usr/bin/containerd",
     "/usr/local/bin/containerd",
     "/usr/sbin/containerd",
@@ -122,7 +127,7 @@ fn distro_of(unit: &str) -> Distro {
         .map_or(Distro::Plain, |r| Distro::Rancher(r.distro))
 }
 
-fn known_units() -> Vec<&'static str> {
+pub(super) fn known_units() -> Vec<&'static str> {
     let mut v = vec![PLAIN_UNIT];
     for r in &RANCHERS {
         v.extend(r.units);
@@ -323,210 +328,4 @@ fn dropins(f: &UnitFile) -> String {
     } else {
         String::new()
     }
-}
-
-/// The config in a `/proc/PID/cmdline` (NUL-separated words).
-fn cmdline_config(cmdline: &str) -> PathBuf {
-    let args: Vec<String> = cmdline
-        .split('\0')
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
-        .collect();
-    PathBuf::from(config_arg(&args).unwrap_or_else(|| DEFAULT_CONFIG.to_owned()))
-}
-
-/// The containerd process of this unit: its MainPID (a plain unit), else the
-/// process named containerd whose config is the distribution's.
-fn running_pid(snap: &Snapshot, unit: &str, distro: Distro) -> Option<u32> {
-    if let Some(m) = snap.manager() {
-        if let (Ok(s), Distro::Plain) = (m.status(unit), distro) {
-            return (s.main_pid > 0).then_some(s.main_pid);
-        }
-    }
-    let want = match distro {
-        Distro::Rancher(d) => RANCHERS
-            .iter()
-            .find(|r| r.distro == d)
-            .map(|r| PathBuf::from(r.config)),
-        Distro::Microk8s => Some(PathBuf::from(MICROK8S_CONFIG)),
-        Distro::Plain => None,
-    };
-    let procs: Vec<(u32, PathBuf)> = containerd_processes(snap)
-        .into_iter()
-        .filter(|(_, c)| !is_dockers(c))
-        .collect();
-    match want {
-        Some(w) => procs.into_iter().find(|(_, c)| *c == w).map(|(p, _)| p),
-        None => match procs.as_slice() {
-            [(p, _)] => Some(*p),
-            _ => None,
-        },
-    }
-}
-
-/// Every process named containerd, with the config it was started with (its
-/// default when the command line cannot be read: a process without one).
-fn containerd_processes(snap: &Snapshot) -> Vec<(u32, PathBuf)> {
-    let Ok(pids) = snap.pids() else {
-        return Vec::new();
-    };
-    pids.iter()
-        .copied()
-        .filter(|p| procfs::comm(snap, *p).as_deref() == Some("containerd"))
-        .filter_map(|p| {
-            let cmdline = procfs::read(snap, p, "cmdline");
-            // `containerd config dump` (the agent's own validation, say) and the
-            // other subcommands are no daemon.
-            if cmdline.as_deref().is_some_and(|c| {
-                c.split('\0')
-                    .any(|a| matches!(a, "config" | "publish" | "oci-hook" | "help" | "--version"))
-            }) {
-                return None;
-            }
-            let config =
-                cmdline.map_or_else(|| PathBuf::from(DEFAULT_CONFIG), |c| cmdline_config(&c));
-            Some((p, config))
-        })
-        .collect()
-}
-
-/// Docker's own containerd (dockerd's child, config under /var/run/docker)
-/// serves no pods.
-fn is_dockers(config: &Path) -> bool {
-    config.starts_with("/var/run/docker") || config.starts_with("/run/docker")
-}
-
-/// No unit file: the running process's command line, else the config files of
-/// the known layouts, else nothing is there.
-fn without_unit(snap: &Snapshot, hints: &Hints) -> Discovery {
-    // A process whose config is not a file of this root reads another tree (a
-    // containerd in its own mount namespace beside a `--root` tree): not this one.
-    let procs: Vec<(u32, PathBuf)> = containerd_processes(snap)
-        .into_iter()
-        .filter(|(_, c)| !is_dockers(c) && (snap.exists(c) || c == Path::new(DEFAULT_CONFIG)))
-        .collect();
-    let mut configs: Vec<&PathBuf> = procs.iter().map(|(_, c)| c).collect();
-    configs.sort();
-    configs.dedup();
-    if configs.len() > 1 {
-        return Discovery::Unknown(format!(
-            "several containerd processes run with different configs ({}) and no unit file tells which serves the kubelet: set `unit = \"…\"` or `config_path = \"…\"` under [containerd] in the agent config",
-            procs
-                .iter()
-                .map(|(p, c)| format!("pid {p}: {}", c.display()))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
-    }
-    let layout_config = |p: &Path| -> Option<(Distro, &'static str)> {
-        if let Some(r) = RANCHERS.iter().find(|r| Path::new(r.config) == p) {
-            return Some((Distro::Rancher(r.distro), r.units[0]));
-        }
-        (p == Path::new(MICROK8S_CONFIG)).then_some((Distro::Microk8s, MICROK8S_UNIT))
-    };
-    let found = |distro, unit: &str, config: PathBuf, source: String, pid| {
-        Discovery::Found(Containerd {
-            distro,
-            unit: unit.to_owned(),
-            unit_sources: Vec::new(),
-            config,
-            config_source: source,
-            pid,
-            warnings: Vec::new(),
-        })
-    };
-    if let Some((pid, config)) = procs.first() {
-        let (distro, unit) = layout_config(config).unwrap_or((Distro::Plain, PLAIN_UNIT));
-        return found(
-            distro,
-            unit,
-            config.clone(),
-            format!("the command line of the running containerd (pid {pid})"),
-            Some(*pid),
-        );
-    }
-    if let Some(p) = &hints.config_path {
-        let (distro, unit) = layout_config(p).unwrap_or((Distro::Plain, PLAIN_UNIT));
-        return found(
-            distro,
-            unit,
-            p.clone(),
-            "containerd.config_path in the agent config".to_owned(),
-            None,
-        );
-    }
-    if snap.exists(Path::new(DEFAULT_CONFIG)) {
-        return found(
-            Distro::Plain,
-            PLAIN_UNIT,
-            DEFAULT_CONFIG.into(),
-            "containerd's default path (no containerd unit file or process found)".to_owned(),
-            None,
-        );
-    }
-    for r in &RANCHERS {
-        if snap.exists(Path::new(r.config)) {
-            return found(
-                Distro::Rancher(r.distro),
-                r.units[0],
-                r.config.into(),
-                format!("{}'s containerd config (no unit file found)", r.distro),
-                None,
-            );
-        }
-    }
-    if snap.exists(Path::new(MICROK8S_CONFIG)) {
-        return found(
-            Distro::Microk8s,
-            MICROK8S_UNIT,
-            MICROK8S_CONFIG.into(),
-            "microk8s's containerd config (no unit file found)".to_owned(),
-            None,
-        );
-    }
-    // A binary or package without any config: containerd runs on its defaults,
-    // and the agent may create the default file.
-    let binary = BINARIES.iter().find(|b| snap.exists(Path::new(b)));
-    let package = dpkg_installed(snap);
-    if binary.is_some() || package.is_some() {
-        let what = binary.map_or_else(
-            || format!("the {} package", package.unwrap_or_default()),
-            |b| (*b).to_owned(),
-        );
-        return found(
-            Distro::Plain,
-            PLAIN_UNIT,
-            DEFAULT_CONFIG.into(),
-            format!("containerd's default ({what} is installed, no config file yet)"),
-            None,
-        );
-    }
-    Discovery::Absent {
-        looked_for: format!(
-            "no containerd process, no unit ({}) in {}, no binary ({}), no containerd package in the dpkg database, and no config ({DEFAULT_CONFIG}, {}, {MICROK8S_CONFIG})",
-            known_units().join(", "),
-            super::units::UNIT_DIRS.join(", "),
-            BINARIES.join(", "),
-            RANCHERS
-                .iter()
-                .map(|r| r.config)
-                .collect::<Vec<_>>()
-                .join(", "),
-        ),
-    }
-}
-
-/// The installed containerd package's name, from the dpkg database.
-fn dpkg_installed(snap: &Snapshot) -> Option<String> {
-    let status = snap.read_string(Path::new("/var/lib/dpkg/status")).ok()??;
-    status.split("\n\n").find_map(|stanza| {
-        let field = |name: &str| {
-            stanza
-                .lines()
-                .find_map(|l| l.strip_prefix(name).map(str::trim))
-        };
-        let installed = field("Status:").is_some_and(|s| s.ends_with(" installed"));
-        let package = field("Package:")?;
-        (installed && matches!(package, "containerd" | "containerd.io")).then(|| package.to_owned())
-    })
 }

@@ -1,0 +1,147 @@
+//! No unit file to say which containerd runs: the running process's command
+//! line, else the config files of the known layouts, else a binary or package
+//! on its defaults, else nothing is there.
+
+use std::path::{Path, PathBuf};
+
+use super::processes::{containerd_processes, is_dockers};
+use super::{
+    BINARIES, Containerd, DEFAULT_CONFIG, Discovery, Distro, Hints, MICROK8S_CONFIG, MICROK8S_UNIT,
+    PLAIN_UNIT, RANCHERS, known_units,
+};
+use crate::host::snapshot::Snapshot;
+
+/// No unit file: the running process's command line, else the config files of
+/// the known layouts, else nothing is there.
+pub(super) fn without_unit(snap: &Snapshot, hints: &Hints) -> Discovery {
+    // A process whose config is not a file of this root reads another tree (a
+    // containerd in its own mount namespace beside a `--root` tree): not this one.
+    let procs: Vec<(u32, PathBuf)> = containerd_processes(snap)
+        .into_iter()
+        .filter(|(_, c)| !is_dockers(c) && (snap.exists(c) || c == Path::new(DEFAULT_CONFIG)))
+        .collect();
+    let mut configs: Vec<&PathBuf> = procs.iter().map(|(_, c)| c).collect();
+    configs.sort();
+    configs.dedup();
+    if configs.len() > 1 {
+        return Discovery::Unknown(format!(
+            "several containerd processes run with different configs ({}) and no unit file tells which serves the kubelet: set `unit = \"…\"` or `config_path = \"…\"` under [containerd] in the agent config",
+            procs
+                .iter()
+                .map(|(p, c)| format!("pid {p}: {}", c.display()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    let layout_config = |p: &Path| -> Option<(Distro, &'static str)> {
+        if let Some(r) = RANCHERS.iter().find(|r| Path::new(r.config) == p) {
+            return Some((Distro::Rancher(r.distro), r.units[0]));
+        }
+        (p == Path::new(MICROK8S_CONFIG)).then_some((Distro::Microk8s, MICROK8S_UNIT))
+    };
+    let found = |distro, unit: &str, config: PathBuf, source: String, pid| {
+        Discovery::Found(Containerd {
+            distro,
+            unit: unit.to_owned(),
+            unit_sources: Vec::new(),
+            config,
+            config_source: source,
+            pid,
+            warnings: Vec::new(),
+        })
+    };
+    if let Some((pid, config)) = procs.first() {
+        let (distro, unit) = layout_config(config).unwrap_or((Distro::Plain, PLAIN_UNIT));
+        return found(
+            distro,
+            unit,
+            config.clone(),
+            format!("the command line of the running containerd (pid {pid})"),
+            Some(*pid),
+        );
+    }
+    if let Some(p) = &hints.config_path {
+        let (distro, unit) = layout_config(p).unwrap_or((Distro::Plain, PLAIN_UNIT));
+        return found(
+            distro,
+            unit,
+            p.clone(),
+            "containerd.config_path in the agent config".to_owned(),
+            None,
+        );
+    }
+    if snap.exists(Path::new(DEFAULT_CONFIG)) {
+        return found(
+            Distro::Plain,
+            PLAIN_UNIT,
+            DEFAULT_CONFIG.into(),
+            "containerd's default path (no containerd unit file or process found)".to_owned(),
+            None,
+        );
+    }
+    for r in &RANCHERS {
+        if snap.exists(Path::new(r.config)) {
+            return found(
+                Distro::Rancher(r.distro),
+                r.units[0],
+                r.config.into(),
+                format!("{}'s containerd config (no unit file found)", r.distro),
+                None,
+            );
+        }
+    }
+    if snap.exists(Path::new(MICROK8S_CONFIG)) {
+        return found(
+            Distro::Microk8s,
+            MICROK8S_UNIT,
+            MICROK8S_CONFIG.into(),
+            "microk8s's containerd config (no unit file found)".to_owned(),
+            None,
+        );
+    }
+    // A binary or package without any config: containerd runs on its defaults,
+    // and the agent may create the default file.
+    let binary = BINARIES.iter().find(|b| snap.exists(Path::new(b)));
+    let package = dpkg_installed(snap);
+    if binary.is_some() || package.is_some() {
+        let what = binary.map_or_else(
+            || format!("the {} package", package.unwrap_or_default()),
+            |b| (*b).to_owned(),
+        );
+        return found(
+            Distro::Plain,
+            PLAIN_UNIT,
+            DEFAULT_CONFIG.into(),
+            format!("containerd's default ({what} is installed, no config file yet)"),
+            None,
+        );
+    }
+    Discovery::Absent {
+        looked_for: format!(
+            "no containerd process, no unit ({}) in {}, no binary ({}), no containerd package in the dpkg database, and no config ({DEFAULT_CONFIG}, {}, {MICROK8S_CONFIG})",
+            known_units().join(", "),
+            crate::host::units::UNIT_DIRS.join(", "),
+            BINARIES.join(", "),
+            RANCHERS
+                .iter()
+                .map(|r| r.config)
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
+    }
+}
+
+/// The installed containerd package's name, from the dpkg database.
+fn dpkg_installed(snap: &Snapshot) -> Option<String> {
+    let status = snap.read_string(Path::new("/var/lib/dpkg/status")).ok()??;
+    status.split("\n\n").find_map(|stanza| {
+        let field = |name: &str| {
+            stanza
+                .lines()
+                .find_map(|l| l.strip_prefix(name).map(str::trim))
+        };
+        let installed = field("Status:").is_some_and(|s| s.ends_with(" installed"));
+        let package = field("Package:")?;
+        (installed && matches!(package, "containerd" | "containerd.io")).then(|| package.to_owned())
+    })
+}
