@@ -185,8 +185,9 @@ pub fn gather(
         .unwrap_or(default_socket)
         .into();
 
-    // The running containerd's own view, over CRI (live, running, not stale).
-    let cri_view = match (&containerd_started, host.is_live() && manager.is_some()) {
+    // The running containerd's own view, over CRI (live and running; with or
+    // without systemd to tell when it started).
+    let cri_view = match (&containerd_started, host.is_live()) {
         (Ok(Some(_)), true) => Some(
             host.cri_config(&grpc_address)
                 .and_then(|c| view::from_cri_status(&c)),

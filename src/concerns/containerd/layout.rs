@@ -74,22 +74,7 @@ pub(super) fn daemon_major(host: &Host, cfg: &ContainerdConfig, layout: &Layout)
             }
         }
     }
-    let status = host
-        .read_string(Path::new("/var/lib/dpkg/status"))
-        .ok()
-        .flatten()?;
-    status.split("\n\n").find_map(|stanza| {
-        let field = |name: &str| {
-            stanza
-                .lines()
-                .find_map(|l| l.strip_prefix(name).map(str::trim))
-        };
-        let installed = field("Status:").is_some_and(|s| s.ends_with("installed"));
-        let package = field("Package:")?;
-        (installed && matches!(package, "containerd" | "containerd.io"))
-            .then(|| field("Version:").and_then(major_of))
-            .flatten()
-    })
+    crate::host::runtime::dpkg_containerd(host).and_then(|(_, version)| major_of(&version))
 }
 
 /// "1.6.20~ds1-1", "v1.7.23-k3s1", "2.0.0" → the major version.

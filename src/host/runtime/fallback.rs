@@ -102,7 +102,7 @@ pub(super) fn without_unit(snap: &Snapshot, hints: &Hints) -> Discovery {
     // A binary or package without any config: containerd runs on its defaults,
     // and the agent may create the default file.
     let binary = BINARIES.iter().find(|b| snap.exists(Path::new(b)));
-    let package = dpkg_installed(snap);
+    let package = super::dpkg_containerd(snap).map(|(name, _)| name);
     if binary.is_some() || package.is_some() {
         let what = binary.map_or_else(
             || format!("the {} package", package.unwrap_or_default()),
@@ -129,19 +129,4 @@ pub(super) fn without_unit(snap: &Snapshot, hints: &Hints) -> Discovery {
                 .join(", "),
         ),
     }
-}
-
-/// The installed containerd package's name, from the dpkg database.
-fn dpkg_installed(snap: &Snapshot) -> Option<String> {
-    let status = snap.read_string(Path::new("/var/lib/dpkg/status")).ok()??;
-    status.split("\n\n").find_map(|stanza| {
-        let field = |name: &str| {
-            stanza
-                .lines()
-                .find_map(|l| l.strip_prefix(name).map(str::trim))
-        };
-        let installed = field("Status:").is_some_and(|s| s.ends_with(" installed"));
-        let package = field("Package:")?;
-        (installed && matches!(package, "containerd" | "containerd.io")).then(|| package.to_owned())
-    })
 }

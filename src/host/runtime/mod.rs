@@ -329,3 +329,24 @@ fn dropins(f: &UnitFile) -> String {
         String::new()
     }
 }
+
+/// The installed containerd package (`containerd` or `containerd.io`) and its
+/// version, from the dpkg database under the root.
+pub fn dpkg_containerd(host: &super::Host) -> Option<(String, String)> {
+    let status = host.read_string(Path::new("/var/lib/dpkg/status")).ok()??;
+    status.split("\n\n").find_map(|stanza| {
+        let field = |name: &str| {
+            stanza
+                .lines()
+                .find_map(|l| l.strip_prefix(name).map(str::trim))
+        };
+        let installed = field("Status:").is_some_and(|s| s.ends_with(" installed"));
+        let package = field("Package:")?;
+        (installed && matches!(package, "containerd" | "containerd.io")).then(|| {
+            (
+                package.to_owned(),
+                field("Version:").unwrap_or("").to_owned(),
+            )
+        })
+    })
+}
