@@ -22,6 +22,7 @@ pub mod limit;
 pub mod links;
 pub mod lock;
 pub mod netlink;
+pub mod nri;
 pub mod procfs;
 mod resolve;
 pub mod runtime;
