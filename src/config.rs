@@ -11,6 +11,7 @@ use crate::host::{Host, HostError};
 
 pub mod globs;
 pub mod gpudirect;
+pub mod nri;
 pub mod rdma;
 pub mod readiness;
 
@@ -189,6 +190,20 @@ pub struct ContainerdConfig {
     pub daemon_version: Option<u32>,
     /// A node without containerd fails `containerd.memlock` instead of skipping it.
     pub required: bool,
+    /// How containers get `memlock`: containerd's base spec, the NRI plugin, or both.
+    pub memlock_via: nri::MemlockVia,
+    /// The NRI socket of the running containerd.
+    pub nri_socket: PathBuf,
+    /// The NRI plugin index (two digits): its place among containerd's plugins.
+    #[serde(deserialize_with = "nri_index")]
+    pub nri_index: String,
+    /// Container or pod annotations that ask the NRI plugin for the target
+    /// memlock without an RDMA device in the container.
+    pub nri_annotations: Vec<String>,
+}
+
+fn nri_index<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    nri::index(&String::deserialize(d)?).map_err(serde::de::Error::custom)
 }
 
 impl ContainerdConfig {
@@ -214,6 +229,10 @@ impl Default for ContainerdConfig {
             unit: None,
             daemon_version: None,
             required: false,
+            memlock_via: nri::MemlockVia::BaseSpec,
+            nri_socket: crate::host::nri::DEFAULT_SOCKET.into(),
+            nri_index: "10".into(),
+            nri_annotations: vec![nri::ANNOTATION.into()],
         }
     }
 }

@@ -31,6 +31,7 @@ use crate::outputs::nfd;
 /// containerd's; the reboot sentinel the RDMA and kernel ones'; NFD every check).
 pub static CONCERNS: &[&dyn Run] = &[
     &containerd::concern::Memlock,
+    &containerd::nri::NriCheck,
     &systemd::concern::Memlock,
     &pods::Memlock,
     &readiness::pods_rdma::PodsRdma,
@@ -60,6 +61,8 @@ pub struct Agent {
     pub stop: Stop,
     /// Why systemd could not be asked, on a live host without its bus.
     pub manager_error: Option<String>,
+    /// The daemon's NRI plugin state (`None` outside the daemon).
+    pub nri: Option<std::sync::Arc<crate::host::nri::State>>,
 }
 
 /// containerd's own parser, run on edited configs before they are written.
@@ -80,6 +83,7 @@ impl Agent {
             live: None,
             stop: Stop::new(),
             manager_error: None,
+            nri: None,
         }
     }
 
@@ -113,7 +117,10 @@ impl Agent {
 
     /// This cycle's view of the host.
     fn snapshot(&self) -> Snapshot {
-        let snap = Snapshot::new(self.host.clone());
+        let mut snap = Snapshot::new(self.host.clone());
+        if let Some(nri) = &self.nri {
+            snap = snap.with_nri(nri.status());
+        }
         match self.live.as_ref().and_then(|l| l.manager.clone()) {
             Some(m) => snap.with_manager(m),
             None => match &self.manager_error {

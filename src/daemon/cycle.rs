@@ -19,6 +19,8 @@ use crate::host::Host;
 use crate::host::stop::Stop;
 use crate::outputs::Cycle;
 
+// The daemon's shared pieces, one each: bundling them is the engine refactor's call.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn reconcile_once(
     root: PathBuf,
     config_path: PathBuf,
@@ -27,6 +29,7 @@ pub(super) fn reconcile_once(
     stop: Stop,
     last_good: &Mutex<Option<Config>>,
     state: &StateCopy,
+    nri: std::sync::Arc<crate::host::nri::State>,
 ) -> ReconcileOut {
     let host = Host::new(&root);
     let mut written_back = None;
@@ -95,6 +98,7 @@ pub(super) fn reconcile_once(
         Agent::new(host, config)
     };
     agent.stop = stop;
+    agent.nri = Some(nri);
     let mut changed = Vec::new();
     let mut actions = Vec::new();
     let mut error = config_error;

@@ -16,6 +16,7 @@ use sd_notify::NotifyState;
 use tokio::signal::unix::{SignalKind, signal};
 
 mod cycle;
+mod nri;
 mod state_copy;
 
 use crate::config::Config;
@@ -61,6 +62,8 @@ pub struct Daemon {
     /// The last config that loaded: while a later edit does not, the checks
     /// go on with it (reporting only) instead of defaults.
     last_good: Arc<Mutex<Option<Config>>>,
+    /// The NRI plugin task's state, read by each reconcile (`containerd.nri`).
+    nri: Arc<crate::host::nri::State>,
 }
 
 /// After SIGTERM, how long the daemon waits for a running reconcile to return
@@ -88,6 +91,7 @@ impl Daemon {
             stop: Stop::new(),
             state: Arc::default(),
             last_good: Arc::default(),
+            nri: Arc::default(),
         }
     }
 
@@ -106,6 +110,14 @@ impl Daemon {
         let mut watched: BTreeSet<PathBuf> = BTreeSet::new();
         let worker = Worker::start().map_err(setup("the reconcile thread"))?;
         self.start_http(&host).await?;
+        // Lives as long as this loop: its end stops the NRI task.
+        let (_nri_stop, nri_stop) = tokio::sync::watch::channel(false);
+        tokio::spawn(nri::supervise(
+            host.clone(),
+            self.config_path.clone(),
+            self.nri.clone(),
+            nri_stop,
+        ));
         let mut totals = Totals::default();
         // Pinged from its own task, since a reconcile may wait minutes for a restart
         // and rollback; but not for a reconcile stuck beyond any bound it sets itself.
@@ -306,11 +318,21 @@ impl Daemon {
         let stop = self.stop.clone();
         let last_good = self.last_good.clone();
         let state = self.state.clone();
+        let nri = self.nri.clone();
         let started = Instant::now();
         self.busy_since.store(unix_now(), Ordering::Relaxed);
         let out = worker
             .run(move || {
-                cycle::reconcile_once(root, config_path, trigger, holds, stop, &last_good, &state)
+                cycle::reconcile_once(
+                    root,
+                    config_path,
+                    trigger,
+                    holds,
+                    stop,
+                    &last_good,
+                    &state,
+                    nri,
+                )
             })
             .await;
         self.busy_since.store(0, Ordering::Relaxed);

@@ -16,6 +16,12 @@ pub enum Observation {
         current_since: Option<SystemTime>,
         grpc_address: PathBuf,
     },
+    /// The daemon's NRI plugin: registered now, and its counts since start.
+    Nri {
+        registered: bool,
+        adjusted: u64,
+        kept_lower: u64,
+    },
     /// One RDMA port as sysfs shows it. `None` fields are unknown (unreadable,
     /// or a value the kernel does not name): never to be shown as down.
     Port {

@@ -33,6 +33,9 @@ pub struct Snapshot {
     fd_targets: Mutex<HashMap<u32, FdTargets>>,
     /// Which containerd runs here, found once per cycle for every concern.
     containerd: OnceLock<super::runtime::Discovery>,
+    /// The daemon's NRI plugin as it stands (`None`: no plugin runs in this
+    /// process, as in `check` from a shell).
+    nri: Option<super::nri::Status>,
 }
 
 /// A process's file as read: `Ok(None)` when the process (or file) is gone,
@@ -69,7 +72,19 @@ impl Snapshot {
             files: Mutex::default(),
             fd_targets: Mutex::default(),
             containerd: OnceLock::new(),
+            nri: None,
         }
+    }
+
+    /// With the daemon's NRI plugin state.
+    pub fn with_nri(mut self, status: super::nri::Status) -> Self {
+        self.nri = Some(status);
+        self
+    }
+
+    /// The daemon's NRI plugin, when one runs in this process.
+    pub fn nri(&self) -> Option<&super::nri::Status> {
+        self.nri.as_ref()
     }
 
     /// With systemd to ask about units (the live host).

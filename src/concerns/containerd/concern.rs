@@ -16,6 +16,8 @@ pub struct Gathered {
     facts: Facts,
     /// For paths in messages only (where a file is under `--root`).
     host: Host,
+    /// `memlock_via` leaves memlock to the NRI plugin: why (no base spec planned).
+    nri_route: Option<String>,
 }
 
 impl Concern for Memlock {
@@ -43,9 +45,17 @@ impl Concern for Memlock {
                 status: e.status(cfg.containerd.required),
                 message: e.to_string(),
             })?;
+        let via = cfg.containerd.memlock_via;
+        let nri_route = (!cfg.containerd.base_spec_route(snap)).then(|| {
+            format!(
+                "memlock_via = \"{}\": new RDMA containers get memlock from the agent's NRI plugin (containerd.nri), so no base spec is planned",
+                via.as_str()
+            )
+        });
         Ok(Gathered {
             facts,
             host: snap.host().clone(),
+            nri_route,
         })
     }
 
@@ -73,6 +83,14 @@ impl Concern for Memlock {
             )],
             ..Decision::default()
         };
+        if let Some(why) = &g.nri_route {
+            d.checks.push(crate::engine::check::Check::new(
+                CHECK_ID,
+                crate::engine::check::Status::Skipped,
+                why.clone(),
+            ));
+            return d;
+        }
         let decision = match decide(f, cfg, &|p| g.host.path(p)) {
             Ok(x) => x,
             Err(e) => {

@@ -17,6 +17,7 @@ pub mod effective;
 mod gather;
 mod judge;
 pub mod layout;
+pub mod nri;
 pub mod spec;
 mod splice;
 pub mod toml;
