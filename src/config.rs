@@ -14,7 +14,7 @@ pub mod gpudirect;
 pub mod rdma;
 pub mod readiness;
 
-pub use crate::host::limit::Limit;
+use crate::host::limit::Limit;
 
 pub const DEFAULT_PATH: &str = "/etc/rdma-node-agent/config.toml";
 

@@ -120,6 +120,7 @@ impl Agent {
             live: self.live.as_ref(),
             restart_timeout: Duration::from_secs(self.config.daemon.restart_timeout_secs),
             stop: &self.stop,
+            legacy_readers: concerns::legacy_readers,
         }
     }
 

@@ -24,7 +24,8 @@ use crate::host::Host;
 use crate::host::lock::{self, LockError};
 use crate::host::stop::Stop;
 use crate::outputs::Cycle;
-use crate::outputs::http::{self, Board, Limits, Listen, Published};
+use crate::outputs::http::{self, Board, Published};
+use crate::outputs::listen::{self, Limits, Listen};
 use crate::outputs::metrics::{self, Totals};
 use state_copy::{StateCopy, WriteBack};
 use worker::Worker;
@@ -36,7 +37,7 @@ pub enum DaemonError {
     #[error("a daemon is already running on this host")]
     Running(#[source] LockError),
     #[error(transparent)]
-    Http(#[from] http::HttpError),
+    Http(#[from] listen::HttpError),
     #[error("{0}: restarting")]
     StaleMounts(String),
     #[error("cannot set up {what}: {source}")]
@@ -246,12 +247,12 @@ impl Daemon {
             return Ok(());
         }
         let listen = Listen::parse(self.listen.as_deref().unwrap_or(&config.http.listen));
-        let listener = http::bind(&listen).await.map_err(DaemonError::Http)?;
+        let listener = listen::bind(&listen).await.map_err(DaemonError::Http)?;
         let d = &config.daemon;
         let stale_after =
             Duration::from_secs(d.interval_secs * 3 + d.restart_timeout_secs * 2 + 60);
         let app = http::router(self.board.clone(), stale_after);
-        let (max_connections, note) = http::connection_limit(config.http.max_connections);
+        let (max_connections, note) = listen::connection_limit(config.http.max_connections);
         if let Some(note) = note {
             tracing::warn!("{note}");
         }
@@ -265,7 +266,7 @@ impl Daemon {
             max_header_bytes: 8 * 1024,
         };
         tracing::info!(listen = ?listen, "health endpoint listening");
-        tokio::spawn(http::serve(listener, app, limits));
+        tokio::spawn(listen::serve(listener, app, limits));
         Ok(())
     }
 

@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::effect::{LiveCtx, LiveHost, Probe};
 use super::holds::Holds;
 use super::outcome::{ActionOutcome, ActionStatus};
-use crate::engine::ledger::{Ledger, LedgerError, RevertOutcome};
+use crate::engine::ledger::{Ledger, LedgerError, LegacyReaders, RevertOutcome};
 use crate::engine::plan::{Action, ActionKind, Plan};
 use crate::host::lock::{self, LockError};
 use crate::host::service::{ServiceManager, SystemdError};
@@ -105,6 +105,8 @@ pub struct Executor<'a> {
     pub live: Option<&'a Live>,
     pub restart_timeout: Duration,
     pub stop: &'a Stop,
+    /// What the owners of old ledger entries restarted (the concerns know).
+    pub legacy_readers: LegacyReaders,
 }
 
 impl Executor<'_> {
@@ -246,7 +248,7 @@ impl Executor<'_> {
                 }
             }
         }
-        // The run converged: record the agent's own state (e.g. the kernel it saw).
+        // The run converged: record the agent's own state (what it last saw).
         let mut notes = plan.notes.clone();
         for r in &plan.records {
             // The agent's own state: never through a link (see host::state).
@@ -328,7 +330,7 @@ impl Executor<'_> {
         let readers: Vec<(PathBuf, Vec<String>)> = ledger
             .files
             .iter()
-            .map(|(p, o)| (p.clone(), o.readers(p)))
+            .map(|(p, o)| (p.clone(), o.readers(p, self.legacy_readers)))
             .collect();
         let files = ledger.revert(self.host, force)?;
         let mut units: Vec<String> = readers

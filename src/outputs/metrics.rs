@@ -7,7 +7,7 @@
 //! what its values mean. To add a family: one `families(..)` block below.
 
 use crate::engine::check::Status;
-use crate::engine::observe::{Observation, RdmaProblem};
+use crate::observe::{Observation, RdmaProblem};
 use crate::outputs::Cycle;
 use crate::outputs::exposition::{Families, Format, Kind};
 

@@ -14,8 +14,8 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::engine::check::Report;
-use crate::engine::observe::Observation;
 use crate::engine::outcome::ActionOutcome;
+use crate::observe::Observation;
 
 /// The outcome of one reconcile, as the health outputs show it.
 #[derive(Debug, Clone, Serialize)]

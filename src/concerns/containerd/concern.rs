@@ -7,9 +7,9 @@ use super::{CHECK_ID, Facts, SPEC_OWNER, check, decide, gather};
 use crate::config::Config;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::engine::ledger::Ledger;
-use crate::engine::observe::Observation;
 use crate::host::Host;
 use crate::host::snapshot::Snapshot;
+use crate::observe::Observation;
 
 pub struct Memlock;
 

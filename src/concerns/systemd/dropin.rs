@@ -6,10 +6,11 @@ use std::path::PathBuf;
 
 use serde_json::json;
 
-use crate::config::{Limit, SystemdConfig};
+use crate::config::SystemdConfig;
 use crate::engine::check::{Check, Status};
 use crate::engine::plan::{FileChange, Plan};
 use crate::host::HostError;
+use crate::host::limit::Limit;
 use crate::host::procfs;
 use crate::host::snapshot::Snapshot;
 

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde_json::json;
 
-use super::{InitramfsPolicy, PluginPolicy, RdmaConfig};
+use crate::config::rdma::{InitramfsPolicy, PluginPolicy, RdmaConfig};
 use crate::engine::check::{Check, Status};
 use crate::engine::outcome::ActionStatus;
 use crate::engine::plan::{Action, ActionKind, FileChange, Plan};

@@ -1,6 +1,6 @@
 //! rdma.netns: parsers, decisions and the live switch against a fake kernel.
 use super::*;
-use crate::concerns::rdma::NetnsSetting;
+use crate::config::rdma::NetnsSetting;
 use crate::engine::effect::EffectKey;
 use nix::errno::Errno;
 use std::os::unix::fs::symlink;
