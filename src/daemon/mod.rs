@@ -16,6 +16,7 @@ use sd_notify::NotifyState;
 use tokio::signal::unix::{SignalKind, signal};
 
 mod cycle;
+mod machine;
 mod state_copy;
 
 use crate::config::Config;
@@ -27,6 +28,7 @@ use crate::outputs::Cycle;
 use crate::outputs::http::{self, Board, Published};
 use crate::outputs::listen::{self, Limits, Listen};
 use crate::outputs::metrics::{self, Totals};
+use machine::{Machine, Next, Trigger};
 use state_copy::{StateCopy, WriteBack};
 use worker::Worker;
 
@@ -125,23 +127,24 @@ impl Daemon {
             });
         }
 
-        let mut trigger = "start".to_owned();
-        let mut ready = false;
+        let mut machine = Machine::default();
+        let mut trigger = Trigger::Start;
         let mut holds = Holds::default();
         loop {
-            if trigger == "SIGHUP" {
+            if machine.reconcile(trigger.clone()) {
                 // `systemctl reload`: the operator asks for failed actions to be tried now.
                 holds.actions.clear();
             }
-            let run = self.reconcile(&worker, trigger.clone(), std::mem::take(&mut holds));
+            let run = self.reconcile(&worker, trigger.to_string(), std::mem::take(&mut holds));
             tokio::pin!(run);
             let (cycle, watch, interval, debounce, held) = tokio::select! {
                 out = &mut run => out,
-                _ = sigterm.recv() => return self.stop_during(run).await,
-                _ = sigint.recv() => return self.stop_during(run).await,
+                _ = sigterm.recv() => return self.stop_during(&mut machine, run).await,
+                _ = sigint.recv() => return self.stop_during(&mut machine, run).await,
             };
             holds = held;
             if let Some(why) = &cycle.stale_mounts {
+                machine.reconciled(Some(why.clone()), false);
                 // What only this process still knows goes to the host first.
                 match self.state.write_back(&host) {
                     WriteBack::Nothing => {}
@@ -180,16 +183,14 @@ impl Daemon {
                     }
                 }
             }
+            let next = machine.reconciled(None, new_watches);
             let mut states = vec![NotifyState::Status(&status)];
-            if !ready {
+            if machine.report_published() {
                 states.push(NotifyState::Ready);
-                ready = true;
             }
             let _ = sd_notify::notify(&states);
-            if new_watches {
-                // A change made before these watches existed would go unseen until
-                // the timer: look once more now that they do.
-                trigger = "new watches".to_owned();
+            if let Next::Reconcile(t) = next {
+                trigger = t;
                 continue;
             }
 
@@ -197,10 +198,10 @@ impl Daemon {
             tokio::pin!(timer);
             trigger = loop {
                 tokio::select! {
-                    _ = &mut timer => break "timer".to_owned(),
-                    _ = sighup.recv() => break "SIGHUP".to_owned(),
-                    _ = sigterm.recv() => return self.stop(),
-                    _ = sigint.recv() => return self.stop(),
+                    _ = &mut timer => break Trigger::Timer,
+                    _ = sighup.recv() => break Trigger::Reload,
+                    _ = sigterm.recv() => return self.stop(&mut machine),
+                    _ = sigint.recv() => return self.stop(&mut machine),
                     Some(ev) = events.next() => {
                         let first = ev
                             .ok()
@@ -216,12 +217,12 @@ impl Daemon {
                         loop {
                             tokio::select! {
                                 _ = &mut quiet => break,
-                                _ = sigterm.recv() => return self.stop(),
-                                _ = sigint.recv() => return self.stop(),
+                                _ = sigterm.recv() => return self.stop(&mut machine),
+                                _ = sigint.recv() => return self.stop(&mut machine),
                                 Some(_) = events.next() => {}
                             }
                         }
-                        break format!("file change ({first})");
+                        break Trigger::FileChange(first);
                     }
                 }
             };
@@ -270,7 +271,8 @@ impl Daemon {
         Ok(())
     }
 
-    fn stop(&self) -> Result<(), DaemonError> {
+    fn stop(&self, machine: &mut Machine) -> Result<(), DaemonError> {
+        machine.stop();
         let _ = sd_notify::notify(&[NotifyState::Stopping]);
         tracing::info!("stopping");
         Ok(())
@@ -281,8 +283,10 @@ impl Daemon {
     /// leave its files consistent, then exit whatever it does.
     async fn stop_during(
         &self,
+        machine: &mut Machine,
         run: std::pin::Pin<&mut impl std::future::Future<Output = ReconcileOut>>,
     ) -> Result<(), DaemonError> {
+        machine.stop();
         let _ = sd_notify::notify(&[NotifyState::Stopping]);
         tracing::info!("stopping during a reconcile");
         self.stop.request();
@@ -296,6 +300,7 @@ impl Daemon {
                 "the reconcile did not return within {STOP_GRACE:?}; exiting (its writes are atomic)"
             ),
         }
+        machine.stopped();
         Ok(())
     }
 

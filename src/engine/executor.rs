@@ -17,7 +17,7 @@ use super::outcome::{ActionOutcome, ActionStatus};
 use crate::engine::ledger::{Ledger, LedgerError, LegacyReaders, RevertOutcome};
 use crate::engine::plan::{Action, ActionKind, Plan};
 use crate::host::lock::{self, LockError};
-use crate::host::service::{ServiceManager, SystemdError};
+use crate::host::service::{ServiceManager, SystemdError, UnitState};
 use crate::host::stop::Stop;
 use crate::host::{Host, HostError};
 
@@ -291,7 +291,7 @@ impl Executor<'_> {
         let deadline = Instant::now() + self.restart_timeout;
         loop {
             let problem = match manager.status(unit) {
-                Ok(s) if s.active_state == "active" => match (verify, self.live) {
+                Ok(s) if s.active_state == UnitState::Active => match (verify, self.live) {
                     (Some(probe), Some(live)) => probe.healthy(&live.ctx(self.stop)).err(),
                     _ => None,
                 },

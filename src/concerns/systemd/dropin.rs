@@ -14,7 +14,7 @@ use crate::host::limit::Limit;
 use crate::host::procfs;
 use crate::host::snapshot::Snapshot;
 
-use crate::host::service::{ServiceManager, UnitStatus};
+use crate::host::service::{ServiceManager, UnitState, UnitStatus};
 
 pub const CHECK_ID: &str = "systemd.memlock";
 
@@ -158,7 +158,7 @@ pub fn check(facts: &[UnitFacts], cfg: &SystemdConfig) -> Check {
                 ));
                 continue;
             }
-            if s.active_state != "active" {
+            if s.active_state != UnitState::Active {
                 problems.push((Status::Warn, format!("{} is {}", f.unit, s.active_state)));
                 continue;
             }
@@ -259,7 +259,7 @@ mod tests {
 
     fn status(limit: u64) -> UnitStatus {
         UnitStatus {
-            active_state: "active".into(),
+            active_state: UnitState::Active,
             main_pid: 42,
             limit_memlock: Some(limit),
             started: None,
