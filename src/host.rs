@@ -25,6 +25,7 @@ pub mod lock;
 pub mod netlink;
 pub mod procfs;
 mod resolve;
+pub mod rt;
 pub mod runtime;
 pub mod service;
 pub mod snapshot;
