@@ -18,6 +18,7 @@ pub mod dbus;
 mod dir;
 pub mod files;
 pub mod gunzip;
+pub mod kubepods;
 pub mod limit;
 pub mod links;
 pub mod lock;
@@ -25,6 +26,7 @@ pub mod netlink;
 pub mod nri;
 pub mod procfs;
 mod resolve;
+pub mod rt;
 pub mod runtime;
 pub mod service;
 pub mod snapshot;
@@ -34,7 +36,6 @@ pub mod trust;
 pub mod units;
 
 pub use dir::Dir;
-pub use files::Ownership;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {

@@ -235,7 +235,7 @@ fn disagreements(view: &View, facts: &Facts, cfg: &ContainerdConfig) -> Vec<Stri
             Some(Some((soft, _))) if soft < cfg.memlock.0 => out.push(format!(
                 "{name} uses {} with memlock {}",
                 h.base_spec,
-                crate::config::Limit(soft)
+                crate::host::limit::Limit(soft)
             )),
             Some(Some(_)) => {}
         }

@@ -8,10 +8,10 @@ use crate::config::Config;
 use crate::config::nri::MemlockVia;
 use crate::engine::check::{Check, Status};
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
-use crate::engine::observe::Observation;
 use crate::host::limit::Limit;
 use crate::host::nri::{self, api};
 use crate::host::snapshot::Snapshot;
+use crate::observe::Observation;
 
 pub const CHECK_ID: &str = "containerd.nri";
 const MEMLOCK: &str = "RLIMIT_MEMLOCK";
