@@ -23,6 +23,8 @@ use support::*;
 // Below the hard limit this sandbox gives containerd (8 MiB): runc raising a
 // hard limit needs CAP_SYS_RESOURCE, which root lacks here (not on a node).
 const TARGET: u64 = 4 << 20;
+/// An operator's explicit lower limit, in a handler's base spec.
+const LOWER: u64 = 1 << 20;
 const SOCKET: &str = "/run/nri/nri.sock";
 /// An RDMA container's process: it holds the device open, as verbs do.
 const HOLD: &str = "exec 3<>/dev/infiniband/uverbs0; exec sleep 600";
@@ -162,7 +164,8 @@ impl Drop for Serve {
 #[test]
 #[ignore = "needs root and containerd 2.1: run via scripts/test.sh"]
 fn nri_raises_memlock_only_for_rdma_containers_without_a_restart() {
-    let mut c = Containerd::with_binary(&containerd_21());
+    let binary = containerd_21();
+    let mut c = Containerd::with_binary(&binary);
     let root = c.root();
     // NRI as containerd 2.x has it by default, its socket inside the test's tree.
     let config = root.join("etc/containerd/config.toml");
@@ -171,13 +174,31 @@ fn nri_raises_memlock_only_for_rdma_containers_without_a_restart() {
         "\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n  socket_path = \"{}\"\n",
         root.join(SOCKET.trim_start_matches('/')).display()
     ));
+    // The `control` handler gets an operator's base spec with a lower memlock
+    // (1 MiB). containerd 2.1 applies it but shows NRI plugins no rlimits (and
+    // appends an adjustment after it), so the agent reads the handler's base
+    // spec itself. Its path is the one containerd sees through the test's bind
+    // mount, and the agent under its root.
+    let lower = root.join("etc/containerd/lower-memlock.json");
+    let mut spec: Value =
+        serde_json::from_str(include_str!("../src/concerns/containerd/default-spec.json")).unwrap();
+    spec["process"]["rlimits"] =
+        serde_json::json!([{"type": "RLIMIT_MEMLOCK", "hard": LOWER, "soft": LOWER}]);
+    std::fs::write(&lower, serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
+    let control = "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.control]\n      runtime_type = \"io.containerd.runc.v2\"\n";
+    assert!(text.contains(control), "{text}");
+    text = text.replace(
+        control,
+        &format!("{control}      base_runtime_spec = \"/etc/containerd/lower-memlock.json\"\n"),
+    );
     std::fs::write(&config, &text).unwrap();
     write(
         &root,
         "/etc/rdma-node-agent/config.toml",
         &format!(
-            "[containerd]\nmemlock_via = \"nri\"\nmemlock = \"4MiB\"\nnri_socket = \"{SOCKET}\"\n\
-             [systemd]\nenabled = false\n[daemon]\ninterval_secs = 1\n"
+            "[containerd]\nmemlock_via = \"nri\"\nmemlock = \"4MiB\"\nnri_socket = \"{SOCKET}\"\nbinary = \"{}\"\n\
+             [systemd]\nenabled = false\n[daemon]\ninterval_secs = 1\n",
+            binary.display()
         ),
     );
     c.start();
@@ -243,6 +264,31 @@ fn nri_raises_memlock_only_for_rdma_containers_without_a_restart() {
         metrics.contains("rdma_node_agent_nri_registered 1\n")
             && metrics.contains("rdma_node_agent_nri_adjusted_containers_total 1\n"),
         "{metrics}"
+    );
+
+    // An RDMA container whose spec already has a lower explicit memlock keeps
+    // it: not raised silently, but counted and logged.
+    let kept = c.running_with("nri-lower", "control", "exec sleep 600", uverbs);
+    assert_eq!(memlock(kept.pid), (LOWER, LOWER));
+    let start = Instant::now();
+    while agent
+        .nri_check()
+        .map(|c| c["details"]["kept_lower"].clone())
+        != Some(1.into())
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "the kept lower limit was not reported: {:?}",
+            agent.nri_check()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        agent
+            .log()
+            .contains("explicit RLIMIT_MEMLOCK soft 1048576 hard 1048576"),
+        "{}",
+        agent.log()
     );
 
     // (c) containerd restarts: the plugin registers again, and the next RDMA

@@ -192,6 +192,16 @@ pub(super) fn reconcile_once(
         }
         let report = Report::new(checks);
         tracing::info!(trigger = %trigger, ok = report.ok, "{}", report.summary);
+        // The NRI plugin learns each handler's base-spec memlock (containerd
+        // does not show it to plugins).
+        nri.set_base_specs(assessment.observations.iter().filter_map(|o| match o {
+            crate::observe::Observation::BaseSpecMemlock {
+                handler,
+                default,
+                memlock,
+            } => Some((handler.clone(), *default, *memlock)),
+            _ => None,
+        }));
         (Some(report), assessment.observations)
     };
     // Remembered after this cycle's writes; and said once if it had to be written back.

@@ -52,7 +52,7 @@ impl Handler for Adjuster {
             .iter()
             .filter(|c| {
                 let pod = pods.iter().find(|p| p.id == c.pod_sandbox_id);
-                !matches!(decide::adjust(pod, c, &self.target), Verdict::NotRdma)
+                !matches!(decide::adjust(pod, c, None, &self.target), Verdict::NotRdma)
             })
             .count();
         tracing::info!(
@@ -68,7 +68,9 @@ impl Handler for Adjuster {
         let Some(c) = &req.container else {
             return api::CreateContainerResponse::default();
         };
-        let v = decide::adjust(req.pod.as_ref(), c, &self.target);
+        let handler = req.pod.as_ref().map_or("", |p| p.runtime_handler.as_str());
+        let base_spec = self.state.base_spec_memlock(handler);
+        let v = decide::adjust(req.pod.as_ref(), c, base_spec, &self.target);
         let pod = req
             .pod
             .as_ref()

@@ -84,6 +84,7 @@ impl Concern for Memlock {
             )],
             ..Decision::default()
         };
+        d.observations.extend(super::nri::base_spec_observations(f));
         if let Some(why) = &g.nri_route {
             d.checks.push(crate::engine::check::Check::new(
                 CHECK_ID,

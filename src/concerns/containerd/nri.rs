@@ -57,8 +57,37 @@ fn asks(
         .cloned()
 }
 
-/// The pure decision for one container at CreateContainer.
-pub fn adjust(pod: Option<&api::PodSandbox>, c: &api::Container, t: &Target) -> Verdict {
+/// Each CRI handler's base-spec memlock, from containerd's own view (the
+/// running containerd's CRI Status, else `config dump`) and the spec files read.
+pub fn base_spec_observations(f: &super::Facts) -> Vec<Observation> {
+    let view = match (&f.cri_view, &f.dump_view) {
+        (Some(Ok(v)), _) | (_, Some(Ok(v))) => v,
+        _ => return Vec::new(),
+    };
+    view.handlers
+        .iter()
+        .filter(|h| h.linux())
+        .map(|h| Observation::BaseSpecMemlock {
+            handler: h.name.clone(),
+            default: h.name == view.default,
+            memlock: (!h.base_spec.is_empty())
+                .then(|| f.specs.get(std::path::Path::new(&h.base_spec)))
+                .flatten()
+                .and_then(|s| s.as_ref())
+                .and_then(|(text, _)| super::spec::memlock(text)),
+        })
+        .collect()
+}
+
+/// The pure decision for one container at CreateContainer. `base_spec`: the
+/// RLIMIT_MEMLOCK of its handler's base spec, which containerd 2.1 applies but
+/// does not show plugins (its `rlimits` are empty there).
+pub fn adjust(
+    pod: Option<&api::PodSandbox>,
+    c: &api::Container,
+    base_spec: Option<(u64, u64)>,
+    t: &Target,
+) -> Verdict {
     let device = c
         .linux
         .as_ref()
@@ -75,17 +104,18 @@ pub fn adjust(pod: Option<&api::PodSandbox>, c: &api::Container, t: &Target) -> 
     let Some(reason) = device.or_else(annotation) else {
         return Verdict::NotRdma;
     };
-    match c.rlimits.iter().find(|r| r.r#type == MEMLOCK) {
+    let explicit = c
+        .rlimits
+        .iter()
+        .find(|r| r.r#type == MEMLOCK)
+        .map(|r| (r.soft, r.hard))
+        .or(base_spec);
+    match explicit {
         None => Verdict::Adjust { reason },
-        Some(r) if r.soft >= t.memlock.0 && r.hard >= t.memlock.0 => Verdict::AlreadyEnough {
-            soft: r.soft,
-            hard: r.hard,
-        },
-        Some(r) => Verdict::KeptLower {
-            soft: r.soft,
-            hard: r.hard,
-            reason,
-        },
+        Some((soft, hard)) if soft >= t.memlock.0 && hard >= t.memlock.0 => {
+            Verdict::AlreadyEnough { soft, hard }
+        }
+        Some((soft, hard)) => Verdict::KeptLower { soft, hard, reason },
     }
 }
 

@@ -2,6 +2,11 @@ use std::collections::HashMap;
 
 use super::*;
 
+/// As containerd 2.1 asks: no base spec rlimit known.
+fn no_base_spec(pod: Option<&api::PodSandbox>, c: &api::Container, t: &Target) -> Verdict {
+    adjust(pod, c, None, t)
+}
+
 fn target() -> Target {
     Target {
         memlock: Limit(64 << 20),
@@ -50,7 +55,7 @@ fn rdma_devices_are_uverbs_and_rdma_cm_only() {
 #[test]
 fn a_container_with_uverbs_gets_the_target_soft_and_hard() {
     let t = target();
-    let v = adjust(
+    let v = no_base_spec(
         None,
         &container(&["/dev/null", "/dev/infiniband/uverbs0"], None),
         &t,
@@ -73,12 +78,12 @@ fn a_container_with_uverbs_gets_the_target_soft_and_hard() {
 #[test]
 fn a_container_without_rdma_devices_is_left_alone() {
     let t = target();
-    let v = adjust(None, &container(&["/dev/fuse"], None), &t);
+    let v = no_base_spec(None, &container(&["/dev/fuse"], None), &t);
     assert_eq!(v, Verdict::NotRdma);
     assert_eq!(response(&v, &t), api::CreateContainerResponse::default());
     // No linux section at all (a Windows-less runtime still sends none sometimes).
     let bare = api::Container::default();
-    assert_eq!(adjust(None, &bare, &t), Verdict::NotRdma);
+    assert_eq!(no_base_spec(None, &bare, &t), Verdict::NotRdma);
 }
 
 #[test]
@@ -89,7 +94,7 @@ fn unlimited_or_higher_explicit_limits_are_kept() {
         (64 << 20, 1 << 40),
         (1 << 30, 1 << 30),
     ] {
-        let v = adjust(
+        let v = no_base_spec(
             None,
             &container(&["/dev/infiniband/rdma_cm"], Some((soft, hard))),
             &t,
@@ -102,7 +107,7 @@ fn unlimited_or_higher_explicit_limits_are_kept() {
 #[test]
 fn an_explicit_lower_limit_is_kept_and_reported_not_raised() {
     let t = target();
-    let v = adjust(
+    let v = no_base_spec(
         None,
         &container(&["/dev/infiniband/uverbs1"], Some((8 << 20, 8 << 20))),
         &t,
@@ -117,7 +122,7 @@ fn an_explicit_lower_limit_is_kept_and_reported_not_raised() {
     );
     assert!(response(&v, &t).adjust.is_none());
     // A soft limit above and a hard one below is still lower: not raised.
-    let v = adjust(
+    let v = no_base_spec(
         None,
         &container(&["/dev/infiniband/uverbs1"], Some((1 << 30, 1 << 20))),
         &t,
@@ -131,27 +136,27 @@ fn the_annotation_on_container_or_pod_asks_without_a_device() {
     let mut c = container(&[], None);
     c.annotations = HashMap::from([(crate::config::nri::ANNOTATION.to_owned(), "true".to_owned())]);
     assert!(
-        matches!(adjust(None, &c, &t), Verdict::Adjust { reason } if reason.starts_with("container annotation"))
+        matches!(no_base_spec(None, &c, &t), Verdict::Adjust { reason } if reason.starts_with("container annotation"))
     );
     c.annotations = HashMap::from([(
         crate::config::nri::ANNOTATION.to_owned(),
         "false".to_owned(),
     )]);
-    assert_eq!(adjust(None, &c, &t), Verdict::NotRdma);
+    assert_eq!(no_base_spec(None, &c, &t), Verdict::NotRdma);
     let pod = api::PodSandbox {
         annotations: HashMap::from([(crate::config::nri::ANNOTATION.to_owned(), "yes".to_owned())]),
         ..Default::default()
     };
     let plain = container(&[], None);
     assert!(
-        matches!(adjust(Some(&pod), &plain, &t), Verdict::Adjust { reason } if reason.starts_with("pod annotation"))
+        matches!(no_base_spec(Some(&pod), &plain, &t), Verdict::Adjust { reason } if reason.starts_with("pod annotation"))
     );
     // Not configured: no effect.
     let none = Target {
         annotations: Vec::new(),
         ..t
     };
-    assert_eq!(adjust(Some(&pod), &plain, &none), Verdict::NotRdma);
+    assert_eq!(no_base_spec(Some(&pod), &plain, &none), Verdict::NotRdma);
 }
 
 fn facts(via: MemlockVia, probe: Result<(), String>, plugin: Option<nri::Status>) -> Facts {
@@ -229,4 +234,26 @@ fn auto_both_and_base_spec() {
         judge(&facts(MemlockVia::BaseSpec, Ok(()), None)).status,
         Status::Skipped
     );
+}
+
+#[test]
+fn the_handlers_base_spec_memlock_counts_as_explicit() {
+    // containerd 2.1 shows plugins no rlimits, but applies the base spec's and
+    // appends an adjustment after it: a lower one must not be overridden.
+    let t = target();
+    let c = container(&["/dev/infiniband/uverbs0"], None);
+    let v = adjust(None, &c, Some((1 << 20, 1 << 20)), &t);
+    assert!(
+        matches!(v, Verdict::KeptLower { soft, .. } if soft == 1 << 20),
+        "{v:?}"
+    );
+    assert!(response(&v, &t).adjust.is_none());
+    let v = adjust(None, &c, Some((u64::MAX, u64::MAX)), &t);
+    assert!(matches!(v, Verdict::AlreadyEnough { .. }), "{v:?}");
+    // What the container itself shows wins over the handler's spec.
+    let own = container(&["/dev/infiniband/uverbs0"], Some((u64::MAX, u64::MAX)));
+    assert!(matches!(
+        adjust(None, &own, Some((1, 1)), &t),
+        Verdict::AlreadyEnough { .. }
+    ));
 }

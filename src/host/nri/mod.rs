@@ -8,6 +8,7 @@
 pub mod mux;
 pub mod plugin;
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -49,6 +50,19 @@ pub struct State {
     last_error: Mutex<Option<String>>,
     /// Where every change is published for `check` from a shell (the daemon).
     publish: OnceLock<Host>,
+    /// Each CRI handler's base-spec RLIMIT_MEMLOCK (from the last reconcile),
+    /// and the default handler's name.
+    base_specs: Mutex<BaseSpecs>,
+}
+
+/// Soft and hard limits, in bytes.
+pub type Limits = (u64, u64);
+
+/// Each handler's base-spec memlock, and the default handler's name.
+#[derive(Debug, Default)]
+struct BaseSpecs {
+    by_handler: HashMap<String, Option<Limits>>,
+    default: String,
 }
 
 /// Where the daemon publishes its plugin's [`Status`], for `check` run from a
@@ -159,6 +173,32 @@ impl State {
         }
     }
 
+    /// What the last reconcile found: (handler, is the default, base-spec memlock).
+    pub fn set_base_specs(
+        &self,
+        handlers: impl IntoIterator<Item = (String, bool, Option<Limits>)>,
+    ) {
+        let mut specs = BaseSpecs::default();
+        for (name, is_default, memlock) in handlers {
+            if is_default {
+                specs.default = name.clone();
+            }
+            specs.by_handler.insert(name, memlock);
+        }
+        *self.base_specs.lock().expect("nri state") = specs;
+    }
+
+    /// The base-spec memlock of a pod's runtime handler ("": the default).
+    pub fn base_spec_memlock(&self, handler: &str) -> Option<Limits> {
+        let specs = self.base_specs.lock().expect("nri state");
+        let name = if handler.is_empty() {
+            specs.default.as_str()
+        } else {
+            handler
+        };
+        specs.by_handler.get(name).copied().flatten()
+    }
+
     pub fn count_adjusted(&self) {
         self.adjusted.fetch_add(1, Ordering::Relaxed);
         self.publish();
@@ -247,6 +287,19 @@ mod tests {
         assert!(!listening(table, "/run/containerd/containerd.sock"));
         let connected_only = table.replace("00010000", "00000000");
         assert!(!listening(&connected_only, "/run/nri/nri.sock"));
+    }
+
+    #[test]
+    fn a_pod_without_a_handler_uses_the_default_ones_base_spec() {
+        let s = State::default();
+        s.set_base_specs([
+            ("runc".to_owned(), true, Some((1, 2))),
+            ("nvidia".to_owned(), false, None),
+        ]);
+        assert_eq!(s.base_spec_memlock(""), Some((1, 2)));
+        assert_eq!(s.base_spec_memlock("runc"), Some((1, 2)));
+        assert_eq!(s.base_spec_memlock("nvidia"), None);
+        assert_eq!(s.base_spec_memlock("unknown"), None);
     }
 
     #[test]
