@@ -384,4 +384,27 @@ fn nri_alone_fails_the_check_when_containerd_has_nri_disabled() {
     // And the base spec is not planned instead.
     let memlock_check = check_in(&report, "containerd.memlock");
     assert_eq!(memlock_check["status"], "skipped", "{memlock_check}");
+
+    // `auto` on the same containerd picks the base spec, and says so.
+    write(
+        &root,
+        "/etc/rdma-node-agent/config.toml",
+        &format!(
+            "[containerd]\nmemlock_via = \"auto\"\nnri_socket = \"{SOCKET}\"\n[systemd]\nenabled = false\n"
+        ),
+    );
+    let report = json(&agent(&root, &["check", "--json"]));
+    let check = check_in(&report, "containerd.nri");
+    assert_eq!(check["status"], "ok", "{check}");
+    assert!(
+        check["message"]
+            .as_str()
+            .unwrap()
+            .contains("picked the base spec"),
+        "{check}"
+    );
+    let memlock_check = check_in(&report, "containerd.memlock");
+    assert_ne!(memlock_check["status"], "skipped", "{memlock_check}");
+    let plan = stdout(&agent(&root, &["plan"]));
+    assert!(plan.contains("base_runtime_spec"), "{plan}");
 }
