@@ -28,6 +28,18 @@ struct Settings {
     target: Target,
 }
 
+/// The config as `Config::load` reads it, without its warnings: the
+/// reconcile logs those; this task reads the file every few seconds.
+fn load_quietly(host: &Host, path: &std::path::Path) -> Option<Config> {
+    match host.read_trusted(path, "the agent config") {
+        Ok(None) => Some(Config::default()),
+        Ok(Some(d)) => String::from_utf8(d.bytes)
+            .ok()
+            .and_then(|t| Config::parse(&t, &host.path(path)).ok()),
+        Err(_) => None,
+    }
+}
+
 fn settings(host: &Host, cfg: &Config) -> Option<Settings> {
     let c = &cfg.containerd;
     (c.enabled && c.memlock_via.may_use_nri()).then(|| Settings {
@@ -128,10 +140,15 @@ pub async fn run(
 ) {
     let mut backoff = BACKOFF_MIN;
     let mut last_logged: Option<String> = None;
+    let mut last_good: Option<Settings> = None;
     loop {
-        let wanted = Config::load(&host, &config_path)
-            .ok()
-            .and_then(|c| settings(&host, &c));
+        let wanted = match load_quietly(&host, &config_path) {
+            Some(c) => {
+                last_good = settings(&host, &c);
+                last_good.clone()
+            }
+            None => last_good.clone(),
+        };
         let Some(s) = wanted else {
             state.set_registered(false);
             tokio::select! {
@@ -156,10 +173,12 @@ pub async fn run(
             tokio::spawn(async move {
                 loop {
                     tokio::time::sleep(RELOAD).await;
-                    let now = Config::load(&host, &path)
-                        .ok()
-                        .and_then(|c| settings(&host, &c));
-                    if now.as_ref() != Some(&s) {
+                    // A config that does not load keeps the plugin as it is,
+                    // as the reconcile keeps the last good config.
+                    let Some(cfg) = load_quietly(&host, &path) else {
+                        continue;
+                    };
+                    if settings(&host, &cfg).as_ref() != Some(&s) {
                         let _ = changed_tx.send(true);
                         return;
                     }
