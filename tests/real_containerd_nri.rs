@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use k8s_cri::v1::{ContainerConfig, Device};
+use k8s_cri::v1::{CdiDevice, ContainerConfig, Device};
 use serde_json::Value;
 use support::cri::Containerd;
 use support::*;
@@ -174,6 +174,31 @@ fn nri_raises_memlock_only_for_rdma_containers_without_a_restart() {
         "\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n  socket_path = \"{}\"\n",
         root.join(SOCKET.trim_start_matches('/')).display()
     ));
+    // CDI, as device plugins that return CDI names use it: a spec in the test's
+    // own directory whose device node is /dev/infiniband/uverbs1 (on /dev/null).
+    let cdi = c.dir.path().join("cdi");
+    std::fs::create_dir_all(&cdi).unwrap();
+    std::fs::write(
+        cdi.join("rdma-test.json"),
+        serde_json::to_vec(&serde_json::json!({
+            "cdiVersion": "0.6.0",
+            "kind": "rdma-node-agent.test/hca",
+            "devices": [{"name": "0", "containerEdits": {"deviceNodes": [
+                {"path": "/dev/infiniband/uverbs1", "hostPath": "/dev/null"}
+            ]}}]
+        }))
+        .unwrap(),
+    )
+    .unwrap();
+    let cri = "  restrict_oom_score_adj = true\n";
+    assert!(text.contains(cri), "{text}");
+    text = text.replace(
+        cri,
+        &format!(
+            "{cri}  enable_cdi = true\n  cdi_spec_dirs = [\"{}\"]\n",
+            cdi.display()
+        ),
+    );
     // The `control` handler gets an operator's base spec with a lower memlock
     // (1 MiB). containerd 2.1 applies it but shows NRI plugins no rlimits (and
     // appends an adjustment after it), so the agent reads the handler's base
@@ -235,6 +260,18 @@ fn nri_raises_memlock_only_for_rdma_containers_without_a_restart() {
         "--- agent log ---\n{}",
         agent.log()
     );
+    // A device given by CDI name reaches NRI as a linux device too.
+    let by_cdi = c.running_with("nri-cdi", "runc", "exec sleep 600", |cfg| {
+        cfg.cdi_devices.push(CdiDevice {
+            name: "rdma-node-agent.test/hca=0".into(),
+        });
+    });
+    assert_eq!(
+        memlock(by_cdi.pid),
+        (TARGET, TARGET),
+        "--- agent log ---\n{}",
+        agent.log()
+    );
     // (b) a container without RDMA devices keeps the runtime default.
     let plain = c.running("nri-plain", "runc", "exec sleep 600");
     assert_eq!(memlock(plain.pid), default);
@@ -253,7 +290,7 @@ fn nri_raises_memlock_only_for_rdma_containers_without_a_restart() {
     let start = Instant::now();
     let metrics = loop {
         let m = agent.get("/metrics").unwrap_or_default();
-        if m.contains("rdma_node_agent_nri_adjusted_containers_total 1\n")
+        if m.contains("rdma_node_agent_nri_adjusted_containers_total 2\n")
             || start.elapsed() > Duration::from_secs(15)
         {
             break m;
@@ -262,7 +299,7 @@ fn nri_raises_memlock_only_for_rdma_containers_without_a_restart() {
     };
     assert!(
         metrics.contains("rdma_node_agent_nri_registered 1\n")
-            && metrics.contains("rdma_node_agent_nri_adjusted_containers_total 1\n"),
+            && metrics.contains("rdma_node_agent_nri_adjusted_containers_total 2\n"),
         "{metrics}"
     );
 
