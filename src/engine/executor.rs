@@ -156,7 +156,7 @@ impl Executor<'_> {
             ));
         }
         let now = SystemTime::now();
-        let mut ledger = Ledger::load(self.host)?;
+        let mut ledger = Ledger::load(&self.host.reader())?;
         ledger.apply(self.host, plan)?;
 
         let mut actions = Vec::new();
@@ -326,7 +326,7 @@ impl Executor<'_> {
             Path::new(lock::LOCK_PATH),
             Duration::from_secs(10),
         )?;
-        let ledger = Ledger::load(self.host)?;
+        let ledger = Ledger::load(&self.host.reader())?;
         let readers: Vec<(PathBuf, Vec<String>)> = ledger
             .files
             .iter()
