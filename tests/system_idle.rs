@@ -173,6 +173,10 @@ fn ten_idle_cycles_keep_one_runtime_and_one_bus_connection() {
         .as_ref()
         .map_or("-".into(), |b| b.bus_connects.to_string());
     println!("{:<16} {bc:>10} {:>10}", "bus connects", after.bus_connects);
+    let ch = before
+        .as_ref()
+        .map_or("-".into(), |b| b.children.to_string());
+    println!("{:<16} {ch:>10} {:>10}", "its children's", after.children);
 
     assert_eq!(
         after.bus_connects, 0,
