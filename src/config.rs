@@ -13,8 +13,10 @@ pub mod globs;
 pub mod gpudirect;
 pub mod rdma;
 pub mod readiness;
+pub mod section;
 
 use crate::host::limit::Limit;
+use section::{Section, absolute};
 
 pub const DEFAULT_PATH: &str = "/etc/rdma-node-agent/config.toml";
 
@@ -321,7 +323,32 @@ impl Config {
             }
         })?;
         cfg.migrate(shown_path);
+        cfg.validate(text, shown_path)?;
         Ok(cfg)
+    }
+
+    /// Every section's own checks, in the file's order of sections.
+    fn validate(&self, text: &str, shown_path: &Path) -> Result<(), ConfigError> {
+        fn one<S: Section>(s: &S, text: &str, path: &Path) -> Result<(), ConfigError> {
+            s.validate().map_err(|(key, why)| {
+                let (line, column) = section::locate(text, S::NAME, key);
+                ConfigError::Invalid {
+                    path: path.to_owned(),
+                    line,
+                    column,
+                    message: format!("{key} under [{}]: {why}", S::NAME),
+                }
+            })
+        }
+        one(&self.containerd, text, shown_path)?;
+        one(&self.systemd, text, shown_path)?;
+        one(&self.daemon, text, shown_path)?;
+        one(&self.http, text, shown_path)?;
+        one(&self.nfd, text, shown_path)?;
+        one(&self.rdma, text, shown_path)?;
+        one(&self.gpudirect, text, shown_path)?;
+        one(&self.kernel, text, shown_path)?;
+        one(&self.kubelet, text, shown_path)
     }
 
     /// `[systemd] units` named the unit that runs containerd a second time, and
@@ -346,6 +373,107 @@ impl Config {
                 units.join(", ")
             )),
         }
+    }
+}
+
+impl Section for NfdConfig {
+    const NAME: &'static str = "nfd";
+    fn validate(&self) -> Result<(), (&'static str, String)> {
+        absolute("path", &self.path)
+    }
+}
+
+impl Section for HttpConfig {
+    const NAME: &'static str = "http";
+    fn validate(&self) -> Result<(), (&'static str, String)> {
+        let ok = match self.listen.strip_prefix("unix:") {
+            Some(p) => Path::new(p).is_absolute(),
+            None => self.listen.parse::<std::net::SocketAddr>().is_ok(),
+        };
+        if !ok {
+            return Err((
+                "listen",
+                format!(
+                    "{:?} is neither host:port (127.0.0.1:9470, [::1]:9470) nor unix:/absolute/path",
+                    self.listen
+                ),
+            ));
+        }
+        if self.max_connections == 0 {
+            return Err(("max_connections", "0 would refuse every probe".into()));
+        }
+        Ok(())
+    }
+}
+
+impl Section for KernelConfig {
+    const NAME: &'static str = "kernel";
+    fn validate(&self) -> Result<(), (&'static str, String)> {
+        for (key, names) in [
+            ("required_modules", &self.required_modules),
+            ("dkms_modules", &self.dkms_modules),
+        ] {
+            if let Some(bad) = names
+                .iter()
+                .find(|m| m.is_empty() || m.contains(['/', ' ', '\t']))
+            {
+                return Err((
+                    key,
+                    format!("{bad:?} is not a module name (ib_core, mlx5_core)"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Section for SystemdConfig {
+    const NAME: &'static str = "systemd";
+    fn validate(&self) -> Result<(), (&'static str, String)> {
+        // systemd reads only *.conf files in a unit's .d directory.
+        let d = &self.dropin;
+        if d.contains('/') || d.starts_with('.') || !d.ends_with(".conf") || d.len() <= 5 {
+            return Err((
+                "dropin",
+                format!("{d:?} must be a file name ending in .conf (systemd reads no other)"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Section for DaemonConfig {
+    const NAME: &'static str = "daemon";
+    fn validate(&self) -> Result<(), (&'static str, String)> {
+        if self.interval_secs == 0 {
+            return Err(("interval_secs", "must be at least 1".into()));
+        }
+        if self.restart_timeout_secs == 0 {
+            return Err((
+                "restart_timeout_secs",
+                "must be at least 1: no restart could be verified".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Section for ContainerdConfig {
+    const NAME: &'static str = "containerd";
+    fn validate(&self) -> Result<(), (&'static str, String)> {
+        absolute("base_spec_path", &self.base_spec_path)?;
+        if let Some(p) = &self.config_path {
+            absolute("config_path", p)?;
+        }
+        if let Some(u) = &self.unit {
+            if !u.ends_with(".service") || u.contains('/') {
+                return Err(("unit", format!("{u:?} is not a service unit name")));
+            }
+        }
+        if self.binary.as_os_str().is_empty() {
+            return Err(("binary", "is empty".into()));
+        }
+        Ok(())
     }
 }
 
@@ -427,5 +555,60 @@ below_target = "fail"
         .unwrap_err()
         .to_string();
         assert!(e.contains("containerd.memlock"), "{e}");
+    }
+
+    #[test]
+    fn each_section_refuses_values_it_cannot_use() {
+        let err = |text: &str| {
+            Config::parse(text, Path::new("c.toml"))
+                .unwrap_err()
+                .to_string()
+        };
+        let cases = [
+            (
+                "[daemon]\ninterval_secs = 0\n",
+                "c.toml:2:1: interval_secs under [daemon]",
+            ),
+            (
+                "[rdma]\n  modprobe_file = \"/etc/modprobe.d/rdma\"\n",
+                "c.toml:2:3: modprobe_file under [rdma]: /etc/modprobe.d/rdma must end in .conf",
+            ),
+            (
+                "[systemd]\ndropin = \"50-x\"\n",
+                "c.toml:2:1: dropin under [systemd]",
+            ),
+            (
+                "[http]\nlisten = \"localhost\"\n",
+                "c.toml:2:1: listen under [http]",
+            ),
+            (
+                "[nfd]\npath = \"features.d/x\"\n",
+                "c.toml:2:1: path under [nfd]",
+            ),
+            (
+                "[containerd]\nunit = \"containerd\"\n",
+                "c.toml:2:1: unit under [containerd]",
+            ),
+            (
+                "[kernel]\nrequired_modules = [\"ib core\"]\n",
+                "c.toml:2:1: required_modules under [kernel]",
+            ),
+            (
+                "[gpudirect]\nrequired_gpus = [\"0000:1B:00.0\"]\n",
+                "c.toml:2:1: required_gpus under [gpudirect]",
+            ),
+            (
+                "[kubelet]\ndevice_plugins_dir = \"plugins\"\n",
+                "c.toml:2:1: device_plugins_dir under [kubelet]",
+            ),
+        ];
+        for (text, want) in cases {
+            let e = err(text);
+            assert!(e.starts_with(want), "{text:?}: {e}");
+        }
+        // The shipped defaults pass every section's checks.
+        Config::parse("", Path::new("c.toml")).unwrap();
+        let ok = "[gpudirect]\nrequired_gpus = [\"0000:1b:00.0\"]\n[http]\nlisten = \"unix:/run/x.sock\"\n";
+        Config::parse(ok, Path::new("c.toml")).unwrap();
     }
 }
