@@ -2,21 +2,26 @@
 //! Parsed strictly: an unknown key is an error naming the key, line and column.
 //! Every key and default is documented in `etc/rdma-node-agent/config.toml`.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 
 use crate::host::{Host, HostError};
 
+mod containerd;
 pub mod globs;
 pub mod gpudirect;
 pub mod rdma;
 pub mod readiness;
 pub mod section;
+mod sections;
 
-use crate::host::limit::Limit;
-use section::{Section, absolute};
+pub use containerd::{ContainerdConfig, RlimitName};
+pub use sections::{
+    DEFAULT_LISTEN, DaemonConfig, HttpConfig, KernelConfig, NfdConfig, SystemdConfig,
+};
+
+use section::Section;
 
 pub const DEFAULT_PATH: &str = "/etc/rdma-node-agent/config.toml";
 
@@ -52,67 +57,6 @@ pub struct Config {
     pub warnings: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct NfdConfig {
-    pub enabled: bool,
-    /// A feature file in NFD's local source directory.
-    pub path: PathBuf,
-}
-
-impl Default for NfdConfig {
-    fn default() -> Self {
-        NfdConfig {
-            enabled: false,
-            path: "/etc/kubernetes/node-feature-discovery/features.d/rdma-node-agent".into(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct HttpConfig {
-    pub enabled: bool,
-    /// `host:port` (loopback by default: nothing here is for the network) or `unix:/path`.
-    pub listen: String,
-    /// Connections beyond this are closed at once.
-    pub max_connections: usize,
-}
-
-impl Default for HttpConfig {
-    fn default() -> Self {
-        HttpConfig {
-            enabled: true,
-            listen: DEFAULT_LISTEN.into(),
-            max_connections: 4096,
-        }
-    }
-}
-
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:9470";
-
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct KernelConfig {
-    pub enabled: bool,
-    /// Modules that must be loaded, with their files matching the running kernel.
-    pub required_modules: Vec<String>,
-    /// DKMS modules the RDMA stack needs; empty: every module registered in /var/lib/dkms.
-    pub dkms_modules: Vec<String>,
-}
-
-impl Default for KernelConfig {
-    fn default() -> Self {
-        KernelConfig {
-            enabled: true,
-            required_modules: ["ib_core", "ib_uverbs", "mlx5_core", "mlx5_ib", "rdma_ucm"]
-                .map(String::from)
-                .to_vec(),
-            dkms_modules: Vec::new(),
-        }
-    }
-}
-
 /// What `serve` does with what it finds: converge, or only report (never writes).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -120,104 +64,6 @@ pub enum Mode {
     #[default]
     Enforce,
     Report,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct SystemdConfig {
-    pub enabled: bool,
-    /// No longer read (the drop-in goes to the unit that runs containerd): an
-    /// old config still loads, with a warning (`Config::warnings`).
-    pub units: Option<Vec<String>>,
-    pub memlock: Limit,
-    /// The drop-in's file name under /etc/systemd/system/<unit>.d/.
-    pub dropin: String,
-}
-
-impl Default for SystemdConfig {
-    fn default() -> Self {
-        SystemdConfig {
-            enabled: true,
-            units: None,
-            memlock: Limit::UNLIMITED,
-            dropin: "50-rdma-node-agent.conf".into(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct DaemonConfig {
-    /// Full reconcile at least this often, besides file changes and SIGHUP.
-    pub interval_secs: u64,
-    /// How long file-change events are gathered before one reconcile.
-    pub debounce_ms: u64,
-    /// How long a restarted unit has to become active and answer.
-    pub restart_timeout_secs: u64,
-}
-
-impl Default for DaemonConfig {
-    fn default() -> Self {
-        DaemonConfig {
-            interval_secs: 300,
-            debounce_ms: 200,
-            restart_timeout_secs: 60,
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ContainerdConfig {
-    pub enabled: bool,
-    /// The config containerd reads, when the agent must not find it itself;
-    /// unset: found from the unit that runs containerd (host::runtime).
-    pub config_path: Option<PathBuf>,
-    pub memlock: Limit,
-    /// Runtime handlers that get the base spec; empty = every CRI handler plus the default.
-    pub handlers: Vec<String>,
-    /// Where the agent writes its base spec for handlers that have none of their own.
-    pub base_spec_path: PathBuf,
-    /// Other rlimits to set in the base spec (soft = hard), e.g. `RLIMIT_NOFILE = 1048576`.
-    /// Unlisted rlimits are inherited from containerd, as without a base spec.
-    pub rlimits: BTreeMap<RlimitName, Limit>,
-    /// The containerd binary used to validate an edited config (`containerd config dump`).
-    pub binary: PathBuf,
-    /// The systemd unit that runs containerd; unset: detected (containerd.service,
-    /// k3s/k3s-agent, rke2-server/rke2-agent, microk8s's snap service).
-    pub unit: Option<String>,
-    /// The installed containerd's major version (1 or 2), when the agent cannot ask
-    /// it: it decides how imported files merge. Unset: `containerd --version`.
-    pub daemon_version: Option<u32>,
-    /// A node without containerd fails `containerd.memlock` instead of skipping it.
-    pub required: bool,
-}
-
-impl ContainerdConfig {
-    /// What this section says about where containerd is, for its discovery.
-    pub fn hints(&self) -> crate::host::runtime::Hints {
-        crate::host::runtime::Hints {
-            config_path: self.config_path.clone(),
-            unit: self.unit.clone(),
-        }
-    }
-}
-
-impl Default for ContainerdConfig {
-    fn default() -> Self {
-        ContainerdConfig {
-            enabled: true,
-            config_path: None,
-            memlock: Limit::UNLIMITED,
-            handlers: Vec::new(),
-            base_spec_path: "/etc/containerd/rdma-node-agent/base-spec.json".into(),
-            rlimits: BTreeMap::new(),
-            binary: "containerd".into(),
-            unit: None,
-            daemon_version: None,
-            required: false,
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -244,53 +90,6 @@ impl Default for PodsConfig {
 pub enum Severity {
     Warn,
     Fail,
-}
-
-/// The rlimits an OCI spec may carry, other than RLIMIT_MEMLOCK (which has its own key).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct RlimitName(String);
-
-const RLIMITS: &[&str] = &[
-    "RLIMIT_AS",
-    "RLIMIT_CORE",
-    "RLIMIT_CPU",
-    "RLIMIT_DATA",
-    "RLIMIT_FSIZE",
-    "RLIMIT_LOCKS",
-    "RLIMIT_MSGQUEUE",
-    "RLIMIT_NICE",
-    "RLIMIT_NOFILE",
-    "RLIMIT_NPROC",
-    "RLIMIT_RSS",
-    "RLIMIT_RTPRIO",
-    "RLIMIT_RTTIME",
-    "RLIMIT_SIGPENDING",
-    "RLIMIT_STACK",
-];
-
-impl RlimitName {
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl<'de> Deserialize<'de> for RlimitName {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        if s == "RLIMIT_MEMLOCK" {
-            return Err(serde::de::Error::custom(
-                "set RLIMIT_MEMLOCK with containerd.memlock, not in containerd.rlimits",
-            ));
-        }
-        if RLIMITS.contains(&s.as_str()) {
-            Ok(RlimitName(s))
-        } else {
-            Err(serde::de::Error::custom(format!(
-                "unknown rlimit {s:?}; expected one of {}",
-                RLIMITS.join(", ")
-            )))
-        }
-    }
 }
 
 impl Config {
@@ -376,107 +175,6 @@ impl Config {
     }
 }
 
-impl Section for NfdConfig {
-    const NAME: &'static str = "nfd";
-    fn validate(&self) -> Result<(), (&'static str, String)> {
-        absolute("path", &self.path)
-    }
-}
-
-impl Section for HttpConfig {
-    const NAME: &'static str = "http";
-    fn validate(&self) -> Result<(), (&'static str, String)> {
-        let ok = match self.listen.strip_prefix("unix:") {
-            Some(p) => Path::new(p).is_absolute(),
-            None => self.listen.parse::<std::net::SocketAddr>().is_ok(),
-        };
-        if !ok {
-            return Err((
-                "listen",
-                format!(
-                    "{:?} is neither host:port (127.0.0.1:9470, [::1]:9470) nor unix:/absolute/path",
-                    self.listen
-                ),
-            ));
-        }
-        if self.max_connections == 0 {
-            return Err(("max_connections", "0 would refuse every probe".into()));
-        }
-        Ok(())
-    }
-}
-
-impl Section for KernelConfig {
-    const NAME: &'static str = "kernel";
-    fn validate(&self) -> Result<(), (&'static str, String)> {
-        for (key, names) in [
-            ("required_modules", &self.required_modules),
-            ("dkms_modules", &self.dkms_modules),
-        ] {
-            if let Some(bad) = names
-                .iter()
-                .find(|m| m.is_empty() || m.contains(['/', ' ', '\t']))
-            {
-                return Err((
-                    key,
-                    format!("{bad:?} is not a module name (ib_core, mlx5_core)"),
-                ));
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Section for SystemdConfig {
-    const NAME: &'static str = "systemd";
-    fn validate(&self) -> Result<(), (&'static str, String)> {
-        // systemd reads only *.conf files in a unit's .d directory.
-        let d = &self.dropin;
-        if d.contains('/') || d.starts_with('.') || !d.ends_with(".conf") || d.len() <= 5 {
-            return Err((
-                "dropin",
-                format!("{d:?} must be a file name ending in .conf (systemd reads no other)"),
-            ));
-        }
-        Ok(())
-    }
-}
-
-impl Section for DaemonConfig {
-    const NAME: &'static str = "daemon";
-    fn validate(&self) -> Result<(), (&'static str, String)> {
-        if self.interval_secs == 0 {
-            return Err(("interval_secs", "must be at least 1".into()));
-        }
-        if self.restart_timeout_secs == 0 {
-            return Err((
-                "restart_timeout_secs",
-                "must be at least 1: no restart could be verified".into(),
-            ));
-        }
-        Ok(())
-    }
-}
-
-impl Section for ContainerdConfig {
-    const NAME: &'static str = "containerd";
-    fn validate(&self) -> Result<(), (&'static str, String)> {
-        absolute("base_spec_path", &self.base_spec_path)?;
-        if let Some(p) = &self.config_path {
-            absolute("config_path", p)?;
-        }
-        if let Some(u) = &self.unit {
-            if !u.ends_with(".service") || u.contains('/') {
-                return Err(("unit", format!("{u:?} is not a service unit name")));
-            }
-        }
-        if self.binary.as_os_str().is_empty() {
-            return Err(("binary", "is empty".into()));
-        }
-        Ok(())
-    }
-}
-
 /// 1-based line and column (in characters) of a byte offset.
 pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let before = &text[..offset.min(text.len())];
@@ -488,6 +186,7 @@ pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::host::limit::Limit;
 
     #[test]
     fn limits_parse() {
