@@ -25,6 +25,7 @@ pub mod lock;
 pub mod netlink;
 pub mod nri;
 pub mod procfs;
+pub mod read;
 mod resolve;
 pub mod rt;
 pub mod runtime;
@@ -146,6 +147,11 @@ impl Host {
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// This host, readable only (what a concern's gather gets).
+    pub fn reader(&self) -> read::ReadHost {
+        read::ReadHost::new(self.clone())
     }
 
     /// True when the agent acts on the running machine, not on a tree under `--root`.

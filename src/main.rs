@@ -343,7 +343,7 @@ fn selftest(
     let host = Host::new(&cli.root);
     cli.check_config_exists(&host)?;
     let config = Config::load(&host, &cli.config_path()).context("invalid agent config")?;
-    let devs: Vec<devices::Device> = devices::gather(&host)
+    let devs: Vec<devices::Device> = devices::gather(&host.reader())
         .context("cannot read the RDMA devices")?
         .into_iter()
         .map(devices::parse)

@@ -51,7 +51,7 @@ impl super::ContainerdConfig {
     pub fn base_spec_route(&self, snap: &crate::host::snapshot::Snapshot) -> bool {
         self.memlock_via.base_spec(|| {
             snap.nri().is_some_and(|p| p.registered)
-                || crate::host::nri::probe(snap.host(), &self.nri_socket).is_ok()
+                || crate::host::nri::probe(snap, &self.nri_socket).is_ok()
         })
     }
 }

@@ -7,7 +7,7 @@ use super::{CHECK_ID, Facts, SPEC_OWNER, check, decide, gather};
 use crate::config::Config;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::engine::ledger::Ledger;
-use crate::host::Host;
+use crate::host::read::ReadHost;
 use crate::host::snapshot::Snapshot;
 use crate::observe::Observation;
 
@@ -16,7 +16,7 @@ pub struct Memlock;
 pub struct Gathered {
     facts: Facts,
     /// For paths in messages only (where a file is under `--root`).
-    host: Host,
+    host: ReadHost,
     /// `memlock_via` leaves memlock to the NRI plugin: why (no base spec planned).
     nri_route: Option<String>,
 }
@@ -55,7 +55,7 @@ impl Concern for Memlock {
         });
         Ok(Gathered {
             facts,
-            host: snap.host().clone(),
+            host: (*snap).clone(),
             nri_route,
         })
     }

@@ -166,7 +166,7 @@ impl Concern for NriCheck {
         let (plugin, source) = match snap.nri() {
             Some(p) => (Ok(p.clone()), String::new()),
             None if !via.may_use_nri() => (Err(String::new()), String::new()),
-            None => match nri::published(snap.host()) {
+            None => match nri::published(snap) {
                 nri::Daemon::Running { pid, status } => {
                     (Ok(status), format!(" (daemon pid {pid})"))
                 }
@@ -177,7 +177,7 @@ impl Concern for NriCheck {
             _ if !via.may_use_nri() => Ok(()),
             // Registered: containerd accepts NRI plugins, as it just said.
             Ok(p) if p.registered => Ok(()),
-            _ => nri::probe(snap.host(), &socket),
+            _ => nri::probe(snap, &socket),
         };
         Ok(Facts {
             via,

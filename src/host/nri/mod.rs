@@ -95,11 +95,9 @@ struct Published {
     status: Status,
 }
 
-fn start_ticks(host: &Host, pid: u32) -> Option<u64> {
-    let stat = host
-        .read_string(&super::procfs::proc_file(pid, "stat"))
-        .ok()??;
-    super::procfs::parse_start_ticks(&stat)
+/// A process's start time in ticks, from its /proc/<pid>/stat as read.
+fn start_ticks(stat: super::Result<Option<String>>) -> Option<u64> {
+    super::procfs::parse_start_ticks(&stat.ok()??)
 }
 
 /// What a process other than the daemon knows of its plugin.
@@ -112,7 +110,7 @@ pub enum Daemon {
 }
 
 /// Reads what the running daemon published (under the root).
-pub fn published(host: &Host) -> Daemon {
+pub fn published(host: &super::read::ReadHost) -> Daemon {
     let bytes = match host.state_read(Path::new(STATUS_FILE)) {
         Ok(Some(b)) => b,
         Ok(None) => {
@@ -125,7 +123,9 @@ pub fn published(host: &Host) -> Daemon {
     let Ok(p) = serde_json::from_slice::<Published>(&bytes) else {
         return Daemon::NotRunning(format!("{STATUS_FILE} is not the daemon's status"));
     };
-    if start_ticks(host, p.pid) != Some(p.start_ticks) {
+    if start_ticks(host.read_string(&super::procfs::proc_file(p.pid, "stat")))
+        != Some(p.start_ticks)
+    {
         return Daemon::NotRunning(format!(
             "the daemon that wrote {STATUS_FILE} (pid {}) is no longer running",
             p.pid
@@ -149,7 +149,8 @@ impl State {
             return;
         };
         let pid = std::process::id();
-        let Some(ticks) = start_ticks(host, pid) else {
+        let Some(ticks) = start_ticks(host.read_string(&super::procfs::proc_file(pid, "stat")))
+        else {
             return;
         };
         let p = Published {
@@ -236,7 +237,7 @@ impl State {
 /// root): containerd creates it only with NRI enabled and external plugins
 /// allowed. Read from /proc/net/unix, not by connecting: containerd logs every
 /// connection that does not register as a failed plugin.
-pub fn probe(host: &super::Host, socket: &std::path::Path) -> Result<(), String> {
+pub fn probe(host: &super::read::ReadHost, socket: &std::path::Path) -> Result<(), String> {
     let real = host.path(socket);
     if !real.exists() {
         return Err(format!(
