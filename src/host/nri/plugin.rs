@@ -244,3 +244,7 @@ pub async fn session(
     state.set_error(why.clone());
     Err(SessionError::Ended(why))
 }
+
+#[cfg(test)]
+#[path = "plugin_tests.rs"]
+mod tests;
