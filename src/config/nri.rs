@@ -50,7 +50,9 @@ impl super::ContainerdConfig {
     /// plugins (the daemon's plugin registered, or its socket listening).
     pub fn base_spec_route(&self, snap: &crate::host::snapshot::Snapshot) -> bool {
         self.memlock_via.base_spec(|| {
-            snap.nri().is_some_and(|p| p.registered)
+            // Once registered in this daemon, a containerd restart (socket
+            // briefly gone) does not flip `auto` to a base spec and a restart.
+            snap.nri().is_some_and(|p| p.registered || p.registrations > 0)
                 || crate::host::nri::probe(snap, &self.nri_socket).is_ok()
         })
     }
