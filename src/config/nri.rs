@@ -52,7 +52,8 @@ impl super::ContainerdConfig {
         self.memlock_via.base_spec(|| {
             // Once registered in this daemon, a containerd restart (socket
             // briefly gone) does not flip `auto` to a base spec and a restart.
-            snap.nri().is_some_and(|p| p.registered || p.registrations > 0)
+            snap.nri()
+                .is_some_and(|p| p.registered || p.registrations > 0)
                 || crate::host::nri::probe(snap, &self.nri_socket).is_ok()
         })
     }

@@ -177,6 +177,11 @@ impl Concern for NriCheck {
             _ if !via.may_use_nri() => Ok(()),
             // Registered: containerd accepts NRI plugins, as it just said.
             Ok(p) if p.registered => Ok(()),
+            // `auto` stays on NRI once this daemon registered (as
+            // containerd.memlock decides): judged as an unregistered plugin.
+            _ if via == MemlockVia::Auto && snap.nri().is_some_and(|p| p.registrations > 0) => {
+                Ok(())
+            }
             _ => nri::probe(snap, &socket),
         };
         Ok(Facts {
