@@ -8,6 +8,7 @@ use std::ops::Deref;
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use super::netlink::restrack::{self, Holders, Unavailable};
 use super::service::{ServiceManager, SystemdError, UnitStatus};
 use super::stop::Stop;
 use super::{Host, HostError};
@@ -33,6 +34,8 @@ pub struct Snapshot {
     fd_targets: Mutex<HashMap<u32, FdTargets>>,
     /// Which containerd runs here, found once per cycle for every concern.
     containerd: OnceLock<super::runtime::Discovery>,
+    /// The kernel's RDMA resource owners (restrack), asked once per cycle.
+    restrack: OnceLock<Result<Holders, Unavailable>>,
 }
 
 /// A process's file as read: `Ok(None)` when the process (or file) is gone,
@@ -69,7 +72,23 @@ impl Snapshot {
             files: Mutex::default(),
             fd_targets: Mutex::default(),
             containerd: OnceLock::new(),
+            restrack: OnceLock::new(),
         }
+    }
+
+    /// With the kernel's restrack answer given rather than asked (unit tests,
+    /// and the benchmark that stands in for a node with RDMA devices).
+    pub fn with_restrack(self, answer: Result<Holders, Unavailable>) -> Self {
+        let _ = self.restrack.set(answer);
+        self
+    }
+
+    /// Which processes hold RDMA resources, from the running kernel's resource
+    /// tracking (asked once per cycle), or why it could not be asked.
+    pub fn restrack(&self) -> Result<&Holders, &Unavailable> {
+        self.restrack
+            .get_or_init(|| restrack::live(&self.host))
+            .as_ref()
     }
 
     /// With systemd to ask about units (the live host).

@@ -1,6 +1,7 @@
 use super::*;
 use crate::config::Severity;
 use crate::engine::check::Status;
+use crate::host::procfs;
 use serde_json::json;
 
 const ID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
@@ -9,15 +10,18 @@ const ID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcd
 const ALL_CAPS: u64 = 0x0000_01ff_ffff_ffff;
 const CONTAINER_CAPS: u64 = 0xa804_25fb;
 
+/// A root process of the initial user namespace.
 fn proc(pid: u32, opened: &[&str], cap_eff: u64, soft: Limit) -> Process {
     Process {
         pid,
         comm: "ib_write_bw".into(),
         opened: opened.iter().map(|s| s.to_string()).collect(),
-        fds_unreadable: None,
+        uid: Some(0),
+        initial_user_ns: Some(true),
         cap_eff: Some(cap_eff),
         memlock_soft: Some(soft),
         memlock_hard: Some(soft),
+        ..Process::default()
     }
 }
 
@@ -98,7 +102,8 @@ fn low_memlock_counts_only_without_ipc_lock() {
     );
     assert!(
         explain(&f[0], Limit::UNLIMITED).contains(
-            "; and its memlock 64KiB (hard 64KiB) is below unlimited without CAP_IPC_LOCK: ibv_reg_mr fails"
+            "but lacks CAP_IPC_LOCK and its memlock 64KiB (hard 64KiB) is below unlimited: \
+             ibv_reg_mr fails (\"Couldn't allocate MR\") past it; either remedy works, as it runs as root"
         ),
         "{}",
         explain(&f[0], Limit::UNLIMITED)
@@ -220,4 +225,299 @@ fn unreadable_cgroup_and_devices_list_are_named() {
         c.message
     );
     assert!(c.message.contains("pid 10"), "{}", c.message);
+}
+
+/// uid 1000 as a non-root pod runs: containerd's default set in its spec with
+/// IPC_LOCK added, yet CapEff 0 after exec (NVIDIA/nvidia-container-toolkit#2037).
+fn non_root(pid: u32, cap_eff: u64, soft: Limit) -> Process {
+    Process {
+        uid: Some(1000),
+        ..proc(pid, &["/dev/infiniband/uverbs0"], cap_eff, soft)
+    }
+}
+
+/// The advice matrix: uid (root, not root, a user namespace's root) × CapEff
+/// (with, without CAP_IPC_LOCK) × memlock (below, at the target).
+#[test]
+fn advice_matrix() {
+    let low = Limit(65536);
+    let target = Limit::UNLIMITED;
+    let ipc = ALL_CAPS;
+    let judged = |p: Process| judge(&p, target);
+    use RdmaProblem::*;
+    // Root with CAP_IPC_LOCK: fine whatever its memlock.
+    for soft in [low, target] {
+        assert_eq!(judged(proc(1, &[], ipc, soft)), (vec![], None, vec![]));
+    }
+    // Root without it: the capability alone, or either remedy once memlock is low too.
+    assert_eq!(
+        judged(proc(1, &[], CONTAINER_CAPS, target)),
+        (vec![NoIpcLock], Some(Remedy::IpcLock), vec![])
+    );
+    assert_eq!(
+        judged(proc(1, &[], CONTAINER_CAPS, low)),
+        (vec![NoIpcLock, LowMemlock], Some(Remedy::Either), vec![])
+    );
+    // Not root, without the capability: memlock is all that counts, and only
+    // the node's memlock can raise it.
+    assert_eq!(
+        judged(non_root(1, 0, low)),
+        (vec![LowMemlock], Some(Remedy::NodeMemlockNonRoot), vec![])
+    );
+    assert_eq!(judged(non_root(1, 0, target)), (vec![], None, vec![]));
+    // Not root but with CAP_IPC_LOCK effective (ambient or file capabilities): fine.
+    assert_eq!(
+        judged(non_root(1, 1 << CAP_IPC_LOCK, low)),
+        (vec![], None, vec![])
+    );
+    // A user namespace's root: its CAP_IPC_LOCK is not the initial namespace's.
+    let userns = |soft| Process {
+        uid: Some(100_000),
+        initial_user_ns: Some(false),
+        ..proc(1, &[], ipc, soft)
+    };
+    assert_eq!(
+        judged(userns(low)),
+        (vec![LowMemlock], Some(Remedy::NodeMemlockUserNs), vec![])
+    );
+    assert_eq!(judged(userns(target)), (vec![], None, vec![]));
+}
+
+#[test]
+fn non_root_gets_the_memlock_advice_not_ipc_lock() {
+    let c = container(vec![non_root(7, 0, Limit(65536))]);
+    let c = check(&[c], Limit::UNLIMITED, Severity::Warn);
+    assert_eq!(c.status, Status::Warn);
+    assert_eq!(
+        c.message,
+        "1 of 1 RDMA pod container(s) cannot register memory: pod uid container 0123456789ab \
+         (ib_write_bw, pid 7) opens /dev/infiniband/uverbs0 but its memlock 64KiB (hard 64KiB) is \
+         below unlimited: ibv_reg_mr fails (\"Couldn't allocate MR\") past it; it runs as uid 1000, \
+         not root, so IPC_LOCK in securityContext.capabilities.add gives it no effective capability \
+         (execve drops every capability that is not ambient, capabilities(7), and Kubernetes sets \
+         none): raise the node's memlock: `rdma-node-agent apply` (the base spec; then recreate the \
+         pod), or `[containerd] memlock_via = \"nri\"` (set as each RDMA container is created, no \
+         containerd restart)"
+    );
+    assert!(!c.message.contains("add IPC_LOCK"), "{}", c.message);
+    let d = &c.details["containers"][0];
+    assert_eq!(d["problems"], json!(["low_memlock"]));
+    assert_eq!(d["remedy"], "node_memlock_non_root");
+    assert_eq!(d["process"]["uid"], 1000);
+}
+
+/// What cannot be read is unknown for that container, with the reason; never ok.
+#[test]
+fn unreadable_credentials_are_unknown_with_the_reason() {
+    let target = Limit::UNLIMITED;
+    let mut p = non_root(7, 0, target);
+    p.cap_eff = None;
+    p.uid = None;
+    p.unreadable = vec!["capabilities and uid: reading /proc/7/status: permission denied".into()];
+    let c = check(&[container(vec![p])], target, Severity::Warn);
+    assert_eq!(c.status, Status::Unknown, "{}", c.message);
+    assert!(
+        c.message.contains("cannot read its capabilities of pid 7 (capabilities and uid: reading /proc/7/status: permission denied)"),
+        "{}",
+        c.message
+    );
+    // Limits unreadable, no capability: memlock unknown.
+    let mut p = non_root(7, 0, target);
+    p.memlock_soft = None;
+    p.unreadable = vec!["memlock: /proc/7/limits is gone".into()];
+    let c = check(&[container(vec![p])], target, Severity::Warn);
+    assert_eq!(c.status, Status::Unknown, "{}", c.message);
+    assert!(
+        c.message
+            .contains("memlock of pid 7 (memlock: /proc/7/limits is gone)"),
+        "{}",
+        c.message
+    );
+    // A capability whose user namespace could not be told is not trusted.
+    let mut p = non_root(7, ALL_CAPS, Limit(65536));
+    p.initial_user_ns = None;
+    let c = check(&[container(vec![p])], target, Severity::Warn);
+    assert_eq!(c.status, Status::Unknown, "{}", c.message);
+}
+
+#[test]
+fn parsers_of_credentials() {
+    let status = "Name:\tsleep\nTgid:\t4301\nPid:\t4305\nUid:\t0\t1000\t1000\t1000\nCapEff:\t0000000000000000\n";
+    assert_eq!(parse_euid(status), Some(1000));
+    assert_eq!(parse_tgid(status), Some(4301));
+    assert_eq!(parse_euid("Uid:\n"), None);
+    assert!(is_initial_uid_map("         0          0 4294967295\n"));
+    assert!(!is_initial_uid_map("         0     100000      65536\n"));
+    assert!(!is_initial_uid_map(""));
+}
+
+/// A --root tree with pod processes: `fds` are symlinks in /proc/<pid>/fd,
+/// `dev` the names in its /proc/<pid>/root/dev/infiniband.
+fn pod_process(root: &std::path::Path, pid: u32, n: u32, fds: &[&str], dev: &[&str], uid: u32) {
+    let id = format!("{n:064x}");
+    let dir = root.join(format!("proc/{pid}"));
+    std::fs::create_dir_all(dir.join("fd")).unwrap();
+    std::fs::write(
+        dir.join("cgroup"),
+        format!("0::/kubepods/besteffort/pod{n}/{id}\n"),
+    )
+    .unwrap();
+    std::fs::write(dir.join("comm"), "worker\n").unwrap();
+    std::fs::write(
+        dir.join("status"),
+        format!("Name:\tworker\nTgid:\t{pid}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nCapEff:\t0000000000000000\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("limits"),
+        "Limit                     Soft Limit           Hard Limit           Units     \n\
+         Max locked memory         65536                65536                bytes     \n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("uid_map"), "         0          0 4294967295\n").unwrap();
+    for (i, t) in fds.iter().enumerate() {
+        std::os::unix::fs::symlink(t, dir.join(format!("fd/{i}"))).unwrap();
+    }
+    for d in dev {
+        let p = dir.join("root/dev/infiniband");
+        std::fs::create_dir_all(&p).unwrap();
+        std::fs::write(p.join(d), "").unwrap();
+    }
+}
+
+fn holders(pids: &[u32]) -> crate::host::netlink::restrack::Holders {
+    let mut h = crate::host::netlink::restrack::Holders {
+        devices: vec!["mlx5_0".into()],
+        ..Default::default()
+    };
+    for &pid in pids {
+        h.add(pid, "mlx5_0", crate::host::netlink::restrack::PD);
+    }
+    h
+}
+
+/// Restrack answered: fds are read only for the holders it names and for
+/// containers whose /dev has RDMA nodes (one that opened uverbs but holds no
+/// resource yet is found by it); every other pod process's fds are left unread.
+#[test]
+fn restrack_first_then_the_device_route() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path();
+    // 10: a holder the kernel names; its fds show uverbs0 too.
+    pod_process(
+        root,
+        10,
+        1,
+        &["/dev/infiniband/uverbs0"],
+        &["uverbs0"],
+        1000,
+    );
+    // 20: opened uverbs0, no resource yet; its /dev has the node.
+    pod_process(root, 20, 2, &["/dev/infiniband/uverbs0"], &["uverbs0"], 0);
+    // 30: an ordinary pod process with a stray fd named like uverbs but no node
+    // in its /dev and no resource: not read, so not seen (restrack answered).
+    pod_process(root, 30, 3, &["/dev/infiniband/uverbs9"], &[], 0);
+    // 40: a holder whose /dev cannot show a node (host-network tooling): found by restrack alone.
+    pod_process(root, 40, 4, &["/dev/null"], &[], 1000);
+    let snap =
+        Snapshot::new(crate::host::Host::new(root)).with_restrack(Ok(holders(&[10, 40, 999])));
+    let f = gather(&snap).unwrap();
+    assert_eq!(
+        f.route,
+        Route::Restrack {
+            devices: vec!["mlx5_0".into()],
+            holders: 2,
+            missing: vec![]
+        }
+    );
+    let by_pid = |pid: u32| {
+        f.containers
+            .iter()
+            .flat_map(|c| &c.processes)
+            .find(|p| p.pid == pid)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(by_pid(10).holds, vec!["mlx5_0 pd"]);
+    assert_eq!(by_pid(10).opened, vec!["/dev/infiniband/uverbs0"]);
+    assert_eq!(by_pid(20).opened, vec!["/dev/infiniband/uverbs0"]);
+    assert!(by_pid(30).fds_skipped && by_pid(30).opened.is_empty());
+    assert!(!by_pid(40).fds_skipped);
+    let c = check_facts(&f, Limit::UNLIMITED, Severity::Warn);
+    assert_eq!(c.status, Status::Warn, "{}", c.message);
+    assert_eq!(c.details["found_by"]["by"], "restrack");
+    let found: Vec<(u64, String)> = c.details["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["process"]["pid"].as_u64().unwrap(),
+                f["evidence"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        found,
+        vec![
+            (10, "opens /dev/infiniband/uverbs0".into()),
+            (20, "opens /dev/infiniband/uverbs0".into()),
+            (
+                40,
+                "holds RDMA resources (mlx5_0 pd, by the kernel's resource tracking)".into()
+            ),
+        ]
+    );
+    // The non-root holders get the memlock advice, root 20 either remedy.
+    assert_eq!(
+        c.details["containers"][0]["remedy"],
+        "node_memlock_non_root"
+    );
+    assert_eq!(c.details["containers"][1]["remedy"], "either");
+    assert_eq!(
+        c.details["containers"][2]["remedy"],
+        "node_memlock_non_root"
+    );
+
+    // Restrack unavailable on a node with devices: every pod process's fds are
+    // read (30's stray fd is seen), and the message says the scan stood in.
+    let why = crate::host::netlink::restrack::Unavailable::Netlink(
+        crate::host::netlink::NetlinkError::Timeout,
+    );
+    let snap = Snapshot::new(crate::host::Host::new(root)).with_restrack(Err(why));
+    let f = gather(&snap).unwrap();
+    assert!(
+        f.containers
+            .iter()
+            .flat_map(|c| &c.processes)
+            .all(|p| !p.fds_skipped)
+    );
+    let c = check_facts(&f, Limit::UNLIMITED, Severity::Warn);
+    assert_eq!(c.details["found_by"]["by"], "fd_scan");
+    assert!(
+        c.message.ends_with(
+            "(every pod process's open files were read: the kernel's RDMA resource tracking could \
+             not be asked: no answer from the kernel on the RDMA netlink socket within 5 seconds)"
+        ),
+        "{}",
+        c.message
+    );
+    assert!(
+        c.message.contains("pid 30) opens /dev/infiniband/uverbs9"),
+        "{}",
+        c.message
+    );
+    // Under --root nothing is asked: the scan is the route, noted in details only.
+    let snap = Snapshot::new(crate::host::Host::new(root));
+    let c = check_facts(&gather(&snap).unwrap(), Limit::UNLIMITED, Severity::Warn);
+    assert_eq!(c.details["found_by"]["by"], "fd_scan");
+    assert!(
+        c.details["found_by"]["why"]
+            .as_str()
+            .unwrap()
+            .starts_with("not asked"),
+        "{}",
+        c.details
+    );
+    assert!(!c.message.contains("could not be asked"), "{}", c.message);
 }
