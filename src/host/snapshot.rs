@@ -179,20 +179,10 @@ impl Snapshot {
         let mut m = self.fd_targets.lock().expect("snapshot lock");
         m.entry(pid)
             .or_insert_with(|| {
-                let dir = format!("/proc/{pid}/fd");
-                let fds = self
-                    .host
-                    .list_dir(Path::new(&dir))
-                    .map_err(|e| e.to_string())?;
-                // A descriptor closed between the listing and its readlink is skipped.
-                Ok(fds
-                    .iter()
-                    .filter_map(|fd| {
-                        let link = format!("{dir}/{fd}");
-                        self.host.read_link(Path::new(&link)).ok().flatten()
-                    })
-                    .map(|t| t.to_string_lossy().into_owned())
-                    .collect())
+                self.host
+                    .link_targets(Path::new(&format!("/proc/{pid}/fd")))
+                    .map(Arc::from)
+                    .map_err(|e| e.to_string())
             })
             .clone()
     }

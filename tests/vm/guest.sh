@@ -182,6 +182,37 @@ bundle() {
     grep -A3 '"rlimits"' "$dir/config.json"
 }
 
+# pods.rdma from the kernel: ib_write_bw's server and client, each in a pod
+# container's cgroup (cgroup v2, named as the kubelet's cgroupfs driver names
+# them), running for 15 s while the agent checks and iproute2 lists the
+# resources. Root keeps CAP_IPC_LOCK: both are fine, and both are found.
+RT_POD=/sys/fs/cgroup/kubepods/besteffort/podvm-restrack
+rt_container() { printf '%s/%064x' "$RT_POD" "$1"; }
+rt_start() {
+    for n in 1 2; do mkdir -p "$(rt_container $n)" || return 1; done
+    sh -c "echo \$\$ >$(rt_container 1)/cgroup.procs; exec timeout 120 ib_write_bw -d rxe0 -s 65536 -D 15 -F" \
+        >"$R/rt-server.log" 2>&1 &
+    echo "server $!" >"$R/rt-pids"
+    sleep 2
+    sh -c "echo \$\$ >$(rt_container 2)/cgroup.procs; exec timeout 120 ib_write_bw -d rxe0 -s 65536 -D 15 -F 127.0.0.1" \
+        >"$R/rt-client.log" 2>&1 &
+    echo "client $!" >>"$R/rt-pids"
+    # Until the kernel lists a protection domain of each.
+    i=0
+    while [ "$(rdma resource show pd | grep -c ' pid ')" -lt 2 ]; do
+        i=$((i + 1))
+        [ $i -lt 100 ] || { echo "no PD of ib_write_bw after 20 s"; return 1; }
+        sleep 0.2
+    done
+    cat "$R/rt-pids"
+}
+rt_stop() {
+    while read -r _ pid; do wait "$pid"; echo "exit $?"; done <"$R/rt-pids"
+    cat "$R/rt-server.log" "$R/rt-client.log"
+    for n in 1 2; do rmdir "$(rt_container $n)"; done
+    rmdir "$RT_POD"
+}
+
 blocked() {
     step "apply-$1" "$AGENT" apply --json --no-restart
     step "netns-$1" "$AGENT" check --json --only rdma.netns
@@ -207,6 +238,11 @@ boot1() {
     step bw-nolock-64k write_bw "ulimit -l 64; $NOLOCK"
     step bw-nolock-8m write_bw "ulimit -l 8192; $NOLOCK"
     step bw-nolock-unlimited write_bw "ulimit -l unlimited; $NOLOCK"
+
+    step restrack-start rt_start
+    step restrack-iproute2 rdma resource show pd
+    step restrack-check "$AGENT" check --json --only pods.rdma
+    step restrack-stop rt_stop
 
     # apply, exclusive, with no other network namespace: the live switch.
     config exclusive

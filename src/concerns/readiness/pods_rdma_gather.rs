@@ -173,9 +173,6 @@ pub fn gather(snap: &Snapshot) -> crate::host::Result<Facts> {
             .map(|(pid, _)| holders.as_ref().ok().and_then(|h| h.get(pid)))
             .collect();
         let scan = holders.is_err() || c.has_rdma_devices() || held.iter().any(Option::is_some);
-        if scan && is_sandbox(snap, *first, &key.1) {
-            continue;
-        }
         for ((pid, _), held) in members.iter().zip(held) {
             let mut p = Process {
                 pid: *pid,
@@ -197,6 +194,10 @@ pub fn gather(snap: &Snapshot) -> crate::host::Result<Facts> {
         let evidence = !c.dev_nodes.is_empty()
             || !c.cgroup_devices.is_empty()
             || c.processes.iter().any(Process::uses_rdma);
+        // Whether it is the pod's sandbox only matters where it would be reported.
+        if (evidence || c.dev_unreadable.is_some()) && is_sandbox(snap, *first, &key.1) {
+            continue;
+        }
         let judged: BTreeSet<u32> = if evidence {
             subjects(&c).iter().map(|p| p.pid).collect()
         } else {
@@ -225,3 +226,7 @@ pub fn gather(snap: &Snapshot) -> crate::host::Result<Facts> {
         route,
     })
 }
+
+#[cfg(test)]
+#[path = "pods_rdma_gather_tests.rs"]
+mod tests;
