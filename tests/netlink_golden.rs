@@ -366,3 +366,30 @@ fn restrack_dump_is_byte_exact_and_its_answer_names_the_owner() {
         vec![4301]
     );
 }
+
+#[path = "support/restrack_recording.rs"]
+mod recording;
+
+/// Real kernel bytes: Debian bookworm's kernel with Soft-RoCE answering the
+/// agent's dumps while two ib_write_bw held resources over rxe0, recorded in
+/// the VM tier (tests/fixtures/restrack/PROVENANCE). The agent's decoder names
+/// the owners `rdma resource show pd` listed in the same run.
+#[test]
+fn real_kernel_dumps_name_the_owners_iproute2_listed() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/restrack");
+    let rec = std::fs::read_to_string(dir.join("rxe0-dumps.txt")).unwrap();
+    let listing = std::fs::read_to_string(dir.join("rxe0-rdma-resource-show-pd.txt")).unwrap();
+    let devices: Vec<(u32, String)> = recording::payloads(&rec, restrack::RDMA_NLDEV_CMD_GET)
+        .iter()
+        .filter_map(|p| restrack::parse_device(p).unwrap())
+        .collect();
+    assert_eq!(devices.len(), 1, "{devices:?}");
+    assert_eq!(devices[0].1, "rxe0");
+    let listed = recording::iproute2_pids(&listing);
+    assert_eq!(listed.len(), 2, "{listing}");
+    assert_eq!(recording::pids(&rec, restrack::PD), listed);
+    assert_eq!(recording::pids(&rec, restrack::CTX), listed);
+    assert!(recording::pids(&rec, restrack::CM_ID).is_empty());
+    // The kernel's own PD (ib_core's, `comm [ib_core]`) carries no PID.
+    assert!(listing.contains("comm [ib_core]"), "{listing}");
+}

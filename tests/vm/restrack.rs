@@ -3,9 +3,13 @@
 //! kernel's RDMA resource tracking (NLDEV dumps) while they run; the descriptor
 //! scan of the same processes and iproute2's `rdma resource show` agree.
 
+use rdma_node_agent::host::netlink::restrack::{self, CM_ID, CTX, PD};
 use serde_json::Value;
 
 use super::{check, step, vm};
+
+#[path = "../support/restrack_recording.rs"]
+mod recording;
 
 #[test]
 #[ignore = "needs root and QEMU (minutes under TCG): run via scripts/test.sh"]
@@ -62,6 +66,23 @@ fn restrack_finds_the_perftest_pids_and_the_fd_scan_agrees() {
             "root keeps CAP_IPC_LOCK: {f}"
         );
     }
+    // The kernel's bytes, read by the agent's own decoder: the device, and
+    // the owners iproute2 printed, in the ctx and pd dumps alike.
+    let rec = step(d, "restrack-record");
+    rec.ok();
+    let devices: Vec<(u32, String)> = recording::payloads(&rec.out, restrack::RDMA_NLDEV_CMD_GET)
+        .iter()
+        .filter_map(|p| restrack::parse_device(p).unwrap())
+        .collect();
+    assert_eq!(devices.len(), 1, "{devices:?}");
+    assert_eq!(devices[0].1, "rxe0");
+    let listed = recording::iproute2_pids(&iproute2.out);
+    assert_eq!(listed.len(), 2, "{}", iproute2.out);
+    assert_eq!(recording::pids(&rec.out, PD), listed, "{}", rec.out);
+    assert_eq!(recording::pids(&rec.out, CTX), listed, "{}", rec.out);
+    // ib_write_bw without -R does not use rdma_cm: the dump answers, empty.
+    assert!(recording::pids(&rec.out, CM_ID).is_empty(), "{}", rec.out);
+
     let stop = step(d, "restrack-stop");
     stop.ok();
     assert_eq!(stop.out.matches("exit 0").count(), 2, "{}", stop.out);
