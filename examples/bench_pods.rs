@@ -31,8 +31,9 @@ use nix::sys::wait::waitpid;
 use nix::unistd::{ForkResult, Pid, fork, pause};
 
 use rdma_node_agent::concerns::readiness::pods_rdma;
-use rdma_node_agent::config::{Limit, Severity};
+use rdma_node_agent::config::Severity;
 use rdma_node_agent::host::Host;
+use rdma_node_agent::host::limit::Limit;
 use rdma_node_agent::host::netlink::restrack::{Holders, PD, Unavailable};
 use rdma_node_agent::host::snapshot::Snapshot;
 

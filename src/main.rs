@@ -5,7 +5,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
-use rdma_node_agent::agent::{Agent, CONCERNS};
+use rdma_node_agent::agent::Agent;
+use rdma_node_agent::concerns;
 use rdma_node_agent::config::{self, Config};
 use rdma_node_agent::engine::check::{EXIT_UNKNOWN, Report};
 use rdma_node_agent::host::Host;
@@ -153,7 +154,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     return Ok(ExitCode::from(EXIT_UNKNOWN as u8));
                 }
             };
-            let known: Vec<&str> = CONCERNS.iter().flat_map(|c| c.ids()).copied().collect();
+            let known: Vec<&str> = concerns::ALL
+                .iter()
+                .flat_map(|c| c.ids())
+                .copied()
+                .collect();
             if let Some(unknown) = only.iter().find(|id| !known.contains(&id.as_str())) {
                 println!("rdma-node-agent: no check named {unknown}");
                 eprintln!("known checks: {}", known.join(", "));
@@ -231,16 +236,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 listen.clone(),
             );
             // One thread serves every request from cached bytes; reconciles run on
-            // the blocking pool, so a slow one never delays a probe.
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .context("cannot start the async runtime")?;
-            let result = rt.block_on(daemon.run());
-            // A reconcile that did not return after SIGTERM is not waited for:
-            // its writes are atomic and the stop budget is short.
-            rt.shutdown_timeout(std::time::Duration::from_millis(100));
-            result?;
+            // their own thread, so a slow one never delays a probe. The runtime is
+            // the process's one (D-Bus and CRI clients use it too) and is never
+            // dropped: a reconcile that did not return after SIGTERM is not
+            // waited for, its writes are atomic and the stop budget is short.
+            let rt = rdma_node_agent::host::rt::shared().map_err(anyhow::Error::msg)?;
+            rt.block_on(daemon.run())?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Revert { json, force } => {
@@ -342,7 +343,7 @@ fn selftest(
     let host = Host::new(&cli.root);
     cli.check_config_exists(&host)?;
     let config = Config::load(&host, &cli.config_path()).context("invalid agent config")?;
-    let devs: Vec<devices::Device> = devices::gather(&host)
+    let devs: Vec<devices::Device> = devices::gather(&host.reader())
         .context("cannot read the RDMA devices")?
         .into_iter()
         .map(devices::parse)

@@ -1,47 +1,24 @@
-//! The composition root: which concerns run (in order), what the live host can
+//! The composition root: the registered concerns, what the live host can
 //! do, and the commands (`check`, `plan`, `apply`, `revert`) as one engine pass
 //! followed by the executor.
 
 mod live;
 
+pub use live::Connection;
+
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::concerns::containerd;
-use crate::concerns::gpudirect;
-use crate::concerns::kernel;
-use crate::concerns::pods;
-use crate::concerns::rdma;
-use crate::concerns::readiness;
-use crate::concerns::reboot;
-use crate::concerns::systemd;
+use crate::concerns;
 use crate::config::Config;
 use crate::engine::check::Report;
-use crate::engine::concern::Run;
 use crate::engine::executor::{ApplyOutcome, ExecError, Executor, Live, RevertResult};
 use crate::engine::holds::Holds;
-use crate::engine::plan::{Plan, Preflight};
-use crate::engine::{self, Assessment, PlanError, Preflights, Scope};
+use crate::engine::plan::Plan;
+use crate::engine::{self, Assessment, PlanError, Scope};
 use crate::host::Host;
 use crate::host::snapshot::Snapshot;
 use crate::host::stop::Stop;
-use crate::outputs::nfd;
-
-/// Every concern, in the order they run: one registers with one line. A
-/// concern may read the observations of those before it (pods reads
-/// containerd's; the reboot sentinel the RDMA and kernel ones'; NFD every check).
-pub static CONCERNS: &[&dyn Run] = &[
-    &containerd::concern::Memlock,
-    &systemd::concern::Memlock,
-    &pods::Memlock,
-    &readiness::pods_rdma::PodsRdma,
-    &rdma::concern::Devices,
-    &gpudirect::Path,
-    &readiness::kubelet::Kubelet,
-    &rdma::concern::Netns,
-    &kernel::concern::Kernel,
-    &reboot::Sentinel,
-    &nfd::Labels,
-];
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
@@ -55,20 +32,11 @@ pub struct Agent {
     pub host: Host,
     pub config: Config,
     /// The live host's capabilities; `None` for a tree under `--root`.
-    pub live: Option<Live>,
+    pub live: Option<Arc<Live>>,
     /// Set when the daemon is asked to stop: waits end, files stay consistent.
     pub stop: Stop,
     /// Why systemd could not be asked, on a live host without its bus.
     pub manager_error: Option<String>,
-}
-
-/// containerd's own parser, run on edited configs before they are written.
-struct ContainerdPreflight;
-
-impl Preflights for ContainerdPreflight {
-    fn run(&self, p: &Preflight) -> Result<String, String> {
-        containerd::concern::preflight(p)
-    }
 }
 
 impl Agent {
@@ -83,22 +51,26 @@ impl Agent {
         }
     }
 
-    /// On the live host: with systemd, containerd's CRI probe and RDMA netlink.
+    /// On the live host: with systemd, RDMA netlink and host programs.
     pub fn live(host: Host, config: Config) -> Self {
-        let (live, manager_error) = live::connect(&host, &config.rdma);
+        let c = Connection::open(&host);
+        Agent::connected(host, config, &c)
+    }
+
+    /// On the live host, through a connection kept across cycles (the daemon's:
+    /// one bus connection for its whole life).
+    pub fn connected(host: Host, config: Config, c: &Connection) -> Self {
         // Where this process may not chown (the unit), systemd does it.
-        let host = match (&live.manager, host.which("chown")) {
-            (Some(m), Some(chown)) => {
-                host.with_chown_helper(std::sync::Arc::new(live::SystemdChown {
-                    manager: m.clone(),
-                    chown,
-                }))
-            }
+        let host = match (&c.live.manager, host.which("chown")) {
+            (Some(m), Some(chown)) => host.with_chown_helper(Arc::new(live::SystemdChown {
+                manager: m.clone(),
+                chown,
+            })),
             _ => host,
         };
         Agent {
-            live: Some(live),
-            manager_error,
+            live: Some(c.live.clone()),
+            manager_error: c.error.clone(),
             ..Agent::new(host, config)
         }
     }
@@ -106,7 +78,7 @@ impl Agent {
     /// With the given capabilities (a test's fakes, on a tree).
     pub fn with_live(host: Host, config: Config, live: Live) -> Self {
         Agent {
-            live: Some(live),
+            live: Some(Arc::new(live)),
             ..Agent::new(host, config)
         }
     }
@@ -129,9 +101,9 @@ impl Agent {
         engine::assess(
             &self.snapshot(),
             &self.config,
-            CONCERNS,
+            concerns::ALL,
             scope,
-            validate.then_some(&ContainerdPreflight as &dyn Preflights),
+            validate,
         )
     }
 
@@ -152,9 +124,10 @@ impl Agent {
     fn executor(&self) -> Executor<'_> {
         Executor {
             host: &self.host,
-            live: self.live.as_ref(),
+            live: self.live.as_deref(),
             restart_timeout: Duration::from_secs(self.config.daemon.restart_timeout_secs),
             stop: &self.stop,
+            legacy_readers: concerns::legacy_readers,
         }
     }
 
@@ -182,20 +155,24 @@ impl Agent {
         let mut out = ex.apply(plan, restart, holds)?;
         // The labels summarise checks made before this apply changed the node:
         // once it did, label it as it is now.
-        if !plan.changes.is_empty() && self.config.nfd.enabled {
-            if let Ok(after) = self.assess(Scope::All, false).plan {
+        if !plan.changes.is_empty() {
+            let after = self.assess(Scope::All, false);
+            if let Ok(p) = after.plan {
                 let labels = Plan {
-                    changes: after
+                    changes: p
                         .changes
                         .into_iter()
-                        .filter(|c| c.path == self.config.nfd.path)
+                        .filter(|c| after.summaries.contains(&c.path))
                         .collect(),
                     ..Plan::default()
                 };
                 if !labels.changes.is_empty() {
                     ex.apply(&labels, restart, holds)?;
-                    out.changed.push(self.config.nfd.path.clone());
-                    out.changed.dedup();
+                    for c in &labels.changes {
+                        if !out.changed.contains(&c.path) {
+                            out.changed.push(c.path.clone());
+                        }
+                    }
                 }
             }
         }

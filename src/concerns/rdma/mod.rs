@@ -7,8 +7,3 @@ pub mod concern;
 pub mod devices;
 pub mod gpudirect;
 pub mod netns;
-
-pub use crate::config::rdma::{
-    ExpectPort, GpuDirectModule, InitramfsPolicy, NetnsSetting, PluginPolicy, RdmaConfig,
-};
-pub use crate::engine::executor::INITRAMFS_UNIT;

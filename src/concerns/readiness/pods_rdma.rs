@@ -20,10 +20,11 @@
 
 use serde::Serialize;
 
-use crate::config::{Config, Limit};
+use crate::config::Config;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
-use crate::engine::observe::{Observation, RdmaProblem};
+use crate::host::limit::Limit;
 use crate::host::snapshot::Snapshot;
+use crate::observe::{Observation, RdmaProblem};
 
 pub const CHECK_ID: &str = "pods.rdma";
 

@@ -10,7 +10,7 @@ use super::{
     Container, Facts, Process, Route, devices_cgroup, is_initial_uid_map, is_rdma_path,
     parse_cap_eff, parse_devices_list, parse_euid, parse_limit_pair, parse_tgid, subjects,
 };
-use crate::concerns::pods::{parse_cgroup, parse_shim_id};
+use crate::host::kubepods::{parse_cgroup, parse_shim_id};
 use crate::host::netlink::restrack::Unavailable;
 use crate::host::procfs;
 use crate::host::snapshot::Snapshot;

@@ -3,8 +3,9 @@
 
 use super::*;
 use crate::concerns::readiness::pods_rdma::{Route, check_facts};
-use crate::config::{Limit, Severity};
+use crate::config::Severity;
 use crate::engine::check::Status;
+use crate::host::limit::Limit;
 
 /// A --root tree with pod processes: `fds` are symlinks in /proc/<pid>/fd,
 /// `dev` the names in its /proc/<pid>/root/dev/infiniband.

@@ -3,8 +3,9 @@
 use serde_json::json;
 
 use super::{CHECK_ID, Container, Facts, Finding, Remedy, Route, findings};
-use crate::config::{Limit, Severity};
+use crate::config::Severity;
 use crate::engine::check::{Check, Status};
+use crate::host::limit::Limit;
 
 fn name(f: &Finding) -> String {
     format!(

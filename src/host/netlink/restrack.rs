@@ -26,7 +26,7 @@ use super::{
     NLA_HDRLEN, NLM_F_REQUEST, NLMSG_DONE, NLMSG_ERROR, NLMSG_HDRLEN, NetlinkError, Reply, Socket,
     align4, attributes, decode_error, header, kernel_error, msg_type, u16_at, u32_at,
 };
-use crate::host::Host;
+use crate::host::read::ReadHost;
 
 pub const RDMA_NLDEV_CMD_GET: u16 = 1;
 pub const RDMA_NLDEV_CMD_RES_QP_GET: u16 = 10;
@@ -321,9 +321,10 @@ pub fn ask(socket: &mut Socket) -> Result<Holders, Unavailable> {
     Ok(h)
 }
 
-/// The running kernel's answer. Opening a NETLINK_RDMA socket can load
-/// ib_core, so it is opened only when sysfs already lists an RDMA device.
-pub fn live(host: &Host) -> Result<Holders, Unavailable> {
+/// The running kernel's answer (dumps only read). Opening a NETLINK_RDMA
+/// socket can load ib_core, so it is opened only when sysfs already lists an
+/// RDMA device.
+pub fn live(host: &ReadHost) -> Result<Holders, Unavailable> {
     if !host.is_live() {
         return Err(Unavailable::NotLive);
     }

@@ -118,5 +118,6 @@ fn holders_merge_kinds_per_process() {
 #[test]
 fn only_the_running_kernel_is_asked() {
     let t = tempfile::tempdir().unwrap();
-    assert_eq!(live(&Host::new(t.path())), Err(Unavailable::NotLive));
+    let host = ReadHost::new(crate::host::Host::new(t.path()));
+    assert_eq!(live(&host), Err(Unavailable::NotLive));
 }
