@@ -4,7 +4,8 @@
 //! Starts PROCS real processes, each holding FDS descriptors (/dev/null), in
 //! kubepods cgroups of the pids and devices hierarchies as the kubelet's
 //! cgroupfs driver places containers (PER_CONTAINER processes a container),
-//! then times, as medians of RUNS after one warm-up:
+//! then times, as medians of RUNS rounds after a warm-up round (each round runs
+//! every case once, so load from elsewhere falls on all of them alike):
 //!
 //! - the floor: a bare pass that lists each process's /proc/<pid>/fd and reads
 //!   every link relative to it (openat, getdents64, readlinkat), nothing else;
@@ -68,18 +69,31 @@ fn cpu(who: UsageWho) -> f64 {
     ms(u.user_time()) + ms(u.system_time())
 }
 
-/// Runs `f` RUNS + 1 times; the medians of wall and CPU time of all but the
-/// first, in ms (CPU: `who`'s, the process itself or the children it ran).
-fn timed<T>(runs: usize, who: UsageWho, mut f: impl FnMut() -> T) -> ((f64, f64), T) {
-    let mut last = f();
-    let (mut walls, mut cpus) = (Vec::new(), Vec::new());
-    for _ in 0..runs {
-        let (t, c) = (Instant::now(), cpu(who));
-        last = f();
-        walls.push(t.elapsed().as_secs_f64() * 1e3);
-        cpus.push(cpu(who) - c);
+type Case<'a> = (UsageWho, Box<dyn FnMut() -> serde_json::Value + 'a>);
+
+/// Runs every case once a round, RUNS + 1 rounds; per case the medians of
+/// wall and CPU time of all rounds but the first, in ms (CPU: `who`'s, the
+/// process itself or the children it ran), and its last answer.
+fn timed_rounds(runs: usize, cases: &mut [Case<'_>]) -> (Vec<(f64, f64)>, Vec<serde_json::Value>) {
+    let mut walls = vec![Vec::new(); cases.len()];
+    let mut cpus = vec![Vec::new(); cases.len()];
+    let mut lasts = vec![serde_json::Value::Null; cases.len()];
+    for round in 0..=runs {
+        for (i, (who, f)) in cases.iter_mut().enumerate() {
+            let (t, c) = (Instant::now(), cpu(*who));
+            lasts[i] = f();
+            if round > 0 {
+                walls[i].push(t.elapsed().as_secs_f64() * 1e3);
+                cpus[i].push(cpu(*who) - c);
+            }
+        }
     }
-    ((median(walls), median(cpus)), last)
+    let figures = walls
+        .into_iter()
+        .zip(cpus)
+        .map(|(w, c)| (median(w), median(c)))
+        .collect();
+    (figures, lasts)
 }
 
 /// The floor: every descriptor link of every process, read relative to its fd directory.
@@ -194,18 +208,6 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let containers = procs.div_ceil(per);
-    let (floor_ms, links) = timed(runs, UsageWho::RUSAGE_SELF, || floor(&b.kids));
-    let (bin_ms, out) = timed(runs, UsageWho::RUSAGE_CHILDREN, || {
-        Command::new(agent)
-            .args(["check", "--only", "pods.rdma", "--json"])
-            .output()
-            .expect("the agent")
-    });
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    let check = &report["checks"][0];
-    let (scan_ms, scan) = timed(runs, UsageWho::RUSAGE_SELF, || {
-        in_process(Err(Unavailable::NoDevices))
-    });
     let step = (procs / holders.max(1)).max(1);
     let mut answer = Holders {
         devices: vec!["mlx5_0".into()],
@@ -214,9 +216,42 @@ fn main() -> ExitCode {
     for kid in b.kids.iter().step_by(step).take(holders) {
         answer.add(kid.as_raw() as u32, "mlx5_0", PD);
     }
-    let (rt_ms, rt) = timed(runs, UsageWho::RUSAGE_SELF, || {
-        in_process(Ok(answer.clone()))
-    });
+    let kids = &b.kids;
+    // Round after round, each case once a round: load from elsewhere falls on all alike.
+    let mut cases: Vec<(UsageWho, Box<dyn FnMut() -> serde_json::Value + '_>)> = vec![
+        (
+            UsageWho::RUSAGE_SELF,
+            Box::new(|| serde_json::Value::from(floor(kids))),
+        ),
+        (
+            UsageWho::RUSAGE_CHILDREN,
+            Box::new(|| {
+                let out = Command::new(agent)
+                    .args(["check", "--only", "pods.rdma", "--json"])
+                    .output()
+                    .expect("the agent");
+                let report: serde_json::Value =
+                    serde_json::from_slice(&out.stdout).unwrap_or_default();
+                report["checks"][0].clone()
+            }),
+        ),
+        (
+            UsageWho::RUSAGE_SELF,
+            Box::new(|| in_process(Err(Unavailable::NoDevices))),
+        ),
+        (
+            UsageWho::RUSAGE_SELF,
+            Box::new(|| in_process(Ok(answer.clone()))),
+        ),
+    ];
+    let (mut figures, lasts) = timed_rounds(runs, &mut cases);
+    let rt_ms = figures.pop().unwrap();
+    let scan_ms = figures.pop().unwrap();
+    let bin_ms = figures.pop().unwrap();
+    let floor_ms = figures.pop().unwrap();
+    let links = lasts[0].as_u64().unwrap_or(0);
+    let check = &lasts[1];
+    let (scan, rt) = (&lasts[2], &lasts[3]);
     let found = |d: &serde_json::Value| d["containers"].as_array().map_or(0, Vec::len);
 
     let load = fs::read_to_string("/proc/loadavg").unwrap_or_default();
@@ -260,8 +295,8 @@ fn main() -> ExitCode {
     println!(
         "found: binary {} / fd scan {} / restrack {} RDMA container(s) (restrack's: {} holders in {})",
         found(&check["details"]),
-        found(&scan),
-        found(&rt),
+        found(scan),
+        found(rt),
         rt["found_by"]["holders"],
         rt["found_by"]["by"]
     );
