@@ -177,3 +177,23 @@ fn restrack_first_then_the_device_route() {
     );
     assert!(!c.message.contains("could not be asked"), "{}", c.message);
 }
+
+/// The kernel names the task that created a resource: a thread's id (NCCL's
+/// proxy threads), which /proc does not list; it counts for its process.
+#[test]
+fn a_thread_holder_counts_for_its_process() {
+    let t = tempfile::tempdir().unwrap();
+    pod_process(t.path(), 10, 1, &[], &[], 0);
+    // /proc/11 answers (threads do, by id) but is not among the listed pids.
+    std::fs::create_dir_all(t.path().join("proc/11")).unwrap();
+    std::fs::write(
+        t.path().join("proc/11/status"),
+        "Name:\tproxy\nTgid:\t10\nPid:\t11\n",
+    )
+    .unwrap();
+    let snap =
+        Snapshot::new(crate::host::Host::new(t.path())).with_restrack(Ok(holders(&[11, 12])));
+    let by = holders_by_process(&snap, &[10]).unwrap();
+    assert_eq!(by.keys().copied().collect::<Vec<_>>(), vec![10]);
+    assert_eq!(by[&10], vec!["mlx5_0 pd"]);
+}
