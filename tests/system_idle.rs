@@ -5,7 +5,9 @@
 //! connection to the bus and makes no epoll instance (a runtime per cycle did).
 //!
 //! `RDMA_AGENT_COMPARE_BINARY=/path/to/an/older/rdma-node-agent` counts that
-//! binary's ten cycles too, and prints both side by side (docs/performance.md).
+//! binary's ten cycles too, and prints both side by side (docs/performance.md);
+//! `RDMA_AGENT_IDLE_BINARY` measures another build than the test's own (a
+//! debug build checks every descriptor it closes with an extra fcntl).
 
 mod support;
 
@@ -147,7 +149,12 @@ fn ten_idle_cycles_keep_one_runtime_and_one_bus_connection() {
     let m = Machine::boot();
     // Report only: nothing is written, every cycle is the same idle cycle.
     install_agent(&m, "mode = \"report\"\n\n[daemon]\ninterval_secs = 1\n");
-    let after = count_idle_cycles(&m, Path::new(env!("CARGO_BIN_EXE_rdma-node-agent")));
+    // The test's own build, or (to compare release builds) RDMA_AGENT_IDLE_BINARY.
+    let this = std::env::var_os("RDMA_AGENT_IDLE_BINARY").map_or_else(
+        || env!("CARGO_BIN_EXE_rdma-node-agent").into(),
+        std::path::PathBuf::from,
+    );
+    let after = count_idle_cycles(&m, &this);
     let before =
         std::env::var_os("RDMA_AGENT_COMPARE_BINARY").map(|b| count_idle_cycles(&m, Path::new(&b)));
 
