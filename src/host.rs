@@ -16,6 +16,7 @@ pub mod command;
 pub mod cri;
 pub mod dbus;
 mod dir;
+mod fdlinks;
 pub mod files;
 pub mod gunzip;
 pub mod kubepods;

@@ -15,6 +15,8 @@ use nix::sys::socket::{
 };
 use nix::sys::time::TimeVal;
 
+pub mod restrack;
+
 /// `NETLINK_RDMA` in linux/netlink.h.
 pub const NETLINK_RDMA: i32 = 20;
 /// `RDMA_NL_NLDEV`: the client number in the high bits of the message type.

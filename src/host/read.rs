@@ -105,6 +105,10 @@ impl ReadHost {
         self.0.read_link(p)
     }
 
+    pub fn link_targets(&self, dir: &Path) -> Result<Vec<String>> {
+        self.0.link_targets(dir)
+    }
+
     pub fn open_dir(&self, p: &Path) -> Result<std::result::Result<Dir<'_>, PathBuf>> {
         self.0.open_dir(p)
     }

@@ -8,6 +8,7 @@ use std::ops::Deref;
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use super::netlink::restrack::{self, Holders, Unavailable};
 use super::read::ReadHost;
 use super::service::{ServiceManager, SystemdError, UnitStatus};
 use super::stop::Stop;
@@ -37,6 +38,8 @@ pub struct Snapshot {
     /// The daemon's NRI plugin as it stands (`None`: no plugin runs in this
     /// process, as in `check` from a shell).
     nri: Option<super::nri::Status>,
+    /// The kernel's RDMA resource owners (restrack), asked once per cycle.
+    restrack: OnceLock<Result<Holders, Unavailable>>,
 }
 
 /// A process's file as read: `Ok(None)` when the process (or file) is gone,
@@ -75,6 +78,7 @@ impl Snapshot {
             fd_targets: Mutex::default(),
             containerd: OnceLock::new(),
             nri: None,
+            restrack: OnceLock::new(),
         }
     }
 
@@ -87,6 +91,21 @@ impl Snapshot {
     /// The daemon's NRI plugin, when one runs in this process.
     pub fn nri(&self) -> Option<&super::nri::Status> {
         self.nri.as_ref()
+    }
+
+    /// With the kernel's restrack answer given rather than asked (unit tests,
+    /// and the benchmark that stands in for a node with RDMA devices).
+    pub fn with_restrack(self, answer: Result<Holders, Unavailable>) -> Self {
+        let _ = self.restrack.set(answer);
+        self
+    }
+
+    /// Which processes hold RDMA resources, from the running kernel's resource
+    /// tracking (asked once per cycle), or why it could not be asked.
+    pub fn restrack(&self) -> Result<&Holders, &Unavailable> {
+        self.restrack
+            .get_or_init(|| restrack::live(&self.host))
+            .as_ref()
     }
 
     /// With systemd to ask about units (the live host).
@@ -168,20 +187,10 @@ impl Snapshot {
         let mut m = self.fd_targets.lock().expect("snapshot lock");
         m.entry(pid)
             .or_insert_with(|| {
-                let dir = format!("/proc/{pid}/fd");
-                let fds = self
-                    .host
-                    .list_dir(Path::new(&dir))
-                    .map_err(|e| e.to_string())?;
-                // A descriptor closed between the listing and its readlink is skipped.
-                Ok(fds
-                    .iter()
-                    .filter_map(|fd| {
-                        let link = format!("{dir}/{fd}");
-                        self.host.read_link(Path::new(&link)).ok().flatten()
-                    })
-                    .map(|t| t.to_string_lossy().into_owned())
-                    .collect())
+                self.host
+                    .link_targets(Path::new(&format!("/proc/{pid}/fd")))
+                    .map(Arc::from)
+                    .map_err(|e| e.to_string())
             })
             .clone()
     }
