@@ -24,7 +24,7 @@ use nix::sys::socket::{MsgFlags, NetlinkAddr, recv, sendto};
 
 use super::{
     NLA_HDRLEN, NLM_F_REQUEST, NLMSG_DONE, NLMSG_ERROR, NLMSG_HDRLEN, NetlinkError, Reply, Socket,
-    align4, attributes, decode_error, header, kernel_error, msg_type, u16_at, u32_at,
+    attributes, decode_error, header, kernel_error, msg_type, u32_at,
 };
 use crate::host::read::ReadHost;
 
@@ -102,29 +102,6 @@ pub fn encode_dump(seq: u32, cmd: u16, dev: Option<u32>) -> Vec<u8> {
     m
 }
 
-/// One netlink message of a datagram: type, flags, sequence number, payload.
-type Message<'a> = (u16, u16, u32, &'a [u8]);
-
-fn messages(buf: &[u8]) -> Result<Vec<Message<'_>>, NetlinkError> {
-    let mut out = Vec::new();
-    let mut at = 0;
-    while at + NLMSG_HDRLEN <= buf.len() {
-        let len = u32_at(buf, at).unwrap_or(0) as usize;
-        if len < NLMSG_HDRLEN || at + len > buf.len() {
-            return Err(NetlinkError::Malformed(format!(
-                "message of length {len} at offset {at} in a datagram of {} bytes",
-                buf.len()
-            )));
-        }
-        let ty = u16_at(buf, at + 4).unwrap_or(0);
-        let flags = u16_at(buf, at + 6).unwrap_or(0);
-        let seq = u32_at(buf, at + 8).unwrap_or(0);
-        out.push((ty, flags, seq, &buf[at + NLMSG_HDRLEN..at + len]));
-        at += align4(len);
-    }
-    Ok(out)
-}
-
 /// Where a dump stands after one datagram of its answer.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Step {
@@ -143,7 +120,7 @@ pub fn collect(
     seq: u32,
     into: &mut Vec<Vec<u8>>,
 ) -> Result<Step, NetlinkError> {
-    for (ty, flags, s, payload) in messages(buf)? {
+    for (ty, flags, s, payload) in super::messages(buf)? {
         if s != seq {
             continue;
         }
