@@ -3,6 +3,7 @@
 //! checks against the uapi header are in tests/netlink_golden.rs.
 
 use super::*;
+use crate::host::netlink::{align4, u16_at};
 
 const NLM_F_MULTI: u16 = 0x2;
 
