@@ -14,6 +14,7 @@ pub mod concern;
 pub mod executor;
 #[cfg(test)]
 pub mod fakes;
+pub mod fleet;
 pub mod holds;
 pub mod ledger;
 pub mod observe;
