@@ -15,10 +15,6 @@ use std::time::{Duration, Instant};
 
 use support::*;
 
-#[path = "support/sysfs.rs"]
-#[allow(dead_code)]
-mod sysfs;
-
 const STATE: &str = "sys/class/infiniband/mlx5_0/ports/1/state";
 const DOWNED: &str = "sys/class/infiniband/mlx5_0/ports/1/counters/link_downed";
 const BOOT_ID: &str = "proc/sys/kernel/random/boot_id";
