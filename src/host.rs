@@ -24,6 +24,7 @@ pub mod lock;
 pub mod netlink;
 pub mod procfs;
 mod resolve;
+pub mod rtnetlink;
 pub mod runtime;
 pub mod service;
 pub mod snapshot;

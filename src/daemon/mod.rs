@@ -16,6 +16,7 @@ use sd_notify::NotifyState;
 use tokio::signal::unix::{SignalKind, signal};
 
 mod cycle;
+mod link_events;
 mod persist;
 mod state_copy;
 
@@ -106,6 +107,11 @@ impl Daemon {
             .map_err(setup("inotify"))?;
         let mut watched: BTreeSet<PathBuf> = BTreeSet::new();
         let worker = Worker::start().map_err(setup("the reconcile thread"))?;
+        // Link-down events between reconciles (live host only), for rdma.link.
+        let (link_tx, mut link_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+        if host.is_live() {
+            link_events::spawn(host.clone(), link_tx);
+        }
         self.start_http(&host).await?;
         let mut totals = Totals::default();
         // Pinged from its own task, since a reconcile may wait minutes for a restart
@@ -199,6 +205,20 @@ impl Daemon {
                 tokio::select! {
                     _ = &mut timer => break "timer".to_owned(),
                     _ = sighup.recv() => break "SIGHUP".to_owned(),
+                    // A link went down: read the ports now (the tally is on disk).
+                    Some(()) = link_rx.recv() => {
+                        let quiet = tokio::time::sleep(debounce);
+                        tokio::pin!(quiet);
+                        loop {
+                            tokio::select! {
+                                _ = &mut quiet => break,
+                                _ = sigterm.recv() => return self.stop(),
+                                _ = sigint.recv() => return self.stop(),
+                                Some(()) = link_rx.recv() => {}
+                            }
+                        }
+                        break "link down".to_owned();
+                    }
                     _ = sigterm.recv() => return self.stop(),
                     _ = sigint.recv() => return self.stop(),
                     Some(ev) = events.next() => {

@@ -19,6 +19,9 @@ pub const KEEP: usize = 64;
 /// A port gone from sysfs (driver reload, VF removed) keeps its history this long.
 pub const FORGET_AFTER_SECS: u64 = 7 * 86400;
 pub const VERSION: u32 = 1;
+/// How stale `seen` may be before it is refreshed: the file is rewritten only
+/// when something changed, not at every reconcile.
+pub const SEEN_EVERY_SECS: u64 = 3600;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -179,7 +182,11 @@ fn step(last: &PortHistory, r: &Reading, now: u64, same_events: bool) -> PortHis
         link_downed_total: last.link_downed_total + downed,
         link_error_recovery_total: last.link_error_recovery_total + recovery,
         flaps: last.flaps.clone(),
-        seen: now,
+        seen: if now.saturating_sub(last.seen) < SEEN_EVERY_SECS {
+            last.seen
+        } else {
+            now
+        },
     };
     if flaps > 0 {
         p.flaps.push(Flap {

@@ -165,3 +165,19 @@ fn a_port_gone_keeps_its_history_for_a_while() {
     h = update(&h, &empty(FORGET_AFTER_SECS + 1));
     assert!(h.ports.is_empty());
 }
+
+#[test]
+fn nothing_new_is_the_same_history_so_nothing_is_written() {
+    let h = update(
+        &History::default(),
+        &at(100, "b", reading(Some(true), Some(1))),
+    );
+    let same = update(&h, &at(160, "b", reading(Some(true), Some(1))));
+    assert_eq!(same, h);
+    // `seen` is refreshed hourly, not at every reading.
+    let later = update(
+        &h,
+        &at(100 + SEEN_EVERY_SECS, "b", reading(Some(true), Some(1))),
+    );
+    assert_eq!(port(&later).seen, 100 + SEEN_EVERY_SECS);
+}

@@ -159,16 +159,19 @@ impl Concern for Link {
                 }))
             })
             .collect();
-        let mut bytes = serde_json::to_vec_pretty(&next).expect("history serializes");
-        bytes.push(b'\n');
-        observations.push(Observation::Fleet(Fact::Persist {
-            record: Record {
-                path: HISTORY_PATH.into(),
-                bytes,
-                note: None,
-            },
-            check: CHECK_ID,
-        }));
+        // Written only when it changed: most reconciles see nothing new.
+        if f.history.as_ref() != Ok(&next) {
+            let mut bytes = serde_json::to_vec_pretty(&next).expect("history serializes");
+            bytes.push(b'\n');
+            observations.push(Observation::Fleet(Fact::Persist {
+                record: Record {
+                    path: HISTORY_PATH.into(),
+                    bytes,
+                    note: None,
+                },
+                check: CHECK_ID,
+            }));
+        }
         Decision {
             checks: vec![check(
                 &next,
