@@ -18,6 +18,7 @@ pub mod dbus;
 mod dir;
 pub mod files;
 pub mod gunzip;
+pub mod kubepods;
 pub mod limit;
 pub mod links;
 pub mod lock;
@@ -34,7 +35,6 @@ pub mod trust;
 pub mod units;
 
 pub use dir::Dir;
-pub use files::Ownership;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {

@@ -295,7 +295,7 @@ fn local_links_resolve() {
 /// Every reason code is a row of docs/reasons.md, and every row there is a code.
 #[test]
 fn every_reason_code_is_documented() {
-    use rdma_node_agent::engine::reason::Reason;
+    use rdma_node_agent::reason::Reason;
     let text = read("docs/reasons.md");
     let rows: BTreeSet<&str> = text
         .lines()

@@ -6,7 +6,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 
-use rdma_node_agent::engine::reason::Reason;
+use rdma_node_agent::reason::Reason;
 use support::*;
 
 /// Every tree `check` can run on: the sample nodes, the GPUDirect and sysfs

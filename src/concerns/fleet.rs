@@ -8,9 +8,9 @@ use std::path::Path;
 
 use crate::config::Config;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
-use crate::engine::fleet::Fact;
-use crate::engine::observe::{Observation, Observations};
+use crate::fleet::Fact;
 use crate::host::snapshot::Snapshot;
+use crate::observe::{Observation, Observations};
 
 const CLASS: &str = "/sys/class/infiniband";
 

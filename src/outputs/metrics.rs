@@ -7,7 +7,7 @@
 //! what its values mean. To add a family: one `families(..)` block below.
 
 use crate::engine::check::Status;
-use crate::engine::observe::{Observation, RdmaProblem};
+use crate::observe::{Observation, RdmaProblem};
 use crate::outputs::Cycle;
 use crate::outputs::exposition::{Families, Format, Kind};
 
@@ -268,9 +268,9 @@ mod tests {
             report: Some(Report::new(vec![
                 Check::new("containerd.memlock", Status::Ok, ""),
                 Check::new("pods.memlock", Status::Warn, "")
-                    .with_reason(crate::engine::reason::Reason::MemlockBelowTarget),
+                    .with_reason(crate::reason::Reason::MemlockBelowTarget),
             ])),
-            mode: "enforce",
+            mode: Some(crate::config::Mode::Enforce),
             finished_unix: 1_700_000_000,
             duration_ms: 12,
             trigger: "start".into(),

@@ -21,11 +21,11 @@ use serde_json::json;
 use crate::config::Config;
 use crate::engine::check::{Check, Status};
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
-use crate::engine::fleet::Fact;
-use crate::engine::observe::Observation;
 use crate::engine::plan::Record;
-use crate::engine::reason::Reason;
+use crate::fleet::Fact;
 use crate::host::snapshot::Snapshot;
+use crate::observe::Observation;
+use crate::reason::Reason;
 use history::{History, Reading, Readings};
 
 pub const CHECK_ID: &str = "rdma.link";
