@@ -264,7 +264,7 @@ flap_burst() {
     wait_reconciles_above "$n" || return 1
     sleep 1
     metric "$FLAPS"
-    http_get /status | grep -o '"trigger":"[^"]*"'
+    http_get /status | grep -o '"trigger": *"[^"]*"'
 }
 
 blocked() {
