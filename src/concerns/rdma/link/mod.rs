@@ -92,6 +92,10 @@ impl Concern for Link {
             .map_err(GatherError::unknown)?;
         for dev in devices {
             let base = Path::new(CLASS).join(&dev);
+            // An SR-IOV VF's port follows its PF's link: its flaps are the PF's.
+            if host.exists(&base.join("device/physfn")) {
+                continue;
+            }
             let ports = match host.list_dir(&base.join("ports")) {
                 Ok(p) => p,
                 Err(e) => {
