@@ -181,3 +181,29 @@ fn nothing_new_is_the_same_history_so_nothing_is_written() {
     );
     assert_eq!(port(&later).seen, 100 + SEEN_EVERY_SECS);
 }
+
+#[test]
+fn a_down_polled_before_its_event_is_tallied_is_counted_once() {
+    let read = |active, events, now| Readings {
+        events_instance: Some("d1".into()),
+        ..at(
+            now,
+            "b",
+            Reading {
+                events,
+                ..reading(Some(active), None)
+            },
+        )
+    };
+    let mut h = update(&History::default(), &read(true, 0, 0));
+    // The poll sees the port down; the daemon has not tallied its event yet.
+    h = update(&h, &read(false, 0, 60));
+    assert_eq!(port(&h).flaps_total, 1);
+    // The event comes: the same down, not a second one.
+    h = update(&h, &read(false, 1, 120));
+    assert_eq!(port(&h).flaps_total, 1);
+    // The next down is counted again.
+    h = update(&h, &read(true, 1, 180));
+    h = update(&h, &read(false, 2, 240));
+    assert_eq!(port(&h).flaps_total, 2);
+}
