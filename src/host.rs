@@ -29,6 +29,7 @@ pub mod procfs;
 pub mod read;
 mod resolve;
 pub mod rt;
+pub mod rtnetlink;
 pub mod runtime;
 pub mod service;
 pub mod snapshot;

@@ -3,6 +3,7 @@
 //! purely). `ALL` registers them, in order: the one place that names them.
 
 pub mod containerd;
+pub mod fleet;
 pub mod gpudirect;
 pub mod kernel;
 pub mod pods;
@@ -25,10 +26,12 @@ pub static ALL: &[&dyn Run] = &[
     &pods::Memlock,
     &readiness::pods_rdma::PodsRdma,
     &rdma::concern::Devices,
+    &rdma::link::Link,
     &gpudirect::Path,
     &readiness::kubelet::Kubelet,
     &rdma::concern::Netns,
     &kernel::concern::Kernel,
+    &fleet::Export,
     &reboot::Sentinel,
     &crate::outputs::nfd::Labels,
 ];

@@ -23,6 +23,8 @@ pub enum Trigger {
     NewWatches,
     /// A watched file changed (the first name of the burst).
     FileChange(String),
+    /// A network device went down (rtnetlink): read the RDMA ports now.
+    LinkDown,
 }
 
 impl fmt::Display for Trigger {
@@ -33,6 +35,7 @@ impl fmt::Display for Trigger {
             Trigger::Reload => f.write_str("SIGHUP"),
             Trigger::NewWatches => f.write_str("new watches"),
             Trigger::FileChange(name) => write!(f, "file change ({name})"),
+            Trigger::LinkDown => f.write_str("link down"),
         }
     }
 }

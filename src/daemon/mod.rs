@@ -16,8 +16,10 @@ use sd_notify::NotifyState;
 use tokio::signal::unix::{SignalKind, signal};
 
 mod cycle;
+mod link_events;
 mod machine;
 mod nri;
+mod persist;
 mod state_copy;
 
 use crate::agent::Connection;
@@ -116,6 +118,11 @@ impl Daemon {
             .map_err(setup("inotify"))?;
         let mut watched: BTreeSet<PathBuf> = BTreeSet::new();
         let worker = Worker::start().map_err(setup("the reconcile thread"))?;
+        // Link-down events between reconciles (live host only), for rdma.link.
+        let (link_tx, mut link_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+        if host.is_live() {
+            link_events::spawn(host.clone(), link_tx);
+        }
         self.start_http(&host).await?;
         // Lives as long as this loop: its end stops the NRI task.
         let (_nri_stop, nri_stop) = tokio::sync::watch::channel(false);
@@ -218,6 +225,20 @@ impl Daemon {
                     _ = sighup.recv() => break Trigger::Reload,
                     _ = sigterm.recv() => return self.stop(&mut machine),
                     _ = sigint.recv() => return self.stop(&mut machine),
+                    // A link went down: read the ports now (the tally is on disk).
+                    Some(()) = link_rx.recv() => {
+                        let quiet = tokio::time::sleep(debounce);
+                        tokio::pin!(quiet);
+                        loop {
+                            tokio::select! {
+                                _ = &mut quiet => break,
+                                _ = sigterm.recv() => return self.stop(&mut machine),
+                                _ = sigint.recv() => return self.stop(&mut machine),
+                                Some(()) = link_rx.recv() => {}
+                            }
+                        }
+                        break Trigger::LinkDown;
+                    }
                     Some(ev) = events.next() => {
                         let first = ev
                             .ok()

@@ -13,6 +13,7 @@ use crate::engine::check::{Check, Status};
 use crate::engine::effect::{Preflight, Probe};
 use crate::engine::plan::{Action, FileChange, Record};
 use crate::host::snapshot::Snapshot;
+use crate::reason::Reason;
 
 use crate::observe::Observation;
 
@@ -23,6 +24,8 @@ use crate::observe::Observation;
 pub struct GatherError {
     pub status: Status,
     pub message: String,
+    /// The checks' reason; `fact_unreadable` when none is given.
+    pub reason: Option<Reason>,
 }
 
 impl GatherError {
@@ -30,6 +33,7 @@ impl GatherError {
         GatherError {
             status: Status::Unknown,
             message: e.to_string(),
+            reason: None,
         }
     }
 
@@ -38,6 +42,7 @@ impl GatherError {
         GatherError {
             status: Status::Skipped,
             message: e.to_string(),
+            reason: None,
         }
     }
 
@@ -45,7 +50,20 @@ impl GatherError {
         GatherError {
             status: Status::Fail,
             message: e.to_string(),
+            reason: None,
         }
+    }
+}
+
+impl GatherError {
+    pub fn with_reason(mut self, reason: Reason) -> Self {
+        self.reason = Some(reason);
+        self
+    }
+
+    /// The reason its checks carry: the one given, else `fact_unreadable`.
+    pub fn reason(&self) -> Reason {
+        self.reason.unwrap_or(Reason::FactUnreadable)
     }
 }
 

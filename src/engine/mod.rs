@@ -131,9 +131,9 @@ pub fn assess(
             }
             Err(e) => {
                 checks.extend(
-                    c.ids()
-                        .iter()
-                        .map(|id| Check::new(id, e.status, e.message.clone())),
+                    c.ids().iter().map(|id| {
+                        Check::new(id, e.status, e.message.clone()).with_reason(e.reason())
+                    }),
                 );
                 // Nothing to act on (skipped) blocks nothing; a writer that
                 // could not tell what to write blocks the whole plan.

@@ -87,6 +87,20 @@ pub fn families(cycle: &Cycle, totals: Totals) -> Families {
         }
     }
 
+    let reasons = m.family(
+        "check_reason",
+        Kind::Gauge,
+        "1 for the reason code of each check that is warn, fail or unknown (docs/reasons.md); no series for ok and skipped checks",
+    );
+    for c in cycle.report.iter().flat_map(|r| &r.checks) {
+        if let Some(r) = c.reason {
+            reasons.sample(
+                vec![("check", c.id.clone()), ("reason", r.as_str().into())],
+                1.0,
+            );
+        }
+    }
+
     let ports: Vec<_> = seen
         .iter()
         .filter_map(|o| match o {
@@ -164,6 +178,7 @@ pub fn families(cycle: &Cycle, totals: Totals) -> Families {
     readiness(&mut m, seen);
     super::gpudirect_metrics::gpudirect(&mut m, seen);
     nri(&mut m, seen);
+    super::fleet_metrics::fleet(&mut m, seen);
 
     m.counter(
         "reconciles",
@@ -283,7 +298,8 @@ mod tests {
         Cycle {
             report: Some(Report::new(vec![
                 Check::new("containerd.memlock", Status::Ok, ""),
-                Check::new("pods.memlock", Status::Warn, ""),
+                Check::new("pods.memlock", Status::Warn, "")
+                    .with_reason(crate::reason::Reason::MemlockBelowTarget),
             ])),
             mode: Some(crate::config::Mode::Enforce),
             finished_unix: 1_700_000_000,
@@ -323,13 +339,14 @@ mod tests {
         for line in [
             "rdma_node_agent_gpudirect_pair_ready{gpu=\"0000:03:00.0\",nic=\"mlx5_0\",mechanism=\"peermem\",distance=\"PIX\"} 0",
             "rdma_node_agent_gpudirect_pair_problem{gpu=\"0000:03:00.0\",nic=\"mlx5_0\",reason=\"acs_redirect\"} 1",
-            "rdma_node_agent_gpudirect_pair_problem{gpu=\"0000:03:00.0\",nic=\"mlx5_0\",reason=\"mechanism_unknown\"} 0",
             "rdma_node_agent_pcie_link_speed_transfers_per_second{device=\"0000:04:00.0\",which=\"current\"} 16000000000",
             "rdma_node_agent_pcie_link_speed_transfers_per_second{device=\"0000:04:00.0\",which=\"max\"} 32000000000",
             "rdma_node_agent_pcie_link_width_lanes{device=\"0000:04:00.0\",which=\"current\"} 8",
         ] {
             assert!(text.contains(line), "{line} not in\n{text}");
         }
+        // A reason the pair does not have is no series.
+        assert!(!text.contains("reason=\"mechanism_unknown\""));
         // An unreadable maximum is no series, not 0.
         assert!(!text.contains("pcie_link_width_lanes{device=\"0000:04:00.0\",which=\"max\"}"));
     }
@@ -355,6 +372,10 @@ mod tests {
             text.contains("rdma_node_agent_check_status{check=\"pods.memlock\",status=\"ok\"} 0\n")
         );
         assert!(text.contains("rdma_node_agent_ready 1\n"));
+        assert!(text.contains(
+            "rdma_node_agent_check_reason{check=\"pods.memlock\",reason=\"memlock_below_target\"} 1\n"
+        ));
+        assert!(!text.contains("check_reason{check=\"containerd.memlock\""));
         assert!(text.contains(
             "# TYPE rdma_node_agent_reconciles_total counter\nrdma_node_agent_reconciles_total 3\n"
         ));

@@ -10,6 +10,7 @@ use crate::engine::ledger::Ledger;
 use crate::host::read::ReadHost;
 use crate::host::snapshot::Snapshot;
 use crate::observe::Observation;
+use crate::reason::Reason;
 
 pub struct Memlock;
 
@@ -39,12 +40,13 @@ impl Concern for Memlock {
     /// A config containerd cannot read is itself the failure, so errors here fail.
     fn gather(&self, snap: &Snapshot, cfg: &Config) -> Result<Gathered, GatherError> {
         let owned = Ledger::load(snap)
-            .map_err(GatherError::fail)?
+            .map_err(|e| GatherError::fail(e).with_reason(Reason::AgentStateUnreadable))?
             .created_by(SPEC_OWNER);
         let facts =
             gather(snap, &cfg.containerd, snap.manager(), &owned).map_err(|e| GatherError {
                 status: e.status(cfg.containerd.required),
                 message: e.to_string(),
+                reason: Some(e.reason()),
             })?;
         let via = cfg.containerd.memlock_via;
         let nri_route = (!cfg.containerd.base_spec_route(snap)).then(|| {

@@ -13,6 +13,7 @@ use super::view::View;
 use super::{CHECK_ID, ContainerdError, Decision, Facts};
 use crate::config::ContainerdConfig;
 use crate::engine::check::{Check, Status};
+use crate::reason::Reason;
 
 /// The `containerd.memlock` check from a decision (or the error that prevented one).
 pub fn check(
@@ -21,7 +22,10 @@ pub fn check(
     cfg: &ContainerdConfig,
 ) -> Check {
     let d = match decision {
-        Err(e) => return Check::new(CHECK_ID, e.status(cfg.required), e.to_string()),
+        Err(e) => {
+            return Check::new(CHECK_ID, e.status(cfg.required), e.to_string())
+                .with_reason(e.reason());
+        }
         Ok(d) => d,
     };
     let facts = facts.expect("a decision comes from facts");
@@ -52,6 +56,7 @@ pub fn check(
                 d.pending.join("; ")
             ),
         )
+        .with_reason(Reason::NoBaseSpec)
         .with_details(details);
     }
     // containerd's own answers, each of which must agree.
@@ -63,6 +68,7 @@ pub fn check(
             Status::Unknown,
             format!("configured for memlock {}, not confirmed by containerd: there was nothing to ask it", cfg.memlock),
         )
+        .with_reason(Reason::ContainerdUnconfirmed)
         .with_details(details);
     }
     let mut confirmed = Vec::new();
@@ -78,6 +84,7 @@ pub fn check(
                         cfg.memlock
                     ),
                 )
+                .with_reason(Reason::ContainerdUnconfirmed)
                 .with_details(details);
             }
             Ok(view) => view,
@@ -99,6 +106,7 @@ pub fn check(
                     facts.config_source
                 ),
             )
+            .with_reason(Reason::BaseSpecNotApplied)
             .with_details(details);
         }
         confirmed.push(view.source.clone());
@@ -110,6 +118,7 @@ pub fn check(
                 Status::Unknown,
                 format!("configured for memlock {}, but whether the running containerd read it is not known: {why}", cfg.memlock),
             )
+            .with_reason(Reason::FactUnreadable)
             .with_details(details);
         }
         Ok(s) => *s,
@@ -121,6 +130,7 @@ pub fn check(
                 Status::Unknown,
                 format!("configured for memlock {}, but whether containerd restarted since its config changed is not known: {why}", cfg.memlock),
             )
+            .with_reason(Reason::FactUnreadable)
             .with_details(details);
         }
         Ok(p) => p,
@@ -140,7 +150,8 @@ pub fn check(
                 names.join(", "),
                 cfg.memlock
             ),
-        ),
+        )
+        .with_reason(Reason::ContainerdNotRunning),
         Some(_) if pending => Check::new(
             CHECK_ID,
             Status::Fail,
@@ -149,7 +160,8 @@ pub fn check(
                 facts.pending_reason(),
                 cfg.memlock
             ),
-        ),
+        )
+        .with_reason(Reason::ContainerdNotRestarted),
         Some(_) if !d.unmanaged.is_empty() => Check::new(
             CHECK_ID,
             Status::Warn,
@@ -160,7 +172,8 @@ pub fn check(
                 d.unmanaged.join(", "),
                 if d.unmanaged.len() == 1 { "is" } else { "are" }
             ),
-        ),
+        )
+        .with_reason(Reason::HandlerUnmanaged),
         Some(_) if !facts.warnings.is_empty() => Check::new(
             CHECK_ID,
             Status::Warn,
@@ -170,7 +183,8 @@ pub fn check(
                 cfg.memlock,
                 facts.warnings.join("; ")
             ),
-        ),
+        )
+        .with_reason(Reason::ContainerdConfigWarning),
         Some(_) => Check::new(
             CHECK_ID,
             Status::Ok,
@@ -242,6 +256,10 @@ fn disagreements(view: &View, facts: &Facts, cfg: &ContainerdConfig) -> Vec<Stri
 
 /// CRI is off in the config containerd reads: it serves no pods.
 fn cri_off(facts: &Facts, entry: &str, config: &str) -> Check {
+    cri_off_check(facts, entry, config).with_reason(Reason::CriDisabled)
+}
+
+fn cri_off_check(facts: &Facts, entry: &str, config: &str) -> Check {
     let fix = format!("remove {entry:?} from disabled_plugins in {config} if this node runs pods");
     let socket = facts.grpc_address.display().to_string();
     match &facts.kubelet_endpoint {

@@ -6,4 +6,5 @@
 pub mod concern;
 pub mod devices;
 pub mod gpudirect;
+pub mod link;
 pub mod netns;

@@ -6,6 +6,8 @@ use super::{CHECK_ID, Container, Facts, Finding, Remedy, Route, findings};
 use crate::config::Severity;
 use crate::engine::check::{Check, Status};
 use crate::host::limit::Limit;
+use crate::observe::RdmaProblem;
+use crate::reason::Reason;
 
 fn name(f: &Finding) -> String {
     format!(
@@ -135,7 +137,7 @@ pub fn check_with(
         (None, None) => None,
         (a, b) => Some(a.into_iter().chain(b).collect::<Vec<_>>().join("; ")),
     };
-    let (status, message) = if !bad.is_empty() {
+    let (status, message, reason) = if !bad.is_empty() {
         let status = match severity {
             Severity::Warn => Status::Warn,
             Severity::Fail => Status::Fail,
@@ -155,18 +157,24 @@ pub fn check_with(
         if let Some(n) = &unreadable_note {
             m.push_str(&format!("; {n}"));
         }
-        (status, m)
+        // The first named container's first problem.
+        let reason = match bad[0].problems.first() {
+            Some(RdmaProblem::LowMemlock) => Reason::RdmaPodLowMemlock,
+            _ => Reason::RdmaPodNoIpcLock,
+        };
+        (status, m, reason)
     } else if !unknown.is_empty() || unreadable_note.is_some() {
         let mut parts: Vec<String> = unknown
             .iter()
             .map(|f| format!("{}: cannot read its {}", name(f), f.unknown.join(", ")))
             .collect();
         parts.extend(unreadable_note);
-        (Status::Unknown, parts.join("; "))
+        (Status::Unknown, parts.join("; "), Reason::FactUnreadable)
     } else if found.is_empty() {
         (
             Status::Ok,
             "no running pod container has RDMA devices".to_owned(),
+            Reason::FactUnreadable,
         )
     } else {
         (
@@ -175,7 +183,11 @@ pub fn check_with(
                 "{} RDMA pod container(s), each with CAP_IPC_LOCK or memlock at {target}",
                 found.len()
             ),
+            Reason::FactUnreadable,
         )
     };
-    Check::new(CHECK_ID, status, message).with_details(details)
+    // An ok result carries no reason (`with_reason` drops it).
+    Check::new(CHECK_ID, status, message)
+        .with_reason(reason)
+        .with_details(details)
 }

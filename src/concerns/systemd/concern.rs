@@ -5,6 +5,7 @@ use crate::config::{Config, SystemdConfig};
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::host::runtime::Discovery;
 use crate::host::snapshot::Snapshot;
+use crate::reason::Reason;
 
 pub struct Memlock;
 
@@ -50,7 +51,8 @@ impl Concern for Memlock {
             Discovery::Absent { looked_for } => {
                 return Err(GatherError::fail(format!(
                     "containerd.required is set, but there is no containerd on this node: {looked_for}"
-                )));
+                ))
+                .with_reason(Reason::ContainerdAbsent));
             }
             Discovery::Unknown(why) => return Err(GatherError::unknown(why.clone())),
         };

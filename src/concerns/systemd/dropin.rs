@@ -13,6 +13,7 @@ use crate::host::HostError;
 use crate::host::limit::Limit;
 use crate::host::procfs;
 use crate::host::snapshot::Snapshot;
+use crate::reason::Reason;
 
 use crate::host::service::{ServiceManager, UnitState, UnitStatus};
 
@@ -131,11 +132,12 @@ pub fn decide(facts: &[UnitFacts], cfg: &SystemdConfig) -> Plan {
 
 pub fn check(facts: &[UnitFacts], cfg: &SystemdConfig) -> Check {
     let want = content(cfg.memlock);
-    let mut problems: Vec<(Status, String)> = Vec::new();
+    let mut problems: Vec<(Status, Reason, String)> = Vec::new();
     for f in facts {
         if f.current.as_deref() != Some(want.as_bytes()) {
             problems.push((
                 Status::Fail,
+                Reason::DropinMissing,
                 format!(
                     "{}: drop-in {} is missing or differs (run `rdma-node-agent apply`)",
                     f.unit,
@@ -148,6 +150,7 @@ pub fn check(facts: &[UnitFacts], cfg: &SystemdConfig) -> Check {
             if s.limit_memlock != Some(cfg.memlock.0) {
                 problems.push((
                     Status::Fail,
+                    Reason::DaemonReloadPending,
                     format!(
                         "{}: systemd has not loaded the drop-in yet (daemon-reload pending)",
                         f.unit
@@ -156,7 +159,11 @@ pub fn check(facts: &[UnitFacts], cfg: &SystemdConfig) -> Check {
                 continue;
             }
             if s.active_state != UnitState::Active {
-                problems.push((Status::Warn, format!("{} is {}", f.unit, s.active_state)));
+                problems.push((
+                    Status::Warn,
+                    Reason::UnitNotActive,
+                    format!("{} is {}", f.unit, s.active_state),
+                ));
                 continue;
             }
         }
@@ -164,6 +171,7 @@ pub fn check(facts: &[UnitFacts], cfg: &SystemdConfig) -> Check {
             Ok(l) if *l == cfg.memlock => {}
             Ok(l) => problems.push((
                 Status::Fail,
+                Reason::MemlockBelowTarget,
                 format!(
                     "{}: needs restart: its main process runs with memlock {l}, want {}",
                     f.unit, cfg.memlock
@@ -172,6 +180,7 @@ pub fn check(facts: &[UnitFacts], cfg: &SystemdConfig) -> Check {
             // Not seen in effect is not in effect: the check cannot tell.
             Err(why) => problems.push((
                 Status::Unknown,
+                Reason::FactUnreadable,
                 format!(
                     "{}: drop-in in place, but its effect on the running process could not be read: {why}",
                     f.unit
@@ -190,7 +199,12 @@ pub fn check(facts: &[UnitFacts], cfg: &SystemdConfig) -> Check {
             "process_memlock_error": f.process_memlock.as_ref().err(),
         })).collect::<Vec<_>>(),
     });
-    let worst = problems.iter().map(|(s, _)| *s).max();
+    let worst = problems.iter().map(|(s, _, _)| *s).max();
+    // The first problem of the worst status names the reason.
+    let reason = problems
+        .iter()
+        .find(|(s, _, _)| Some(*s) == worst)
+        .map(|(_, r, _)| *r);
     // What systemd was not asked (unit state, loaded limit), and why.
     let not_asked = facts
         .iter()
@@ -216,10 +230,14 @@ pub fn check(facts: &[UnitFacts], cfg: &SystemdConfig) -> Check {
             status,
             problems
                 .into_iter()
-                .map(|(_, m)| m)
+                .map(|(_, _, m)| m)
                 .collect::<Vec<_>>()
                 .join("; "),
         ),
+    };
+    let check = match reason {
+        Some(r) => check.with_reason(r),
+        None => check,
     };
     Check {
         message: format!("{}{not_asked}", check.message),
