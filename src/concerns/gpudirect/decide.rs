@@ -105,6 +105,35 @@ pub struct Pair {
     pub problems: Vec<String>,
 }
 
+impl Pair {
+    /// The pair in one line: where it is, how GPU memory would be registered,
+    /// and what keeps it from GPUDirect RDMA (the reason codes of the metrics).
+    pub fn line(&self) -> String {
+        let via = if self.bridges.is_empty() {
+            "no bridge between".to_owned()
+        } else {
+            format!("via {}", self.bridges.join(" → "))
+        };
+        let reasons: Vec<&str> = self.reasons.iter().map(|r| r.as_str()).collect();
+        let reasons = reasons.join(", ");
+        let state = match self.ready {
+            Some(true) if self.reasons.is_empty() => "ready".to_owned(),
+            Some(true) => format!("ready, slowed: {reasons}"),
+            Some(false) => format!("not ready: {reasons}"),
+            None => format!("cannot tell: {reasons}"),
+        };
+        format!(
+            "GPU {} ↔ {} ({}): {} {via}; mechanism {}; IOMMU {}; {state}",
+            self.gpu,
+            self.nic,
+            self.nic_pci,
+            self.distance.as_str(),
+            self.mechanism.as_str(),
+            self.iommu,
+        )
+    }
+}
+
 /// The facts read, each function's configuration space parsed once.
 pub struct View<'f> {
     pub facts: &'f Facts,

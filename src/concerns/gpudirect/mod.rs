@@ -61,6 +61,9 @@ impl Concern for Path {
                     .map(|m| m.kind.as_str()),
             ));
         }
+        // A link shared by several pairs (a NIC under a switch with two GPUs)
+        // is one series: each device once.
+        let mut links = std::collections::BTreeSet::new();
         for p in &out.pairs {
             observations.push(Observation::GpuDirectPair {
                 gpu: p.gpu.clone(),
@@ -70,7 +73,7 @@ impl Concern for Path {
                 ready: p.ready,
                 reasons: p.reasons.iter().map(|r| r.as_str()).collect(),
             });
-            for h in &p.hops {
+            for h in p.hops.iter().filter(|h| links.insert(h.device.clone())) {
                 observations.push(Observation::PcieLink {
                     device: h.device.clone(),
                     speed_tenths_gts: h.speed,
@@ -80,7 +83,6 @@ impl Concern for Path {
                 });
             }
         }
-        observations.dedup();
         Decision {
             checks: vec![out.check],
             observations,
@@ -209,5 +211,6 @@ fn details(pairs: &[Pair], mech: &Mechanism, iommu: &str) -> serde_json::Value {
         "mechanism": mech,
         "iommu": iommu,
         "pairs": pairs,
+        "lines": pairs.iter().map(Pair::line).collect::<Vec<_>>(),
     })
 }

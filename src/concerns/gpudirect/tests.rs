@@ -428,3 +428,31 @@ fn observations_feed_the_nfd_label_and_metrics() {
     let labels = crate::outputs::nfd::labels(&d.checks, &d.observations, &config);
     assert!(labels.contains(&("rdma-node-agent.gpudirect".into(), "none".into())));
 }
+
+/// On the V100 sample two GPUs share mlx5_0's switch: its links are one
+/// series each, not one per pair (Prometheus rejects a repeated series).
+#[test]
+fn a_link_shared_by_pairs_is_observed_once() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/nodes/v100");
+    let snap = Snapshot::new(Host::new(&root));
+    let config = Config::default();
+    let ctx = Ctx {
+        config: &config,
+        checks: &[],
+        observations: &[],
+    };
+    let d = Path.decide(&Path.gather(&snap, &config).unwrap(), &ctx);
+    let links: Vec<&String> = d
+        .observations
+        .iter()
+        .filter_map(|o| match o {
+            Observation::PcieLink { device, .. } => Some(device),
+            _ => None,
+        })
+        .collect();
+    let mut unique = links.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(links.len(), unique.len(), "{links:?}");
+    assert!(links.contains(&&"0000:05:00.0".to_owned()), "{links:?}");
+}
