@@ -22,6 +22,7 @@ pub mod limit;
 pub mod links;
 pub mod lock;
 pub mod netlink;
+pub mod pci_config;
 pub mod procfs;
 mod resolve;
 pub mod runtime;
