@@ -6,10 +6,12 @@
 
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use crate::config::Config;
 use crate::engine::check::{Check, Status};
-use crate::engine::plan::{Action, FileChange, Preflight, Record, Verify};
+use crate::engine::effect::{Preflight, Probe};
+use crate::engine::plan::{Action, FileChange, Record};
 use crate::host::snapshot::Snapshot;
 
 use super::observe::Observation;
@@ -64,9 +66,9 @@ pub struct Decision {
     /// owed, the netns switch, an initramfs rebuild).
     pub actions: Vec<Action>,
     /// How to tell that a restarted unit is healthy, when "active" is not enough.
-    pub verify: Vec<(String, Verify)>,
+    pub verify: Vec<(String, Arc<dyn Probe>)>,
     /// Checks to pass before any file is written (containerd's own parser).
-    pub preflight: Vec<Preflight>,
+    pub preflight: Vec<Arc<dyn Preflight>>,
     /// The agent's own state to record once an apply has converged.
     pub records: Vec<Record>,
     pub notes: Vec<String>,
@@ -103,6 +105,12 @@ pub trait Concern: Send + Sync {
         false
     }
 
+    /// Its files summarise the other concerns' checks (node labels): once an
+    /// apply changed the node, they are planned again from the node as it is.
+    fn summarises(&self) -> bool {
+        false
+    }
+
     fn gather(&self, snap: &Snapshot, cfg: &Config) -> Result<Self::Facts, GatherError>;
 
     fn decide(&self, facts: &Self::Facts, ctx: &Ctx) -> Decision;
@@ -114,6 +122,7 @@ pub trait Run: Send + Sync {
     fn needs(&self) -> &'static [&'static str];
     fn enabled(&self, cfg: &Config) -> bool;
     fn writes(&self) -> bool;
+    fn summarises(&self) -> bool;
     fn run(&self, snap: &Snapshot, ctx: &Ctx) -> Result<Decision, GatherError>;
 }
 
@@ -132,6 +141,10 @@ impl<C: Concern> Run for C {
 
     fn writes(&self) -> bool {
         Concern::writes(self)
+    }
+
+    fn summarises(&self) -> bool {
+        Concern::summarises(self)
     }
 
     fn run(&self, snap: &Snapshot, ctx: &Ctx) -> Result<Decision, GatherError> {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::engine::fakes::{FakeHost, FakeManager, Job};
+use crate::engine::fakes::{FailingEffect, FakeHost, FakeManager, FakeProbe, Job};
 use crate::engine::plan::FileChange;
 
 const CONFIG: &str = "/etc/containerd/config.toml";
@@ -14,6 +14,8 @@ struct Setup {
     _dir: tempfile::TempDir,
     host: Host,
     plan: Plan,
+    /// How the restarted unit's health answers.
+    probe: Arc<FakeProbe>,
 }
 
 /// A root with containerd's config at "old", and a plan that makes it "new".
@@ -32,16 +34,13 @@ fn setup() -> Setup {
         reason: "base spec".into(),
         restart: vec![UNIT.into()],
     });
-    plan.verify.push((
-        UNIT.into(),
-        Verify::Containerd {
-            grpc_address: "/run/containerd/containerd.sock".into(),
-        },
-    ));
+    let probe = Arc::new(FakeProbe::default());
+    plan.verify.push((UNIT.into(), probe.clone()));
     Setup {
         _dir: dir,
         host,
         plan,
+        probe,
     }
 }
 
@@ -119,10 +118,9 @@ fn rolled_back(jobs: &[Job], states: &[&'static str], cri: usize, why: &str) {
     let m = FakeManager::new(jobs, &stop);
     *m.states.lock().unwrap() = states.iter().copied().collect();
     let m = Arc::new(m);
-    let h = FakeHost::default();
-    *h.cri.lock().unwrap() =
+    *s.probe.answers.lock().unwrap() =
         std::iter::repeat_n(Err("CRI plugin is \"error\"".to_owned()), cri).collect();
-    let l = live(&m, h);
+    let l = live(&m, FakeHost::default());
     let e = executor(&s, Some(&l), &stop)
         .apply(&s.plan, true, &Holds::default())
         .unwrap_err();
@@ -184,9 +182,7 @@ fn failing_live_action_is_deferred_until_due() {
     let l = live(&m, FakeHost::default());
     let mut plan = Plan::default();
     plan.push_action(Action {
-        kind: ActionKind::SetRdmaNetnsMode {
-            mode: NetnsMode::Exclusive,
-        },
+        kind: ActionKind::Effect(Arc::new(FailingEffect)),
         reason: "rdma.netns_mode".into(),
     });
     let ex = executor(&s, Some(&l), &stop);
@@ -296,31 +292,6 @@ fn without_the_live_host_or_systemd_restarts_are_reported_not_run() {
         .unwrap();
     assert_eq!(out.actions[0].status, ActionStatus::Skipped);
     assert!(m.calls().is_empty());
-}
-
-#[test]
-fn initramfs_rebuild_runs_as_a_transient_unit() {
-    let s = setup();
-    let stop = Stop::new();
-    let m = Arc::new(FakeManager::new(&[], &stop));
-    let l = live(&m, FakeHost::default());
-    let mut plan = Plan::default();
-    plan.push_action(Action {
-        kind: ActionKind::RebuildInitramfs {
-            command: vec!["update-initramfs".into(), "-u".into()],
-        },
-        reason: "ib_core is in the initramfs".into(),
-    });
-    let out = executor(&s, Some(&l), &stop)
-        .apply(&plan, true, &Holds::default())
-        .unwrap();
-    assert_eq!(out.actions[0].status, ActionStatus::Done);
-    assert_eq!(
-        m.calls(),
-        [format!(
-            "run {INITRAMFS_UNIT}: /usr/sbin/update-initramfs -u"
-        )]
-    );
 }
 
 #[test]

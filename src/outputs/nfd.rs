@@ -93,6 +93,10 @@ impl Concern for Labels {
         true
     }
 
+    fn summarises(&self) -> bool {
+        true
+    }
+
     fn gather(&self, snap: &Snapshot, cfg: &Config) -> Result<Option<Vec<u8>>, GatherError> {
         Ok(snap
             .read(&cfg.nfd.path)

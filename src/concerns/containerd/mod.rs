@@ -14,6 +14,7 @@
 pub mod concern;
 mod decide;
 pub mod effective;
+pub mod effects;
 mod gather;
 mod judge;
 pub mod layout;

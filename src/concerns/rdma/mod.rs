@@ -11,4 +11,3 @@ pub mod netns;
 pub use crate::config::rdma::{
     ExpectPort, GpuDirectModule, InitramfsPolicy, NetnsSetting, PluginPolicy, RdmaConfig,
 };
-pub use crate::engine::executor::INITRAMFS_UNIT;

@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::json;
@@ -89,6 +90,7 @@ pub struct Facts {
 }
 
 mod decide;
+pub mod effects;
 mod gather;
 mod initramfs;
 mod live;
