@@ -120,9 +120,14 @@ impl Host {
             source,
         };
         // One 2-byte pwrite: the kernel makes it one config word write.
-        let n = f.write_at(&value.to_le_bytes(), at).map_err(|e| io("write", e))?;
+        let n = f
+            .write_at(&value.to_le_bytes(), at)
+            .map_err(|e| io("write", e))?;
         if n != 2 {
-            return Err(io("write", io::Error::other(format!("{n} of 2 bytes written"))));
+            return Err(io(
+                "write",
+                io::Error::other(format!("{n} of 2 bytes written")),
+            ));
         }
         let read = read_acs(&f, &path, bdf, offset)?;
         if read != value {
@@ -181,12 +186,17 @@ mod tests {
     #[test]
     fn writes_exactly_the_two_bytes_of_acsctl() {
         let (t, h) = tree(0x001d);
-        let before = std::fs::read(t.path().join("sys/bus/pci/devices/0000:02:08.0/config")).unwrap();
+        let before =
+            std::fs::read(t.path().join("sys/bus/pci/devices/0000:02:08.0/config")).unwrap();
         assert_eq!(
             h.write_acs_ctl("0000:02:08.0", 0xf24, 0).unwrap(),
-            AcsWrite { old: 0x001d, new: 0 }
+            AcsWrite {
+                old: 0x001d,
+                new: 0
+            }
         );
-        let after = std::fs::read(t.path().join("sys/bus/pci/devices/0000:02:08.0/config")).unwrap();
+        let after =
+            std::fs::read(t.path().join("sys/bus/pci/devices/0000:02:08.0/config")).unwrap();
         let differ: Vec<usize> = (0..4096).filter(|i| before[*i] != after[*i]).collect();
         assert_eq!(differ, [0xf2a]);
         assert_eq!(h.acs_ctl("0000:02:08.0", 0xf24).unwrap(), 0);
@@ -197,7 +207,8 @@ mod tests {
         let (_t, h) = tree(0x001d);
         let e = h.write_acs_ctl("0000:02:08.0", 0x148, 0).unwrap_err();
         assert!(
-            e.to_string().contains("the ACS capability is not at 0x148 any more"),
+            e.to_string()
+                .contains("the ACS capability is not at 0x148 any more"),
             "{e}"
         );
         let e = h.write_acs_ctl("0000:09:00.0", 0xf24, 0).unwrap_err();

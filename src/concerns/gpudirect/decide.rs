@@ -157,6 +157,11 @@ impl<'f> View<'f> {
         View { facts, config }
     }
 
+    /// A function's ACS, when its configuration space was read.
+    pub fn acs(&self, bdf: &str) -> Option<Acs> {
+        Some(self.config.get(bdf)?.as_ref().ok()?.acs)
+    }
+
     pub fn port(&self, bdf: &str) -> Option<PortType> {
         self.config.get(bdf)?.as_ref().ok()?.port
     }
@@ -255,7 +260,7 @@ fn pair(
                 Acs::Present { ctl, .. } if acs.blocking() != 0 => {
                     reasons.push(Reason::AcsRedirect);
                     problems.push(format!(
-                        "{who}: ACS P2P redirect on {noun} {br} (ACSCtl {}): peer-to-peer goes through the root complex; disable ACS in the firmware setup, or after every boot run setpci -s {br} ECAP_ACS+6.w=0000 (not where VFIO/VM passthrough relies on ACS isolation)",
+                        "{who}: ACS P2P redirect on {noun} {br} (ACSCtl {}): peer-to-peer goes through the root complex; run 'rdma-node-agent apply' with [gpudirect] acs = \"disable\", or setpci -s {br} ECAP_ACS+6.w=0000 after every boot, or disable ACS in the firmware setup (not where VFIO/VM passthrough relies on ACS isolation)",
                         pcie::acs_ctl_text(ctl)
                     ));
                 }

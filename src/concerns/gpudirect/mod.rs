@@ -4,6 +4,7 @@
 //! and per link, and the NFD label `rdma-node-agent.gpudirect`.
 //! It only reports.
 
+pub mod acs_fix;
 pub mod decide;
 pub mod gather;
 pub mod mechanism;
@@ -11,15 +12,21 @@ pub mod pcie;
 pub mod topo;
 
 #[cfg(test)]
+mod acs_tests;
+#[cfg(test)]
 mod tests;
+
+use std::sync::Arc;
 
 use serde_json::json;
 
 use crate::config::Config;
-use crate::config::gpudirect::GpuDirectConfig;
+use crate::config::gpudirect::{AcsMode, GpuDirectConfig};
 use crate::engine::check::{Check, Status};
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
+use crate::engine::effect::Effect;
 use crate::engine::observe::Observation;
+use crate::engine::plan::{Action, ActionKind};
 use crate::host::snapshot::Snapshot;
 use decide::{Pair, View};
 use mechanism::{Kind, Mechanism};
@@ -83,11 +90,27 @@ impl Concern for Path {
                 });
             }
         }
+        let actions = out
+            .acs_targets
+            .iter()
+            .map(|t| Action {
+                reason: format!(
+                    "[gpudirect] acs = \"disable\": ACS redirects peer-to-peer for {}",
+                    t.pairs.join(", ")
+                ),
+                kind: ActionKind::Effect(Arc::new(acs_fix::ClearAcs { target: t.clone() })),
+            })
+            .collect();
         Decision {
             checks: vec![out.check],
             observations,
+            actions,
             ..Decision::default()
         }
+    }
+
+    fn undo(&self, snap: &Snapshot, _cfg: &Config) -> Vec<Arc<dyn Effect>> {
+        acs_fix::undo(snap.host())
     }
 }
 
@@ -96,6 +119,8 @@ pub struct Outcome {
     pub pairs: Vec<Pair>,
     /// `None` without GPUs.
     pub mechanism: Option<Mechanism>,
+    /// With `acs = "disable"`: the bridges `apply` clears.
+    pub acs_targets: Vec<acs_fix::Target>,
 }
 
 fn required(cfg: &GpuDirectConfig, gpu: &str) -> bool {
@@ -120,6 +145,7 @@ pub fn assess(f: &gather::Facts, cfg: &GpuDirectConfig) -> Outcome {
             check: Check::new(CHECK_ID, status, message),
             pairs: Vec::new(),
             mechanism: None,
+            acs_targets: Vec::new(),
         };
     }
     let mech = mechanism::decide(&f.mechanism);
@@ -159,6 +185,7 @@ pub fn assess(f: &gather::Facts, cfg: &GpuDirectConfig) -> Outcome {
                 .with_details(details(&pairs, &mech, iommu)),
             pairs,
             mechanism: Some(mech),
+            acs_targets: Vec::new(),
         };
     }
     if mech.kind == Kind::None {
@@ -191,6 +218,17 @@ pub fn assess(f: &gather::Facts, cfg: &GpuDirectConfig) -> Outcome {
     if problems.is_empty() {
         message.push_str("; no ACS redirect, every link at its maximum");
     }
+    let acs_targets = match cfg.acs {
+        AcsMode::Disable => acs_fix::targets(&view, &pairs),
+        AcsMode::Report => Vec::new(),
+    };
+    if !acs_targets.is_empty() {
+        let names: Vec<&str> = acs_targets.iter().map(|t| t.bdf.as_str()).collect();
+        message.push_str(&format!(
+            "; apply clears ACS on {} ([gpudirect] acs = \"disable\")",
+            names.join(", ")
+        ));
+    }
     let more = problems.len().saturating_sub(LISTED);
     for p in problems.iter().take(LISTED) {
         message.push_str("; ");
@@ -203,6 +241,7 @@ pub fn assess(f: &gather::Facts, cfg: &GpuDirectConfig) -> Outcome {
         check: Check::new(CHECK_ID, status, message).with_details(details(&pairs, &mech, iommu)),
         pairs,
         mechanism: Some(mech),
+        acs_targets,
     }
 }
 

@@ -287,7 +287,7 @@ fn acs_on_the_switch_port_between_gpu_and_nic_is_named_with_its_fix() {
     assert_eq!(p.ready, Some(false));
     assert_eq!(out.check.status, Status::Warn);
     assert!(out.check.message.contains(
-        "GPU 0000:03:00.0 ↔ mlx5_0: ACS P2P redirect on switch port 0000:02:00.0 (ACSCtl SrcValid+ ReqRedir+ CmpltRedir+ UpstreamFwd+): peer-to-peer goes through the root complex; disable ACS in the firmware setup, or after every boot run setpci -s 0000:02:00.0 ECAP_ACS+6.w=0000"
+        "GPU 0000:03:00.0 ↔ mlx5_0: ACS P2P redirect on switch port 0000:02:00.0 (ACSCtl SrcValid+ ReqRedir+ CmpltRedir+ UpstreamFwd+): peer-to-peer goes through the root complex; run 'rdma-node-agent apply' with [gpudirect] acs = \"disable\", or setpci -s 0000:02:00.0 ECAP_ACS+6.w=0000 after every boot"
     ), "{}", out.check.message);
     let required = GpuDirectConfig {
         required_gpus: vec!["0000:03:00.0".into()],
