@@ -18,6 +18,10 @@ use rdma_node_agent::host::Host;
 #[allow(dead_code)]
 mod sysfs;
 
+#[path = "../tests/support/pcie.rs"]
+#[allow(dead_code)]
+mod pcie;
+
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
@@ -75,6 +79,27 @@ fn benches(c: &mut Criterion) {
         group.bench_function(format!("{devices} devices"), |b| {
             b.iter(|| agent.check(&[]))
         });
+    }
+    group.finish();
+
+    // gpudirect.path on an 8-GPU, 8-NIC tree with two switch levels
+    // (support::pcie::hgx_tree): the concern's cost beside rdma.devices'.
+    // Target: gpudirect.path adds <= 2 ms to `check --only rdma.devices`.
+    let dir = tempfile::tempdir().unwrap();
+    pcie::hgx_tree(dir.path());
+    let agent = Agent::new(Host::new(dir.path()), Config::default());
+    let mut group = c.benchmark_group("8 GPUs 8 NICs two switch levels");
+    group.sample_size(50);
+    let only = |ids: &[&str]| ids.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    for (name, ids) in [
+        ("check --only rdma.devices", only(&["rdma.devices"])),
+        ("check --only gpudirect.path", only(&["gpudirect.path"])),
+        (
+            "check --only rdma.devices --only gpudirect.path",
+            only(&["rdma.devices", "gpudirect.path"]),
+        ),
+    ] {
+        group.bench_function(name, |b| b.iter(|| agent.check(black_box(&ids))));
     }
     group.finish();
 }

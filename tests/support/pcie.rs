@@ -324,3 +324,99 @@ pub fn parse_lspci(text: &str) -> Vec<Function> {
     finish(&mut out, &mut hex);
     out
 }
+
+/// An 8-GPU, 8-NIC node built here (not read from a machine), laid out as an
+/// HGX H100 board's PCIe tree is commonly described: two sockets, two root
+/// ports each, a level-1 switch under each root port and two level-2 switches
+/// under each level-1 switch, each level-2 switch with one GPU and one NIC
+/// (GPU↔NIC PIX). Gen5 x16 everywhere, ACS present and off on every port. The
+/// NICs are full RDMA devices (`sysfs::rdma_function`), so `rdma.devices` has
+/// the same eight to read.
+pub fn hgx_tree(root: &Path) {
+    let gen5 = |f: Function| f.link("32.0", 16, "32.0", 16);
+    let mut n = 0;
+    for (socket, host) in [(0, 0x00u8), (0, 0x20), (1, 0x80), (1, 0xa0)] {
+        let rp = format!("pci0000:{host:02x}/0000:{host:02x}:01.0");
+        write_function(
+            root,
+            &rp,
+            &gen5(
+                Function::new(
+                    &format!("0000:{host:02x}:01.0"),
+                    0x8086,
+                    0x352a,
+                    0x060400,
+                    ROOT_PORT,
+                )
+                .acs(0x001d),
+            )
+            .numa(socket),
+        );
+        let l1 = format!("{rp}/0000:{:02x}:00.0", host + 1);
+        let bridge = |bdf: &str, port| {
+            gen5(Function::new(bdf, 0x1000, 0xc030, 0x060400, port).acs(0)).numa(socket)
+        };
+        write_function(
+            root,
+            &l1,
+            &bridge(&format!("0000:{:02x}:00.0", host + 1), UPSTREAM),
+        );
+        for k in 0..2u8 {
+            let d1 = format!("0000:{:02x}:{:02x}.0", host + 2, k);
+            let l2 = format!("0000:{:02x}:00.0", host + 3 + 4 * k);
+            let d2 = |f: u8| format!("0000:{:02x}:{:02x}.0", host + 4 + 4 * k, f);
+            let ep = |f: u8| format!("0000:{:02x}:00.0", host + 5 + 4 * k + f);
+            let p1 = format!("{l1}/{d1}");
+            let p2 = format!("{p1}/{l2}");
+            write_function(root, &p1, &bridge(&d1, DOWNSTREAM));
+            write_function(root, &p2, &bridge(&l2, UPSTREAM));
+            for f in 0..2u8 {
+                write_function(
+                    root,
+                    &format!("{p2}/{}", d2(f)),
+                    &bridge(&d2(f), DOWNSTREAM),
+                );
+            }
+            let gpu = format!("{p2}/{}/{}", d2(0), ep(0));
+            write_function(
+                root,
+                &gpu,
+                &gen5(Function::new(&ep(0), 0x10de, 0x2330, 0x030200, ENDPOINT)).numa(socket),
+            );
+            let nic = format!("{p2}/{}/{}", d2(1), ep(1));
+            write_function(
+                root,
+                &nic,
+                &gen5(Function::new(&ep(1), 0x15b3, 0x1021, 0x020700, ENDPOINT)).numa(socket),
+            );
+            super::sysfs::rdma_function(
+                root,
+                &format!("/sys/devices/{nic}"),
+                &ep(1),
+                &format!("mlx5_{n}"),
+                &format!("ibp{n}s0"),
+                None,
+            );
+            n += 1;
+        }
+    }
+    let w = |p: &str, t: &str| {
+        let p = root.join(p);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, t).unwrap();
+    };
+    w("proc/sys/kernel/osrelease", "6.8.0-45-generic\n");
+    w(
+        "proc/modules",
+        "nvidia_peermem 16384 0 - Live 0x0\nnvidia 1 1 nvidia_peermem, Live 0x0\n",
+    );
+    w("sys/kernel/mm/memory_peers/nv_mem/version", "1.3-0\n");
+    w(
+        "proc/driver/nvidia/version",
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023\n",
+    );
+    w(
+        "boot/config-6.8.0-45-generic",
+        "CONFIG_DMA_SHARED_BUFFER=y\nCONFIG_PCI_P2PDMA=y\n",
+    );
+}
