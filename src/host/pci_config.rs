@@ -167,6 +167,44 @@ fn read_acs(f: &File, path: &Path, bdf: &str, offset: u16) -> Result<u16, PciCon
     Ok(u16::from_le_bytes(c))
 }
 
+/// A positioned reader of one function's config space: `(offset, len)` → the
+/// bytes there, fewer (or none) past what the kernel lets this reader see.
+pub type ConfigReader<'a> = dyn FnMut(u64, usize) -> io::Result<Vec<u8>> + 'a;
+
+impl Host {
+    /// Reads parts of the config space at `p` (a `config` file under the
+    /// root) through `walk`, which asks only for what it needs: the kernel turns
+    /// every 4 bytes read into a config cycle (on a VM, a trap to the
+    /// hypervisor), so a 4 KiB read is 1024 of them. `Ok(None)` without the file.
+    pub fn read_pci_config<T>(
+        &self,
+        p: &Path,
+        walk: impl FnOnce(&mut ConfigReader) -> io::Result<T>,
+    ) -> Result<Option<T>, super::HostError> {
+        let real = self.path(p);
+        let f = match File::open(&real) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(super::HostError::Read { path: real, source }),
+        };
+        let mut read = |at: u64, len: usize| -> io::Result<Vec<u8>> {
+            let mut buf = vec![0u8; len];
+            let mut got = 0;
+            while got < len {
+                match f.read_at(&mut buf[got..], at + got as u64)? {
+                    0 => break,
+                    n => got += n,
+                }
+            }
+            buf.truncate(got);
+            Ok(buf)
+        };
+        walk(&mut read)
+            .map(Some)
+            .map_err(|source| super::HostError::Read { path: real, source })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

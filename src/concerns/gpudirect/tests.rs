@@ -456,3 +456,24 @@ fn a_link_shared_by_pairs_is_observed_once() {
     assert_eq!(links.len(), unique.len(), "{links:?}");
     assert!(links.contains(&&"0000:05:00.0".to_owned()), "{links:?}");
 }
+
+/// Talos's kernel configuration (tests/fixtures/gpudirect/talos-6.18, real, see
+/// its PROVENANCE) enables what DMA-BUF needs: with the open driver, `dmabuf`.
+#[test]
+fn talos_kernel_config_with_the_open_driver_is_dmabuf() {
+    let t = switch_tree(0, GEN5);
+    fs::remove_dir_all(t.path("sys/kernel/mm/memory_peers")).unwrap();
+    fs::write(t.path("proc/modules"), "nvidia 1 0 - Live 0x0\n").unwrap();
+    t.write("proc/sys/kernel/osrelease", "6.18.45-talos\n");
+    t.write(
+        "proc/driver/nvidia/version",
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.105.08  Release Build\n",
+    );
+    let talos = fs::read_to_string(fixture("talos-6.18/boot/config-6.18.45-talos")).unwrap();
+    t.write("boot/config-6.18.45-talos", &talos);
+    let out = run(t.root.path(), &GpuDirectConfig::default());
+    let m = out.mechanism.unwrap();
+    assert_eq!(m.kind, Kind::Dmabuf, "{m:?}");
+    assert!(m.dmabuf_missing.is_empty(), "{m:?}");
+    assert_eq!(out.check.status, Status::Ok, "{}", out.check.message);
+}
