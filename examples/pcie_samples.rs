@@ -14,6 +14,11 @@
 #[allow(dead_code)]
 mod pcie;
 
+// pcie::hgx_tree writes its NICs' RDMA side with it (unused here).
+#[path = "../tests/support/sysfs.rs"]
+#[allow(dead_code)]
+mod sysfs;
+
 use std::path::Path;
 
 use pcie::{DOWNSTREAM, ENDPOINT, Function, ROOT_PORT, UPSTREAM, write_function};

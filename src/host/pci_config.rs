@@ -182,11 +182,34 @@ impl Host {
         walk: impl FnOnce(&mut ConfigReader) -> io::Result<T>,
     ) -> Result<Option<T>, super::HostError> {
         let real = self.path(p);
-        let f = match File::open(&real) {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => return Err(super::HostError::Read { path: real, source }),
-        };
+        match File::open(&real) {
+            Ok(f) => read_config_file(f, real, walk).map(Some),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(super::HostError::Read { path: real, source }),
+        }
+    }
+}
+
+impl super::Dir<'_> {
+    /// `Host::read_pci_config` of `rel` (`config`) under this directory.
+    pub fn read_pci_config<T>(
+        &self,
+        rel: &str,
+        walk: impl FnOnce(&mut ConfigReader) -> io::Result<T>,
+    ) -> Result<Option<T>, super::HostError> {
+        match self.open_file(rel)? {
+            Some((f, real)) => read_config_file(f, real, walk).map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
+fn read_config_file<T>(
+    f: File,
+    real: PathBuf,
+    walk: impl FnOnce(&mut ConfigReader) -> io::Result<T>,
+) -> Result<T, super::HostError> {
+    {
         let mut read = |at: u64, len: usize| -> io::Result<Vec<u8>> {
             let mut buf = vec![0u8; len];
             let mut got = 0;
@@ -199,9 +222,7 @@ impl Host {
             buf.truncate(got);
             Ok(buf)
         };
-        walk(&mut read)
-            .map(Some)
-            .map_err(|source| super::HostError::Read { path: real, source })
+        walk(&mut read).map_err(|source| super::HostError::Read { path: real, source })
     }
 }
 

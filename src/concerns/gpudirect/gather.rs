@@ -125,10 +125,17 @@ pub fn gather(snap: &Snapshot) -> Result<Facts, HostError> {
     // Every function on a path, read once; none without a NIC to pair with
     // (in a VM each config-space read traps to the hypervisor: on a real H200
     // cloud VM, reading the lone GPU's 4 KiB config cost 20 ms for nothing).
-    let mut wanted = BTreeSet::new();
+    // Each with its real directory (the chain is the resolved path: no link in it).
+    let mut wanted = BTreeMap::new();
     let paired = if nics.is_empty() { &[][..] } else { &gpus[..] };
     for e in paired.iter().chain(nics.iter().map(|n| &n.at)) {
-        wanted.extend(e.chain.iter().filter(|c| topo::is_bdf(c)).cloned());
+        let mut real = PathBuf::from("/sys/devices");
+        for c in &e.chain {
+            real.push(c);
+            if topo::is_bdf(c) {
+                wanted.entry(c.clone()).or_insert_with(|| real.clone());
+            }
+        }
     }
     // What decide reads, and no more (each config read is a trap to the
     // hypervisor in a VM, config cycles on bare metal): the bridges' config
@@ -141,35 +148,41 @@ pub fn gather(snap: &Snapshot) -> Result<Facts, HostError> {
         .filter_map(|e| e.chain.last().map(String::as_str))
         .collect();
     let mut functions = BTreeMap::new();
-    for bdf in wanted {
-        let dir = Path::new(PCI_DEVICES).join(&bdf);
+    for (bdf, real) in wanted {
+        // Opened once: its files are read relative to it, not each by a long path.
+        let opened = snap
+            .open_real_dir(&real)
+            .or_else(|| snap.open_dir(&real).ok().and_then(Result::ok));
+        let read = |name: &str| -> Attr {
+            match &opened {
+                Some(d) => d.read_string(name).map_err(|e| e.to_string()),
+                None => attr(snap, &real.join(name)),
+            }
+        };
         let end = ends.contains(bdf.as_str());
-        let config = if end {
-            Ok(None)
-        } else {
-            snap.read_pci_config(&dir.join("config"), |r| pcie::read_config(r))
-                .map_err(|e| e.to_string())
+        let config = match (&opened, end) {
+            (_, true) => Ok(None),
+            (Some(d), false) => d
+                .read_pci_config("config", |r| pcie::read_config(r))
+                .map_err(|e| e.to_string()),
+            (None, false) => snap
+                .read_pci_config(&real.join("config"), |r| pcie::read_config(r))
+                .map_err(|e| e.to_string()),
         };
         let port = match &config {
             Ok(Some(b)) => pcie::parse_config(b).port,
             _ => None,
         };
         let hop = end || !matches!(port, Some(PortType::RootPort | PortType::SwitchDownstream));
-        let current = |name: &str| {
-            if hop {
-                attr(snap, &dir.join(name))
-            } else {
-                Ok(None)
-            }
-        };
+        let current = |name: &str| if hop { read(name) } else { Ok(None) };
         functions.insert(
             bdf,
             Function {
                 config,
                 current_link_speed: current("current_link_speed"),
-                max_link_speed: attr(snap, &dir.join("max_link_speed")),
+                max_link_speed: read("max_link_speed"),
                 current_link_width: current("current_link_width"),
-                max_link_width: attr(snap, &dir.join("max_link_width")),
+                max_link_width: read("max_link_width"),
             },
         );
     }
