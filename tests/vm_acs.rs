@@ -303,12 +303,27 @@ fn a_reboot_brings_acs_back_and_the_daemon_clears_it_again() {
         assert_eq!(after[b], want, "{b}: {after:?}");
     }
     let log = read(dir, "serve.err");
-    assert!(
-        log.contains("ACS had come back with the reboot"),
-        "the daemon did not say so:\n{log}"
-    );
+    for t in &targets {
+        let said = format!(
+            "{t}: ACSCtl {:#06x} → 0x0000 (recorded for revert); ACS had come back with the reboot",
+            before[t].unwrap()
+        );
+        assert!(
+            log.contains(&said),
+            "the daemon did not say {said:?}:\n{log}"
+        );
+    }
     let rec: Value = serde_json::from_str(&ok(dir, "record-after-daemon")).unwrap();
-    assert_eq!(rec["boot_id"], read(dir, "boot2-boot_id").trim());
+    let boot2 = read(dir, "boot2-boot_id");
+    assert_eq!(rec["boot_id"], boot2.trim());
+    for t in &targets {
+        assert_eq!(rec["ports"][t]["boot_id"], boot2.trim(), "{rec}");
+        assert_eq!(
+            rec["ports"][t]["original"].as_u64(),
+            before[t].map(u64::from),
+            "{rec}"
+        );
+    }
     ok(dir, "revert2");
     assert_eq!(acs(dir, "acs-after-revert2"), before);
 }

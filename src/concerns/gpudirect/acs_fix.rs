@@ -35,19 +35,22 @@ pub fn record_path() -> PathBuf {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
-    /// The boot the `original` values were read in.
+    /// The boot of the last write.
     pub boot_id: String,
     pub ports: BTreeMap<String, Port>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Port {
     /// The ACS capability's offset in config space.
     pub offset: u16,
-    /// ACSCtl as the agent first found it in that boot.
+    /// ACSCtl as the agent first found it in `boot_id`.
     pub original: u16,
     /// What the agent wrote.
     pub written: u16,
+    /// The boot `original` was read in.
+    #[serde(default)]
+    pub boot_id: String,
 }
 
 /// A bridge whose ACS control register the fix clears.
@@ -142,22 +145,23 @@ impl Effect for ClearAcs {
             Err(e) => return (ActionStatus::Failed, e.to_string()),
         };
         // Recorded before the write: revert can always put back what was found.
+        // The first value found in a boot is the firmware's (ACS is reset at boot).
         let boot = boot_id(host);
         let mut rec = load(host);
-        let came_back = rec.boot_id != boot && rec.ports.contains_key(&t.bdf);
-        if rec.boot_id != boot {
-            rec = Record {
-                boot_id: boot,
-                ports: BTreeMap::new(),
-            };
-        }
-        let original = rec.ports.get(&t.bdf).map_or(now, |p| p.original);
+        let before = rec.ports.get(&t.bdf).filter(|p| p.offset == t.offset);
+        let came_back = before.is_some_and(|p| p.boot_id != boot);
+        let original = match before {
+            Some(p) if p.boot_id == boot => p.original,
+            _ => now,
+        };
+        rec.boot_id = boot.clone();
         rec.ports.insert(
             t.bdf.clone(),
             Port {
                 offset: t.offset,
                 original,
                 written: 0,
+                boot_id: boot,
             },
         );
         if let Err(e) = save(host, &rec) {
@@ -210,7 +214,7 @@ impl Effect for RestoreAcs {
 
     fn run(&self, cx: &LiveCtx) -> (ActionStatus, String) {
         let host = cx.host.host();
-        let p = self.port;
+        let p = &self.port;
         let result = match host.acs_ctl(&self.bdf, p.offset) {
             Err(e) => (ActionStatus::Failed, e.to_string()),
             Ok(now) if now == p.original => (

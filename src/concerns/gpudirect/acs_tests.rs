@@ -143,7 +143,8 @@ fn apply_clears_exactly_those_bytes_records_them_and_revert_restores_them() {
         Port {
             offset: 0xf24,
             original: 0x001d,
-            written: 0
+            written: 0,
+            boot_id: boot.trim().to_owned(),
         }
     );
     // The check now finds no redirect on the PIX pairs, and nothing to plan.
@@ -163,8 +164,10 @@ fn apply_clears_exactly_those_bytes_records_them_and_revert_restores_them() {
     }
     let out = run_all(root, &effects(&decide(root, AcsMode::Disable)));
     assert_eq!(out.len(), 2);
+    // Each bridge says so (the record keeps the boot of each port).
     assert!(
-        out[0].1.ends_with("; ACS had come back with the reboot"),
+        out.iter()
+            .all(|(_, d)| d.ends_with("; ACS had come back with the reboot")),
         "{out:?}"
     );
     let rec = record(root).unwrap();
