@@ -16,15 +16,20 @@ pub mod command;
 pub mod cri;
 pub mod dbus;
 mod dir;
+mod fdlinks;
 pub mod files;
 pub mod gunzip;
+pub mod kubepods;
 pub mod limit;
 pub mod links;
 pub mod lock;
 pub mod netlink;
+pub mod nri;
 pub mod pci_config;
 pub mod procfs;
+pub mod read;
 mod resolve;
+pub mod rt;
 pub mod runtime;
 pub mod service;
 pub mod snapshot;
@@ -34,7 +39,6 @@ pub mod trust;
 pub mod units;
 
 pub use dir::Dir;
-pub use files::Ownership;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
@@ -145,6 +149,11 @@ impl Host {
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// This host, readable only (what a concern's gather gets).
+    pub fn reader(&self) -> read::ReadHost {
+        read::ReadHost::new(self.clone())
     }
 
     /// True when the agent acts on the running machine, not on a tree under `--root`.

@@ -13,5 +13,7 @@ pub mod config;
 pub mod daemon;
 pub mod engine;
 pub mod host;
+pub mod observe;
 pub mod outputs;
+pub mod redact;
 pub mod selftest;

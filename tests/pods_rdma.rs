@@ -203,12 +203,21 @@ fn real_processes_with_and_without_ipc_lock() {
     fs::write(cg.join("devices.allow"), "c 231:192 rw").unwrap();
     // E: an ordinary pod process, no RDMA at all.
     let (_, e) = pods.start("e", 5, &[], &no_ipc_lock, "exec sleep 600");
-    // F: a container running as uid 1000 holding uverbs0.
-    let (_, f) = pods.start(
+    // F: a container running as uid 1000 holding uverbs0, memlock 64 KiB. A
+    // non-root process has no effective capability after exec (setpriv's uid
+    // change, like runc's, leaves no ambient set): IPC_LOCK cannot help it.
+    let (f_pid, f) = pods.start(
         "f",
         6,
         &["uverbs0"],
-        &["setpriv", "--reuid=1000", "--regid=1000", "--clear-groups"],
+        &[
+            "prlimit",
+            "--memlock=65536:65536",
+            "setpriv",
+            "--reuid=1000",
+            "--regid=1000",
+            "--clear-groups",
+        ],
         "exec 3<>/dev/infiniband/uverbs0; exec sleep 600",
     );
 
@@ -237,8 +246,9 @@ fn real_processes_with_and_without_ipc_lock() {
     let msg = check["message"].as_str().unwrap();
     assert!(
         msg.contains(&format!(
-            "pod a-{} container {} (sleep, pid {a_pid}) opens /dev/infiniband/uverbs0 but lacks CAP_IPC_LOCK: \
-             NCCL will crash registering memory; add IPC_LOCK to securityContext.capabilities.add; and its memlock 64KiB",
+            "pod a-{} container {} (sleep, pid {a_pid}) opens /dev/infiniband/uverbs0 but lacks CAP_IPC_LOCK \
+             and its memlock 64KiB (hard 64KiB) is below unlimited: ibv_reg_mr fails (\"Couldn't allocate \
+             MR\") past it; either remedy works, as it runs as root",
             pods.tag,
             &a[..12]
         )),
@@ -275,6 +285,24 @@ fn real_processes_with_and_without_ipc_lock() {
 
     let ff = finding(check, &f).unwrap_or_else(|| panic!("F not found: {check}"));
     assert_eq!(ff["evidence"], "opens /dev/infiniband/uverbs0", "{ff}");
+    assert_eq!(ff["process"]["uid"], 1000, "{ff}");
+    assert_eq!(ff["process"]["cap_eff"], "0000000000000000", "{ff}");
+    assert_eq!(ff["problems"], serde_json::json!(["low_memlock"]), "{ff}");
+    assert_eq!(ff["remedy"], "node_memlock_non_root", "{ff}");
+    assert!(
+        msg.contains(&format!(
+            "pod f-{} container {} (sleep, pid {f_pid}) opens /dev/infiniband/uverbs0 but its memlock \
+             64KiB (hard 64KiB) is below unlimited: ibv_reg_mr fails (\"Couldn't allocate MR\") past it; \
+             it runs as uid 1000, not root, so IPC_LOCK in securityContext.capabilities.add gives it no \
+             effective capability",
+            pods.tag,
+            &f[..12]
+        )),
+        "{msg}"
+    );
+    // The report says how the users were found: no RDMA device here, so every
+    // pod process's descriptors were read.
+    assert_eq!(check["details"]["found_by"]["by"], "fd_scan", "{check}");
 
     // With only the service's capabilities (CAP_SYS_PTRACE, CAP_NET_ADMIN: no
     // CAP_DAC_READ_SEARCH) the descriptors of F, a uid-1000 process, cannot be
@@ -295,13 +323,8 @@ fn real_processes_with_and_without_ipc_lock() {
         "{ff}"
     );
     assert!(ff["process"]["fds_unreadable"].is_string(), "{ff}");
-    assert!(
-        ff["problems"]
-            .as_array()
-            .unwrap()
-            .contains(&Value::from("no_ipc_lock")),
-        "{ff}"
-    );
+    assert_eq!(ff["problems"], serde_json::json!(["low_memlock"]), "{ff}");
+    assert_eq!(ff["remedy"], "node_memlock_non_root", "{ff}");
     let fa = finding(check, &a).unwrap();
     assert_eq!(
         fa["evidence"], "opens /dev/infiniband/uverbs0",

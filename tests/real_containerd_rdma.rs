@@ -8,7 +8,8 @@
 mod support;
 
 use k8s_cri::v1::{
-    Capability, ContainerConfig, Device, LinuxContainerConfig, LinuxContainerSecurityContext,
+    Capability, ContainerConfig, Device, Int64Value, LinuxContainerConfig,
+    LinuxContainerSecurityContext,
 };
 use serde_json::{Value, json};
 use support::cri::Containerd;
@@ -59,6 +60,22 @@ fn cri_containers_with_a_uverbs_device() {
             ..Default::default()
         });
     });
+    // The same IPC_LOCK for a non-root container (runAsUser 1000): the
+    // capability is in its spec, but execve as uid 1000 drops it (not ambient).
+    let non_root = c.running_with("rdma-non-root", "runc", HOLD, |cfg| {
+        uverbs(cfg);
+        cfg.linux = Some(LinuxContainerConfig {
+            security_context: Some(LinuxContainerSecurityContext {
+                capabilities: Some(Capability {
+                    add_capabilities: vec!["IPC_LOCK".into()],
+                    ..Default::default()
+                }),
+                run_as_user: Some(Int64Value { value: 1000 }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    });
     // A pod without the device.
     let other = c.running("no-rdma", "runc", "exec sleep 600");
 
@@ -83,16 +100,50 @@ fn cri_containers_with_a_uverbs_device() {
     let msg = check["message"].as_str().unwrap();
     assert!(
         msg.contains(&format!(
-            "container {} (sleep, pid {}) opens /dev/infiniband/uverbs0 but lacks CAP_IPC_LOCK: \
-             NCCL will crash registering memory; add IPC_LOCK to securityContext.capabilities.add",
+            "container {} (sleep, pid {}) opens /dev/infiniband/uverbs0 but lacks CAP_IPC_LOCK and \
+             its memlock 64KiB (hard ",
             &plain.id[..12],
             plain.pid
         )),
         "{msg}"
     );
 
+    assert!(
+        msg.contains(
+            "is below unlimited: ibv_reg_mr fails (\"Couldn't allocate MR\") past it; either remedy \
+             works, as it runs as root: IPC_LOCK in securityContext.capabilities.add, for this pod"
+        ),
+        "{msg}"
+    );
+    assert_eq!(p["remedy"], "either", "{p}");
+
     let l = finding(check, &locked.id);
     assert_eq!(l["problems"], json!([]), "IPC_LOCK added: {l}");
+
+    // Non-root with IPC_LOCK in its spec: CapEff empty as the kernel left it,
+    // so the advice is the node's memlock, not the capability it already asked for.
+    let n = finding(check, &non_root.id);
+    assert_eq!(n["process"]["uid"], 1000, "{n}");
+    assert_eq!(n["process"]["cap_eff"], "0000000000000000", "{n}");
+    assert_eq!(n["problems"], json!(["low_memlock"]), "{n}");
+    assert_eq!(n["remedy"], "node_memlock_non_root", "{n}");
+    assert!(
+        msg.contains(&format!(
+            "container {} (sleep, pid {}) opens /dev/infiniband/uverbs0 but its memlock 64KiB (hard ",
+            &non_root.id[..12],
+            non_root.pid
+        )),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(
+            "past it; it runs as uid 1000, not root, so IPC_LOCK in \
+             securityContext.capabilities.add gives it no effective capability (execve drops \
+             every capability that is not ambient, capabilities(7), and Kubernetes sets none): \
+             raise the node's memlock"
+        ),
+        "{msg}"
+    );
 
     assert!(
         !check["details"]["containers"]
@@ -103,7 +154,7 @@ fn cri_containers_with_a_uverbs_device() {
         "a pod without RDMA devices was reported: {check}"
     );
     // The sandboxes (pause) are never reported.
-    for r in [&plain, &locked] {
+    for r in [&plain, &locked, &non_root] {
         assert!(
             !check["details"]["containers"]
                 .as_array()

@@ -27,6 +27,10 @@ use serde_json::Value;
 #[path = "vm/kernel.rs"]
 mod kernel;
 
+// pods.rdma found by the kernel's RDMA resource tracking.
+#[path = "vm/restrack.rs"]
+mod restrack;
+
 const MODPROBE: &str = "/etc/modprobe.d/rdma-node-agent.conf";
 
 /// Printed past the test harness's capture: the tier's figures belong in the log.

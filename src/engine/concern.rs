@@ -14,11 +14,11 @@ use crate::engine::effect::{Effect, Preflight, Probe};
 use crate::engine::plan::{Action, FileChange, Record};
 use crate::host::snapshot::Snapshot;
 
-use super::observe::Observation;
+use crate::observe::Observation;
 
 /// Why a concern could not gather its facts, and what its checks then say:
 /// `unknown` when the fact could not be established, `fail` when what was read
-/// is itself the problem (a config containerd cannot load).
+/// is itself the problem (a config its reader cannot load).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GatherError {
     pub status: Status,
@@ -63,11 +63,11 @@ pub struct Decision {
     /// File changes, each naming the units that must restart to read it.
     pub changes: Vec<FileChange>,
     /// Live actions besides the restarts the changes imply (a restart still
-    /// owed, the netns switch, an initramfs rebuild).
+    /// owed, switching a kernel mode, rebuilding a boot image).
     pub actions: Vec<Action>,
     /// How to tell that a restarted unit is healthy, when "active" is not enough.
     pub verify: Vec<(String, Arc<dyn Probe>)>,
-    /// Checks to pass before any file is written (containerd's own parser).
+    /// Checks to pass before any file is written (the reader's own parser).
     pub preflight: Vec<Arc<dyn Preflight>>,
     /// The agent's own state to record once an apply has converged.
     pub records: Vec<Record>,

@@ -16,10 +16,10 @@ use crate::host::service::ServiceManager;
 use crate::host::stop::Stop;
 
 /// Which effect, and on what: a plan keeps one effect per key (one restart per
-/// unit, one netns switch), and a failing effect is held back by it.
+/// unit, one switch of a kernel mode), and a failing effect is held back by it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct EffectKey {
-    /// The kind of effect, snake_case (`restart_unit`, `set_rdma_netns_mode`).
+    /// The kind of effect, snake_case (`restart_unit`, `set_kernel_mode`).
     pub kind: &'static str,
     /// What it acts on (a unit, a PCI function); empty when the host has one.
     pub target: String,
@@ -48,7 +48,7 @@ impl fmt::Display for EffectKey {
 /// here names a concern, so tests drive the executor with a fake.
 pub trait LiveHost: Send + Sync {
     /// The host's files, for a fact read fresh at the moment of acting (who
-    /// holds a network namespace when the kernel says EBUSY).
+    /// keeps the kernel from switching a mode).
     fn host(&self) -> &Host;
     /// A fresh RDMA netlink socket.
     fn rdma_netlink(&self) -> Result<Box<dyn RdmaNetlink>, String>;
@@ -69,25 +69,25 @@ pub struct LiveCtx<'a> {
 }
 
 /// A live action a concern plans besides file changes and the restarts they
-/// imply (switching a kernel mode, rebuilding an initramfs). Pure data until
+/// imply (switching a kernel mode, rebuilding a boot image). Pure data until
 /// the executor calls `run`, and only on the live host.
 pub trait Effect: fmt::Debug + Send + Sync {
     fn key(&self) -> EffectKey;
-    /// What it does, as people read it: `set the RDMA netns mode to exclusive`.
+    /// What it does, as people read it: `set the kernel mode to exclusive`.
     fn describe(&self) -> String;
     /// Carries it out: the status and a detail that says what happened.
     fn run(&self, cx: &LiveCtx) -> (ActionStatus, String);
 }
 
 /// How to tell that a restarted unit is healthy when "active" is not enough
-/// (containerd runs, but its CRI plugin did not load).
+/// (the daemon runs, but a plugin it needs did not load).
 pub trait Probe: fmt::Debug + Send + Sync {
     /// `Err` says what is still wrong; the executor asks until its deadline.
     fn healthy(&self, cx: &LiveCtx) -> Result<(), String>;
 }
 
 /// A check candidate file contents must pass before anything is written
-/// (containerd's own parser on an edited config).
+/// (the reader's own parser on an edited config).
 pub trait Preflight: fmt::Debug + Send + Sync {
     /// A note when the candidate passes (or could not be checked), the
     /// reason when it does not.

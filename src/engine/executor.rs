@@ -14,10 +14,10 @@ use serde::Serialize;
 use super::effect::{Effect, LiveCtx, LiveHost, Probe};
 use super::holds::Holds;
 use super::outcome::{ActionOutcome, ActionStatus};
-use crate::engine::ledger::{Ledger, LedgerError, RevertOutcome};
+use crate::engine::ledger::{Ledger, LedgerError, LegacyReaders, RevertOutcome};
 use crate::engine::plan::{Action, ActionKind, Plan};
 use crate::host::lock::{self, LockError};
-use crate::host::service::{ServiceManager, SystemdError};
+use crate::host::service::{ServiceManager, SystemdError, UnitState};
 use crate::host::stop::Stop;
 use crate::host::{Host, HostError};
 
@@ -105,6 +105,8 @@ pub struct Executor<'a> {
     pub live: Option<&'a Live>,
     pub restart_timeout: Duration,
     pub stop: &'a Stop,
+    /// What the owners of old ledger entries restarted (the concerns know).
+    pub legacy_readers: LegacyReaders,
 }
 
 impl Executor<'_> {
@@ -154,7 +156,7 @@ impl Executor<'_> {
             ));
         }
         let now = SystemTime::now();
-        let mut ledger = Ledger::load(self.host)?;
+        let mut ledger = Ledger::load(&self.host.reader())?;
         ledger.apply(self.host, plan)?;
 
         let mut actions = Vec::new();
@@ -182,29 +184,12 @@ impl Executor<'_> {
                     continue;
                 }
             };
-            let manager = match (self.live, self.manager()) {
-                (None, _) => {
-                    actions.push(outcome(ActionStatus::Skipped, self.not_live(&a.reason)));
+            let manager = match self.restarter(unit, &a.reason, restart) {
+                Ok(m) => m,
+                Err((status, detail)) => {
+                    actions.push(outcome(status, detail));
                     continue;
                 }
-                _ if !restart => {
-                    actions.push(outcome(
-                        ActionStatus::Skipped,
-                        format!("--no-restart: restart it to take effect ({})", a.reason),
-                    ));
-                    continue;
-                }
-                (Some(_), None) => {
-                    actions.push(outcome(
-                        ActionStatus::Pending,
-                        format!(
-                            "systemd is not reachable over D-Bus: run `systemctl daemon-reload && systemctl restart {unit}` ({})",
-                            a.reason
-                        ),
-                    ));
-                    continue;
-                }
-                (Some(_), Some(m)) => m,
             };
             if !reloaded {
                 manager.reload()?;
@@ -246,7 +231,7 @@ impl Executor<'_> {
                 }
             }
         }
-        // The run converged: record the agent's own state (e.g. the kernel it saw).
+        // The run converged: record the agent's own state (what it last saw).
         let mut notes = plan.notes.clone();
         for r in &plan.records {
             // The agent's own state: never through a link (see host::state).
@@ -273,6 +258,30 @@ impl Executor<'_> {
                 ActionOutcome::new(e.describe(), status, detail).keyed(e.key())
             })
             .collect()
+    }
+
+    /// systemd, to restart `unit` now; or the outcome that says why it is not
+    /// restarted (not the live host, `--no-restart`, no bus) and what to run.
+    fn restarter(
+        &self,
+        unit: &str,
+        reason: &str,
+        restart: bool,
+    ) -> Result<&dyn ServiceManager, (ActionStatus, String)> {
+        match (self.live, self.manager()) {
+            (None, _) => Err((ActionStatus::Skipped, self.not_live(reason))),
+            _ if !restart => Err((
+                ActionStatus::Skipped,
+                format!("--no-restart: restart it to take effect ({reason})"),
+            )),
+            (Some(_), None) => Err((
+                ActionStatus::Pending,
+                format!(
+                    "systemd is not reachable over D-Bus: run `systemctl daemon-reload && systemctl restart {unit}` ({reason})"
+                ),
+            )),
+            (Some(_), Some(m)) => Ok(m),
+        }
     }
 
     /// A concern's effect, on the live host only. Returns (status, detail).
@@ -304,7 +313,7 @@ impl Executor<'_> {
         let deadline = Instant::now() + self.restart_timeout;
         loop {
             let problem = match manager.status(unit) {
-                Ok(s) if s.active_state == "active" => match (verify, self.live) {
+                Ok(s) if s.active_state == UnitState::Active => match (verify, self.live) {
                     (Some(probe), Some(live)) => probe.healthy(&live.ctx(self.stop)).err(),
                     _ => None,
                 },
@@ -339,11 +348,11 @@ impl Executor<'_> {
             Path::new(lock::LOCK_PATH),
             Duration::from_secs(10),
         )?;
-        let ledger = Ledger::load(self.host)?;
+        let ledger = Ledger::load(&self.host.reader())?;
         let readers: Vec<(PathBuf, Vec<String>)> = ledger
             .files
             .iter()
-            .map(|(p, o)| (p.clone(), o.readers(p)))
+            .map(|(p, o)| (p.clone(), o.readers(p, self.legacy_readers)))
             .collect();
         let files = ledger.revert(self.host, force)?;
         let mut units: Vec<String> = readers
@@ -357,15 +366,10 @@ impl Executor<'_> {
         let mut reloaded = false;
         for unit in units {
             let action = format!("restart {unit}");
-            let (status, detail) = match (self.live, self.manager()) {
-                (None, _) => (ActionStatus::Skipped, "not the live host".to_owned()),
-                (Some(_), None) => (
-                    ActionStatus::Pending,
-                    format!(
-                        "systemd is not reachable: run `systemctl daemon-reload && systemctl restart {unit}`"
-                    ),
-                ),
-                (Some(_), Some(m)) => {
+            let why = "it read a restored file";
+            let (status, detail) = match self.restarter(&unit, why, true) {
+                Err(not_now) => not_now,
+                Ok(m) => {
                     let reload = if reloaded {
                         Ok(())
                     } else {

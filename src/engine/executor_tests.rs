@@ -7,8 +7,8 @@ use super::*;
 use crate::engine::fakes::{FailingEffect, FakeHost, FakeManager, FakeProbe, Job};
 use crate::engine::plan::FileChange;
 
-const CONFIG: &str = "/etc/containerd/config.toml";
-const UNIT: &str = "containerd.service";
+const CONFIG: &str = "/etc/app/app.toml";
+const UNIT: &str = "app.service";
 
 struct Setup {
     _dir: tempfile::TempDir,
@@ -18,7 +18,7 @@ struct Setup {
     probe: Arc<FakeProbe>,
 }
 
-/// A root with containerd's config at "old", and a plan that makes it "new".
+/// A root with a daemon's config at "old", and a plan that makes it "new".
 fn setup() -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let host = Host::new(dir.path());
@@ -30,7 +30,7 @@ fn setup() -> Setup {
         old: Some(b"old\n".to_vec()),
         new: Some(b"new\n".to_vec()),
         mode: 0o644,
-        owner: "containerd",
+        owner: "app",
         reason: "base spec".into(),
         restart: vec![UNIT.into()],
     });
@@ -61,6 +61,7 @@ fn executor<'a>(s: &'a Setup, live: Option<&'a Live>, stop: &'a Stop) -> Executo
         live,
         restart_timeout: Duration::from_millis(400),
         stop,
+        legacy_readers: |_, _| Vec::new(),
     }
 }
 
@@ -77,12 +78,12 @@ fn restart_ok_restarts_the_reader_once_after_one_reload() {
     assert_eq!(out.changed, vec![PathBuf::from(CONFIG)]);
     assert_eq!(out.actions.len(), 1);
     assert_eq!(out.actions[0].status, ActionStatus::Done);
-    assert_eq!(out.actions[0].action, "restart containerd.service");
-    assert_eq!(m.calls(), ["reload", "restart containerd.service"]);
+    assert_eq!(out.actions[0].action, "restart app.service");
+    assert_eq!(m.calls(), ["reload", "restart app.service"]);
     // The ledger knows who reads the file, for revert.
-    let ledger = Ledger::load(&s.host).unwrap();
+    let ledger = Ledger::load(&s.host.reader()).unwrap();
     assert_eq!(
-        ledger.files[Path::new(CONFIG)].readers(Path::new(CONFIG)),
+        ledger.files[Path::new(CONFIG)].readers(Path::new(CONFIG), |_, _| Vec::new()),
         [UNIT]
     );
 }
@@ -144,7 +145,7 @@ fn unit_inactive_after_restart_rolls_back() {
         &[Job::Done, Job::Done],
         &["failed"; 3],
         0,
-        "containerd.service is failed after the restart",
+        "app.service is failed after the restart",
     );
 }
 
@@ -183,7 +184,7 @@ fn failing_live_action_is_deferred_until_due() {
     let mut plan = Plan::default();
     plan.push_action(Action {
         kind: ActionKind::Effect(Arc::new(FailingEffect)),
-        reason: "rdma.netns_mode".into(),
+        reason: "the kernel runs another mode".into(),
     });
     let ex = executor(&s, Some(&l), &stop);
     let first = ex.apply(&plan, true, &Holds::default()).unwrap();
@@ -208,9 +209,9 @@ fn stop_while_the_restart_is_queued_cancels_it_and_rolls_back() {
         matches!(&e, ExecError::Interrupted(m) if m.contains("rolled back")),
         "{e}"
     );
-    // Files agree with the containerd that never restarted; no second restart.
+    // Files agree with the daemon that never restarted; no second restart.
     assert_eq!(content(&s.host), "old\n");
-    assert_eq!(m.calls(), ["reload", "restart containerd.service"]);
+    assert_eq!(m.calls(), ["reload", "restart app.service"]);
 }
 
 #[test]
@@ -306,6 +307,6 @@ fn revert_restarts_exactly_the_recorded_readers() {
     assert_eq!(r.files.restored, vec![PathBuf::from(CONFIG)]);
     assert_eq!(content(&s.host), "old\n");
     assert_eq!(r.actions.len(), 1);
-    assert_eq!(r.actions[0].action, "restart containerd.service");
+    assert_eq!(r.actions[0].action, "restart app.service");
     assert_eq!(r.actions[0].status, ActionStatus::Done);
 }

@@ -11,7 +11,7 @@ use super::effect::{Effect, EffectKey, LiveCtx, LiveHost, Probe};
 use super::outcome::ActionStatus;
 use crate::host::Host;
 use crate::host::netlink::RdmaNetlink;
-use crate::host::service::{ServiceManager, SystemdError, UnitStatus};
+use crate::host::service::{ServiceManager, SystemdError, UnitState, UnitStatus};
 use crate::host::stop::Stop;
 
 /// What the fake does with the next restart job.
@@ -92,7 +92,7 @@ impl ServiceManager for FakeManager {
         }
         let state = self.states.lock().unwrap().pop_front().unwrap_or("active");
         Ok(UnitStatus {
-            active_state: state.into(),
+            active_state: UnitState::parse(state),
             main_pid: 42,
             limit_memlock: None,
             started: None,

@@ -1,7 +1,7 @@
 //! What the daemon holds back from one reconcile to the next, so that a failure
 //! does not repeat on every trigger: a plan that was rolled back (it would restart
-//! a service in a loop), and live actions that failed (an initramfs rebuild takes
-//! minutes of CPU; a refused netns switch only fills the journal). Pure: the
+//! a service in a loop), and live effects that failed (rebuilding a boot image
+//! takes minutes of CPU; a refused kernel switch only fills the journal). Pure: the
 //! daemon records outcomes and the time, the agent asks before acting.
 
 use std::collections::BTreeMap;
@@ -145,12 +145,12 @@ mod tests {
     fn failures_defer_successes_forget() {
         let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
         let mut h = Holds::default();
-        let rebuild = &EffectKey::new("rebuild_initramfs", "");
+        let rebuild = &EffectKey::new("rebuild_image", "");
         h.record(&[outcome(rebuild, ActionStatus::Failed)], t0, MIN);
         assert!(h.deferred(rebuild, t0 + MIN / 2).is_some());
         assert!(h.deferred(rebuild, t0 + MIN).is_none(), "due again");
-        let netns = EffectKey::new("set_rdma_netns_mode", "");
-        assert!(h.deferred(&netns, t0).is_none());
+        let switch = EffectKey::new("set_mode", "");
+        assert!(h.deferred(&switch, t0).is_none());
         // An outcome without a key (a restart) is never held here.
         let restart = ActionOutcome::new("restart x", ActionStatus::Failed, "");
         h.record(&[restart], t0, MIN);

@@ -13,9 +13,11 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::engine::plan::{FileChange, Plan};
-use crate::host::{Host, HostError, Ownership};
+use crate::host::files::Ownership;
+use crate::host::read::ReadHost;
+use crate::host::{Host, HostError};
 
-pub const STATE_DIR: &str = "/var/lib/rdma-node-agent";
+use crate::host::state::STATE_DIR;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
@@ -63,24 +65,17 @@ pub struct Original {
     pub restart: Option<Vec<String>>,
 }
 
+/// For a ledger entry written before restart owners were recorded: the units
+/// its owner (a concern's name) restarted for the file at this path.
+pub type LegacyReaders = fn(owner: &str, path: &Path) -> Vec<String>;
+
 impl Original {
-    /// The units to restart once this file is restored.
-    pub fn readers(&self, path: &Path) -> Vec<String> {
-        if let Some(units) = &self.restart {
-            return units.clone();
-        }
-        // Ledgers from before restart owners were recorded: what their owners meant.
-        match self.owner.as_str() {
-            "containerd" | "containerd-spec" => vec!["containerd.service".to_owned()],
-            "systemd" => path
-                .parent()
-                .and_then(Path::file_name)
-                .and_then(|n| n.to_str())
-                .and_then(|n| n.strip_suffix(".d"))
-                .map(str::to_owned)
-                .into_iter()
-                .collect(),
-            _ => Vec::new(),
+    /// The units to restart once this file is restored. Ledgers from before
+    /// restart owners were recorded ask `legacy` what their owner meant.
+    pub fn readers(&self, path: &Path, legacy: LegacyReaders) -> Vec<String> {
+        match &self.restart {
+            Some(units) => units.clone(),
+            None => legacy(&self.owner, path),
         }
     }
 }
@@ -130,7 +125,7 @@ fn now() -> u64 {
 }
 
 impl Ledger {
-    pub fn load(host: &Host) -> Result<Ledger, LedgerError> {
+    pub fn load(host: &ReadHost) -> Result<Ledger, LedgerError> {
         let p = state_path("ledger.json");
         match host.state_read(&p)? {
             None => Ok(Ledger::default()),
@@ -376,11 +371,11 @@ mod tests {
             ],
             ..Plan::default()
         };
-        let mut l = Ledger::load(&host).unwrap();
+        let mut l = Ledger::load(&host.reader()).unwrap();
         l.apply(&host, &plan).unwrap();
         // A second apply of the same plan must not overwrite the saved original.
         l.apply(&host, &plan).unwrap();
-        let l = Ledger::load(&host).unwrap();
+        let l = Ledger::load(&host.reader()).unwrap();
         assert_eq!(l.files.len(), 2);
         let out = l.revert(&host, false).unwrap();
         assert_eq!(out.restored, vec![PathBuf::from("/etc/a.toml")]);
@@ -426,7 +421,10 @@ mod tests {
         );
         assert!(!host.exists(Path::new("/etc/d")));
         // Revert still knows the very first original.
-        let out = Ledger::load(&host).unwrap().revert(&host, false).unwrap();
+        let out = Ledger::load(&host.reader())
+            .unwrap()
+            .revert(&host, false)
+            .unwrap();
         assert_eq!(out.restored, vec![PathBuf::from("/etc/a")]);
         assert_eq!(
             host.read(Path::new("/etc/a")).unwrap().unwrap().bytes,
@@ -449,12 +447,18 @@ mod tests {
         )
         .unwrap();
         host.write_atomic(Path::new("/etc/a"), b"3", 0o644).unwrap();
-        let out = Ledger::load(&host).unwrap().revert(&host, false).unwrap();
+        let out = Ledger::load(&host.reader())
+            .unwrap()
+            .revert(&host, false)
+            .unwrap();
         assert_eq!(out.kept.len(), 1);
         assert!(out.kept[0].1.contains("changed since the agent wrote it"));
         assert_eq!(host.read(Path::new("/etc/a")).unwrap().unwrap().bytes, b"3");
         // --force restores the original anyway.
-        let out = Ledger::load(&host).unwrap().revert(&host, true).unwrap();
+        let out = Ledger::load(&host.reader())
+            .unwrap()
+            .revert(&host, true)
+            .unwrap();
         assert_eq!(out.restored.len(), 1);
         assert_eq!(host.read(Path::new("/etc/a")).unwrap().unwrap().bytes, b"1");
     }
@@ -466,7 +470,7 @@ mod tests {
         use std::os::unix::fs::symlink;
         let t = tempfile::tempdir().unwrap();
         let host = Host::new(t.path());
-        let cm = Path::new("/opt/cm/containerd.toml");
+        let cm = Path::new("/opt/cm/app.toml");
         host.write_atomic(cm, b"v1", 0o640).unwrap();
         host.write_atomic(Path::new("/opt/cm-etc/x"), b"", 0o644)
             .unwrap();
@@ -483,14 +487,17 @@ mod tests {
         let mut l = Ledger::default();
         l.apply(&host, &plan).unwrap();
         assert_eq!(
-            std::fs::read(t.path().join("opt/cm/containerd.toml")).unwrap(),
+            std::fs::read(t.path().join("opt/cm/app.toml")).unwrap(),
             b"v2"
         );
         assert!(t.path().join("opt/cm-etc/new/spec.json").is_file());
         let spec = &l.files[Path::new("/etc/cm/new/spec.json")];
         assert_eq!(spec.created_dirs, vec![PathBuf::from("/opt/cm-etc/new")]);
         assert_eq!(l.files[Path::new("/etc/c.toml")].link.as_deref(), Some(cm));
-        let out = Ledger::load(&host).unwrap().revert(&host, false).unwrap();
+        let out = Ledger::load(&host.reader())
+            .unwrap()
+            .revert(&host, false)
+            .unwrap();
         assert_eq!((out.restored.len(), out.removed.len()), (1, 1));
         let d = host.read(cm).unwrap().unwrap();
         assert_eq!((d.bytes.as_slice(), d.mode), (&b"v1"[..], 0o640));

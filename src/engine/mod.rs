@@ -6,7 +6,7 @@
 //! host snapshot ─▶ concerns (gather → decide) ─▶ checks + observations + plan
 //!                                                   │            │
 //!                                   outputs ◀───────┘            ▼
-//!                     (CLI, /status, metrics, NPD, NFD)      executor ─▶ ledger, systemd, netlink
+//!                     (CLI, /status, metrics, labels)        executor ─▶ ledger, restarts, effects
 //! ```
 
 pub mod check;
@@ -17,10 +17,9 @@ pub mod executor;
 pub mod fakes;
 pub mod holds;
 pub mod ledger;
-pub mod observe;
+
 pub mod outcome;
 pub mod plan;
-pub mod redact;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -29,8 +28,8 @@ use crate::config::Config;
 use crate::engine::check::{Check, Status};
 use crate::engine::plan::Plan;
 use crate::host::snapshot::Snapshot;
+use crate::observe::Observation;
 use concern::{Ctx, Run};
-use observe::Observation;
 
 /// Why no plan could be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

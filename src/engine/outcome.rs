@@ -43,7 +43,7 @@ impl fmt::Display for ActionStatus {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ActionOutcome {
-    /// The action as people read it (`restart containerd.service`).
+    /// The action as people read it (`restart app.service`).
     pub action: String,
     pub status: ActionStatus,
     pub detail: String,

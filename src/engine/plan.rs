@@ -18,7 +18,7 @@ pub struct FileChange {
     /// Wanted bytes; `None` to remove the file.
     pub new: Option<Vec<u8>>,
     pub mode: u32,
-    /// The concern that owns this file (`containerd`, `systemd`, …).
+    /// The concern that owns this file (its ledger owner name).
     pub owner: &'static str,
     pub reason: String,
     /// The units that read this file and must restart to apply it (what
@@ -52,7 +52,7 @@ impl FileChange {
                 .as_deref()
                 .map(String::from_utf8_lossy)
                 .unwrap_or_default();
-            super::redact::redact(&t).into_owned()
+            crate::redact::redact(&t).into_owned()
         };
         let (old, new) = (text(&self.old), text(&self.new));
         let p = self.path.display().to_string();
@@ -300,7 +300,7 @@ mod tests {
     fn one_restart_per_unit() {
         let restart = |reason: &str| Action {
             kind: ActionKind::RestartUnit {
-                unit: "containerd.service".into(),
+                unit: "app.service".into(),
             },
             reason: reason.into(),
         };

@@ -6,7 +6,7 @@ use futures_util::StreamExt;
 use zbus::proxy::CacheProperties;
 use zbus::{Connection, OwnedObjectPath, Variant, proxy};
 
-use super::service::{ServiceManager, SystemdError, UnitStatus};
+use super::service::{ServiceManager, SystemdError, UnitState, UnitStatus};
 use super::stop::{self, Stop};
 
 #[proxy(
@@ -75,10 +75,10 @@ trait Service {
     fn exec_main_start_timestamp(&self) -> zbus::Result<u64>;
 }
 
-/// A connection to the system bus with its own small runtime, so that the
-/// synchronous core (the CLI, the daemon's blocking reconcile) can use it.
+/// A connection to the system bus, used from the synchronous core (the CLI,
+/// the daemon's reconcile thread) through the process's one runtime.
 pub struct Dbus {
-    rt: tokio::runtime::Runtime,
+    rt: &'static tokio::runtime::Runtime,
     /// Replaced when the bus restarts (dbus.service restarted under us).
     conn: std::sync::Mutex<Connection>,
 }
@@ -106,10 +106,7 @@ impl Dbus {
 
     /// Connects to the system bus (`DBUS_SYSTEM_BUS_ADDRESS` or the default socket).
     pub fn system() -> Result<Dbus, SystemdError> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| SystemdError::Connect(e.to_string()))?;
+        let rt = super::rt::shared().map_err(SystemdError::Connect)?;
         let conn = rt
             .block_on(Connection::system())
             .map_err(|e| SystemdError::Connect(e.to_string()))?;
@@ -250,7 +247,7 @@ impl ServiceManager for Dbus {
                 .filter(|us| *us > 0)
                 .map(|us| UNIX_EPOCH + Duration::from_micros(us));
             Ok(UnitStatus {
-                active_state,
+                active_state: UnitState::parse(&active_state),
                 main_pid,
                 limit_memlock,
                 started,
@@ -351,9 +348,9 @@ impl Dbus {
                 Ok(_) => {}
                 Err(_) => continue,
             }
-            return match u.active_state().await.ok()?.as_str() {
-                "active" => Some("done".into()),
-                "activating" | "reloading" => continue,
+            return match UnitState::parse(&u.active_state().await.ok()?) {
+                UnitState::Active => Some("done".into()),
+                UnitState::Activating | UnitState::Reloading => continue,
                 other => Some(format!("failed ({unit} is {other})")),
             };
         }
@@ -371,7 +368,7 @@ impl Dbus {
             .ok()?;
         let (_, job) = u.job().await.ok()?;
         // A start of a unit that runs is a no-op: it would read nothing new.
-        let running = u.active_state().await.ok()? == "active";
+        let running = UnitState::parse(&u.active_state().await.ok()?) == UnitState::Active;
         if job.as_str() == "/" {
             return None;
         }

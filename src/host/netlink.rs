@@ -15,6 +15,8 @@ use nix::sys::socket::{
 };
 use nix::sys::time::TimeVal;
 
+pub mod restrack;
+
 /// `NETLINK_RDMA` in linux/netlink.h.
 pub const NETLINK_RDMA: i32 = 20;
 /// `RDMA_NL_NLDEV`: the client number in the high bits of the message type.
@@ -215,8 +217,10 @@ fn attributes(b: &[u8]) -> Result<Vec<(u16, &[u8])>, NetlinkError> {
     Ok(out)
 }
 
-/// Splits a datagram into the messages it holds.
-pub fn decode(buf: &[u8]) -> Result<Vec<Reply>, NetlinkError> {
+/// One netlink message of a datagram: type, flags, sequence number, payload.
+pub(crate) type Message<'a> = (u16, u16, u32, &'a [u8]);
+
+pub(crate) fn messages(buf: &[u8]) -> Result<Vec<Message<'_>>, NetlinkError> {
     let mut out = Vec::new();
     let mut at = 0;
     while at + NLMSG_HDRLEN <= buf.len() {
@@ -230,22 +234,31 @@ pub fn decode(buf: &[u8]) -> Result<Vec<Reply>, NetlinkError> {
         let ty = u16_at(buf, at + 4).unwrap_or(0);
         let flags = u16_at(buf, at + 6).unwrap_or(0);
         let seq = u32_at(buf, at + 8).unwrap_or(0);
-        let payload = &buf[at + NLMSG_HDRLEN..at + len];
-        out.push(match ty {
-            NLMSG_ERROR => decode_error(seq, flags, payload)?,
-            NLMSG_DONE => Reply::Other { seq },
-            t if t == msg_type(RDMA_NLDEV_CMD_SYS_GET) => {
-                let netns_mode = attributes(payload)?
-                    .into_iter()
-                    .find(|(t, _)| *t == RDMA_NLDEV_SYS_ATTR_NETNS_MODE)
-                    .and_then(|(_, v)| v.first().copied());
-                Reply::System { seq, netns_mode }
-            }
-            _ => Reply::Other { seq },
-        });
+        out.push((ty, flags, seq, &buf[at + NLMSG_HDRLEN..at + len]));
         at += align4(len);
     }
     Ok(out)
+}
+
+/// Splits a datagram into the messages it holds.
+pub fn decode(buf: &[u8]) -> Result<Vec<Reply>, NetlinkError> {
+    messages(buf)?
+        .into_iter()
+        .map(|(ty, flags, seq, payload)| {
+            Ok(match ty {
+                NLMSG_ERROR => decode_error(seq, flags, payload)?,
+                NLMSG_DONE => Reply::Other { seq },
+                t if t == msg_type(RDMA_NLDEV_CMD_SYS_GET) => {
+                    let netns_mode = attributes(payload)?
+                        .into_iter()
+                        .find(|(t, _)| *t == RDMA_NLDEV_SYS_ATTR_NETNS_MODE)
+                        .and_then(|(_, v)| v.first().copied());
+                    Reply::System { seq, netns_mode }
+                }
+                _ => Reply::Other { seq },
+            })
+        })
+        .collect()
 }
 
 /// struct nlmsgerr: the error, the request's header (and body unless capped),

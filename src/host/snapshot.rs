@@ -8,6 +8,8 @@ use std::ops::Deref;
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use super::netlink::restrack::{self, Holders, Unavailable};
+use super::read::ReadHost;
 use super::service::{ServiceManager, SystemdError, UnitStatus};
 use super::stop::Stop;
 use super::{Host, HostError};
@@ -19,7 +21,7 @@ pub type ProcFile = &'static str;
 type Cache<K> = Mutex<HashMap<K, Option<Arc<str>>>>;
 
 pub struct Snapshot {
-    host: Host,
+    host: ReadHost,
     /// systemd, on the live host: unit states are read once per cycle too.
     manager: Option<Cached>,
     /// Why systemd could not be asked, on a live host without its bus.
@@ -35,6 +37,11 @@ pub struct Snapshot {
     containerd: OnceLock<super::runtime::Discovery>,
     /// NVIDIA GPUs on the PCI bus, scanned once for rdma.devices and gpudirect.path.
     nvidia_gpus: OnceLock<Result<Arc<PciGpus>, String>>,
+    /// The daemon's NRI plugin as it stands (`None`: no plugin runs in this
+    /// process, as in `check` from a shell).
+    nri: Option<super::nri::Status>,
+    /// The kernel's RDMA resource owners (restrack), asked once per cycle.
+    restrack: OnceLock<Result<Holders, Unavailable>>,
 }
 
 /// NVIDIA GPUs among the PCI functions: vendor `0x10de` (the only file read of
@@ -59,9 +66,10 @@ pub type ProcRead = Result<Option<Arc<str>>, String>;
 /// `socket:[123]`, …); `Err` says why they could not be read (permission).
 pub type FdTargets = Result<Arc<[String]>, String>;
 
+/// Concerns read the host through the snapshot; they cannot write to it.
 impl Deref for Snapshot {
-    type Target = Host;
-    fn deref(&self) -> &Host {
+    type Target = ReadHost;
+    fn deref(&self) -> &ReadHost {
         &self.host
     }
 }
@@ -77,7 +85,7 @@ pub const OFED_INFO: &str = "/usr/bin/ofed_info";
 impl Snapshot {
     pub fn new(host: Host) -> Self {
         Snapshot {
-            host,
+            host: ReadHost::new(host),
             manager: None,
             manager_error: None,
             pids: OnceLock::new(),
@@ -86,7 +94,35 @@ impl Snapshot {
             fd_targets: Mutex::default(),
             containerd: OnceLock::new(),
             nvidia_gpus: OnceLock::new(),
+            nri: None,
+            restrack: OnceLock::new(),
         }
+    }
+
+    /// With the daemon's NRI plugin state.
+    pub fn with_nri(mut self, status: super::nri::Status) -> Self {
+        self.nri = Some(status);
+        self
+    }
+
+    /// The daemon's NRI plugin, when one runs in this process.
+    pub fn nri(&self) -> Option<&super::nri::Status> {
+        self.nri.as_ref()
+    }
+
+    /// With the kernel's restrack answer given rather than asked (unit tests,
+    /// and the benchmark that stands in for a node with RDMA devices).
+    pub fn with_restrack(self, answer: Result<Holders, Unavailable>) -> Self {
+        let _ = self.restrack.set(answer);
+        self
+    }
+
+    /// Which processes hold RDMA resources, from the running kernel's resource
+    /// tracking (asked once per cycle), or why it could not be asked.
+    pub fn restrack(&self) -> Result<&Holders, &Unavailable> {
+        self.restrack
+            .get_or_init(|| restrack::live(&self.host))
+            .as_ref()
     }
 
     /// The NVIDIA GPUs on the PCI bus, scanned once per cycle.
@@ -152,18 +188,9 @@ impl Snapshot {
         self.manager_error.as_deref()
     }
 
-    pub fn host(&self) -> &Host {
-        &self.host
-    }
-
     /// systemd, when the agent acts on the live host and its bus answered.
     pub fn manager(&self) -> Option<&dyn ServiceManager> {
         self.manager.as_ref().map(|m| m as &dyn ServiceManager)
-    }
-
-    /// Live actions can follow from this cycle's decisions (systemd is there).
-    pub fn is_live(&self) -> bool {
-        self.manager.is_some()
     }
 
     /// Which containerd runs here (its unit, the config it reads, its process),
@@ -220,20 +247,10 @@ impl Snapshot {
         let mut m = self.fd_targets.lock().expect("snapshot lock");
         m.entry(pid)
             .or_insert_with(|| {
-                let dir = format!("/proc/{pid}/fd");
-                let fds = self
-                    .host
-                    .list_dir(Path::new(&dir))
-                    .map_err(|e| e.to_string())?;
-                // A descriptor closed between the listing and its readlink is skipped.
-                Ok(fds
-                    .iter()
-                    .filter_map(|fd| {
-                        let link = format!("{dir}/{fd}");
-                        self.host.read_link(Path::new(&link)).ok().flatten()
-                    })
-                    .map(|t| t.to_string_lossy().into_owned())
-                    .collect())
+                self.host
+                    .link_targets(Path::new(&format!("/proc/{pid}/fd")))
+                    .map(Arc::from)
+                    .map_err(|e| e.to_string())
             })
             .clone()
     }

@@ -1,6 +1,6 @@
 //! The `gpudirect.path` families of the exposition (see `metrics`).
 
-use crate::engine::observe::Observation;
+use crate::observe::Observation;
 use crate::outputs::exposition::{Families, Kind};
 
 fn bool01(b: bool) -> f64 {

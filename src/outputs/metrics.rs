@@ -7,7 +7,7 @@
 //! what its values mean. To add a family: one `families(..)` block below.
 
 use crate::engine::check::Status;
-use crate::engine::observe::{Observation, RdmaProblem};
+use crate::observe::{Observation, RdmaProblem};
 use crate::outputs::Cycle;
 use crate::outputs::exposition::{Families, Format, Kind};
 
@@ -163,6 +163,7 @@ pub fn families(cycle: &Cycle, totals: Totals) -> Families {
 
     readiness(&mut m, seen);
     super::gpudirect_metrics::gpudirect(&mut m, seen);
+    nri(&mut m, seen);
 
     m.counter(
         "reconciles",
@@ -190,6 +191,36 @@ pub fn families(cycle: &Cycle, totals: Totals) -> Families {
         cycle.finished_unix as f64,
     );
     m
+}
+
+/// The daemon's NRI plugin (`containerd.nri`); no series where none runs
+/// (`memlock_via = "base-spec"`, or outside the daemon).
+fn nri(m: &mut Families, seen: &[Observation]) {
+    let Some((registered, adjusted, kept_lower)) = seen.iter().find_map(|o| match o {
+        Observation::Nri {
+            registered,
+            adjusted,
+            kept_lower,
+        } => Some((*registered, *adjusted, *kept_lower)),
+        _ => None,
+    }) else {
+        return;
+    };
+    m.gauge(
+        "nri_registered",
+        "1 when the agent's NRI plugin is registered with the running containerd, 0 otherwise",
+        bool01(registered),
+    );
+    m.counter(
+        "nri_adjusted_containers",
+        "Containers whose RLIMIT_MEMLOCK the NRI plugin raised since the daemon started",
+        adjusted,
+    );
+    m.counter(
+        "nri_kept_lower_containers",
+        "RDMA containers the NRI plugin left with their explicit lower RLIMIT_MEMLOCK since the daemon started",
+        kept_lower,
+    );
 }
 
 /// RDMA pod containers by problem (`none` for those that can register memory)
@@ -254,7 +285,7 @@ mod tests {
                 Check::new("containerd.memlock", Status::Ok, ""),
                 Check::new("pods.memlock", Status::Warn, ""),
             ])),
-            mode: "enforce",
+            mode: Some(crate::config::Mode::Enforce),
             finished_unix: 1_700_000_000,
             duration_ms: 12,
             trigger: "start".into(),

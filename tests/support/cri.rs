@@ -281,6 +281,8 @@ pub struct Containerd {
     pod_uids: Vec<String>,
     /// The config containerd is started with (`--config`), a host path.
     config: String,
+    /// The containerd binary (default: the one on PATH).
+    binary: PathBuf,
 }
 
 impl Containerd {
@@ -308,7 +310,15 @@ impl Containerd {
             imported: false,
             pod_uids: Vec::new(),
             config: "/etc/containerd/config.toml".into(),
+            binary: "containerd".into(),
         }
+    }
+
+    /// Like `new`, run with another containerd binary (e.g. 2.1 from the cache).
+    pub fn with_binary(binary: &Path) -> Containerd {
+        let mut c = Containerd::new();
+        c.binary = binary.to_owned();
+        c
     }
 
     /// Like `new`, with containerd's config at another path (as a unit passing
@@ -364,9 +374,10 @@ impl Containerd {
             )
         };
         let script = format!(
-            "mount --bind {etc} /etc/containerd && {extra}ulimit -S -l 64 && exec containerd --config {config}",
+            "mount --bind {etc} /etc/containerd && {extra}ulimit -S -l 64 && exec {binary} --config {config}",
             etc = self.root().join("etc/containerd").display(),
             config = self.config,
+            binary = self.binary.display(),
         );
         let child = Command::new("unshare")
             .args(["--mount", "--propagation", "private", "sh", "-c", &script])

@@ -182,6 +182,87 @@ bundle() {
     grep -A3 '"rlimits"' "$dir/config.json"
 }
 
+# pods.rdma from the kernel: ib_write_bw's server and client, each in a pod
+# container's cgroup (cgroup v2, named as the kubelet's cgroupfs driver names
+# them), running for 15 s while the agent checks and iproute2 lists the
+# resources. Root keeps CAP_IPC_LOCK: both are fine, and both are found.
+RT_POD=/sys/fs/cgroup/kubepods/besteffort/podvm-restrack
+rt_container() { printf '%s/%064x' "$RT_POD" "$1"; }
+rt_start() {
+    for n in 1 2; do mkdir -p "$(rt_container $n)" || return 1; done
+    sh -c "echo \$\$ >$(rt_container 1)/cgroup.procs; exec timeout 120 ib_write_bw -d rxe0 -s 65536 -D 15 -F" \
+        >"$R/rt-server.log" 2>&1 &
+    echo "server $!" >"$R/rt-pids"
+    sleep 2
+    sh -c "echo \$\$ >$(rt_container 2)/cgroup.procs; exec timeout 120 ib_write_bw -d rxe0 -s 65536 -D 15 -F 127.0.0.1" \
+        >"$R/rt-client.log" 2>&1 &
+    echo "client $!" >>"$R/rt-pids"
+    # Until the kernel lists a protection domain of each.
+    i=0
+    while [ "$(rdma resource show pd | grep -c ' pid ')" -lt 2 ]; do
+        i=$((i + 1))
+        [ $i -lt 100 ] || { echo "no PD of ib_write_bw after 20 s"; return 1; }
+        sleep 0.2
+    done
+    cat "$R/rt-pids"
+}
+# The kernel's answers to the dumps the agent sends, as bytes (perl is in the
+# image; no RDMA tool prints raw messages): the device list, then ctx, pd and
+# cm_id on each device. One line per dump: "CMD DEV HEX..." (each HEX one
+# datagram), for the parsing tests (tests/fixtures/restrack/).
+record_restrack() {
+    perl -e '
+        use strict;
+        socket(my $s, 16, 3, 20) or die "socket: $!";  # AF_NETLINK, SOCK_RAW, NETLINK_RDMA
+        bind($s, pack("S S L L", 16, 0, 0, 0)) or die "bind: $!";
+        my $seq = 0;
+        sub ask {
+            my ($cmd, $dev) = @_;
+            $seq++;
+            my $attr = defined $dev ? pack("S S L", 8, 1, $dev) : "";
+            # NLM_F_REQUEST | NLM_F_DUMP; type RDMA_NL_GET_TYPE(RDMA_NL_NLDEV, cmd).
+            my $msg = pack("L S S L L", 16 + length $attr, (5 << 10) | $cmd, 0x301, $seq, 0) . $attr;
+            send($s, $msg, 0, pack("S S L L", 16, 0, 0, 0)) or die "send: $!";
+            my @got;
+            for (my $done = 0; !$done;) {
+                defined recv($s, my $buf, 65536, 0) or die "recv: $!";
+                push @got, $buf;
+                for (my $at = 0; $at + 16 <= length $buf;) {
+                    my ($len, $type, $flags, $sq) = unpack("L S S L", substr($buf, $at, 12));
+                    $done = 1 if $sq == $seq && ($type == 2 || $type == 3);
+                    last if $len < 16;
+                    $at += ($len + 3) & ~3;
+                }
+            }
+            print join(" ", $cmd, defined $dev ? $dev : "-", map { unpack("H*", $_) } @got), "\n";
+            return @got;
+        }
+        my @devs;
+        for my $buf (ask(1, undef)) {
+            for (my $at = 0; $at + 16 <= length $buf;) {
+                my ($len, $type) = unpack("L S", substr($buf, $at, 6));
+                last if $len < 16;
+                if ($type == ((5 << 10) | 1)) {
+                    for (my $a = $at + 16; $a + 4 <= $at + $len;) {
+                        my ($alen, $atype) = unpack("S S", substr($buf, $a, 4));
+                        last if $alen < 4;
+                        push @devs, unpack("L", substr($buf, $a + 4, 4)) if ($atype & 0x3fff) == 1;
+                        $a += ($alen + 3) & ~3;
+                    }
+                }
+                $at += ($len + 3) & ~3;
+            }
+        }
+        for my $dev (@devs) { ask($_, $dev) for (22, 14, 11); }
+    '
+}
+rt_stop() {
+    while read -r _ pid; do wait "$pid"; echo "exit $?"; done <"$R/rt-pids"
+    cat "$R/rt-server.log" "$R/rt-client.log"
+    for n in 1 2; do rmdir "$(rt_container $n)"; done
+    rmdir "$RT_POD"
+}
+
 blocked() {
     step "apply-$1" "$AGENT" apply --json --no-restart
     step "netns-$1" "$AGENT" check --json --only rdma.netns
@@ -207,6 +288,12 @@ boot1() {
     step bw-nolock-64k write_bw "ulimit -l 64; $NOLOCK"
     step bw-nolock-8m write_bw "ulimit -l 8192; $NOLOCK"
     step bw-nolock-unlimited write_bw "ulimit -l unlimited; $NOLOCK"
+
+    step restrack-start rt_start
+    step restrack-iproute2 rdma resource show pd
+    step restrack-record record_restrack
+    step restrack-check "$AGENT" check --json --only pods.rdma
+    step restrack-stop rt_stop
 
     # apply, exclusive, with no other network namespace: the live switch.
     config exclusive

@@ -5,6 +5,8 @@
 #   tests/fixtures/perftest/rxe/     ib_write_bw's output over rxe, per limit
 #   tests/fixtures/dkms/vm/          Debian's dkms status in the guest, across the
 #                                    DKMS gate and the reboot into the newer kernel
+#   tests/fixtures/restrack/         the kernel's answers to the agent's RDMA
+#                                    resource dumps (bytes), and iproute2's listing
 # The PROVENANCE files say how they were made; update their dates by hand.
 set -euo pipefail
 results=${1:-/var/cache/rdma-node-agent/vm/last-results}
@@ -36,4 +38,8 @@ head -n 1 "$results/uname.out" >"$dkms/booted-kernel"
 cp "$results/gate-dkms-status.out" "$dkms/status-newer-built.txt"
 cp "$results/gate-dkms-status-installed.out" "$dkms/status-newer-installed.txt"
 cp "$results/boot3-dkms-status.out" "$dkms/status-after-reboot.txt"
-echo "saved into $nodes, $perf and $dkms"
+rt=$here/tests/fixtures/restrack
+mkdir -p "$rt"
+cp "$results/restrack-record.out" "$rt/rxe0-dumps.txt"
+cp "$results/restrack-iproute2.out" "$rt/rxe0-rdma-resource-show-pd.txt"
+echo "saved into $nodes, $perf, $dkms and $rt"

@@ -7,16 +7,18 @@ use super::{CHECK_ID, Facts, SPEC_OWNER, check, decide, gather};
 use crate::config::Config;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::engine::ledger::Ledger;
-use crate::engine::observe::Observation;
-use crate::host::Host;
+use crate::host::read::ReadHost;
 use crate::host::snapshot::Snapshot;
+use crate::observe::Observation;
 
 pub struct Memlock;
 
 pub struct Gathered {
     facts: Facts,
     /// For paths in messages only (where a file is under `--root`).
-    host: Host,
+    host: ReadHost,
+    /// `memlock_via` leaves memlock to the NRI plugin: why (no base spec planned).
+    nri_route: Option<String>,
 }
 
 impl Concern for Memlock {
@@ -44,9 +46,17 @@ impl Concern for Memlock {
                 status: e.status(cfg.containerd.required),
                 message: e.to_string(),
             })?;
+        let via = cfg.containerd.memlock_via;
+        let nri_route = (!cfg.containerd.base_spec_route(snap)).then(|| {
+            format!(
+                "memlock_via = \"{}\": new RDMA containers get memlock from the agent's NRI plugin (containerd.nri), so no base spec is planned",
+                via.as_str()
+            )
+        });
         Ok(Gathered {
             facts,
-            host: snap.host().clone(),
+            host: (*snap).clone(),
+            nri_route,
         })
     }
 
@@ -74,6 +84,15 @@ impl Concern for Memlock {
             )],
             ..Decision::default()
         };
+        d.observations.extend(super::nri::base_spec_observations(f));
+        if let Some(why) = &g.nri_route {
+            d.checks.push(crate::engine::check::Check::new(
+                CHECK_ID,
+                crate::engine::check::Status::Skipped,
+                why.clone(),
+            ));
+            return d;
+        }
         let decision = match decide(f, cfg, &|p| g.host.path(p)) {
             Ok(x) => x,
             Err(e) => {

@@ -20,9 +20,6 @@ pub fn check(
     decision: &Result<Decision, &ContainerdError>,
     cfg: &ContainerdConfig,
 ) -> Check {
-    if !cfg.enabled {
-        return Check::new(CHECK_ID, Status::Skipped, "disabled in the agent config");
-    }
     let d = match decision {
         Err(e) => return Check::new(CHECK_ID, e.status(cfg.required), e.to_string()),
         Ok(d) => d,
@@ -235,7 +232,7 @@ fn disagreements(view: &View, facts: &Facts, cfg: &ContainerdConfig) -> Vec<Stri
             Some(Some((soft, _))) if soft < cfg.memlock.0 => out.push(format!(
                 "{name} uses {} with memlock {}",
                 h.base_spec,
-                crate::config::Limit(soft)
+                crate::host::limit::Limit(soft)
             )),
             Some(Some(_)) => {}
         }

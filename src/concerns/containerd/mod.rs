@@ -18,6 +18,7 @@ pub mod effects;
 mod gather;
 mod judge;
 pub mod layout;
+pub mod nri;
 pub mod spec;
 mod splice;
 pub mod toml;

@@ -23,10 +23,11 @@ use super::decide::{Pair, View};
 use super::pcie::{self, Acs};
 use super::topo::Distance;
 use crate::engine::effect::{Effect, EffectKey, LiveCtx};
-use crate::engine::ledger::STATE_DIR;
 use crate::engine::outcome::ActionStatus;
 use crate::host::Host;
+use crate::host::read::ReadHost;
 use crate::host::snapshot::BOOT_ID;
+use crate::host::state::STATE_DIR;
 
 /// The agent's record of what it changed, under its state directory.
 pub fn record_path() -> PathBuf {
@@ -89,7 +90,7 @@ pub fn targets(view: &View, pairs: &[Pair]) -> Vec<Target> {
 
 /// The record as the state directory holds it; an unreadable or garbled one
 /// reads as empty (the next clear writes a fresh one; nothing to put back).
-fn load(host: &Host) -> Record {
+fn load(host: &ReadHost) -> Record {
     host.state_read(&record_path())
         .ok()
         .flatten()
@@ -147,7 +148,7 @@ impl Effect for ClearAcs {
         // Recorded before the write: revert can always put back what was found.
         // The first value found in a boot is the firmware's (ACS is reset at boot).
         let boot = boot_id(host);
-        let mut rec = load(host);
+        let mut rec = load(&host.reader());
         let before = rec.ports.get(&t.bdf).filter(|p| p.offset == t.offset);
         let came_back = before.is_some_and(|p| p.boot_id != boot);
         let original = match before {
@@ -237,7 +238,7 @@ impl Effect for RestoreAcs {
             },
         };
         if result.0 != ActionStatus::Failed {
-            let mut rec = load(host);
+            let mut rec = load(&host.reader());
             rec.ports.remove(&self.bdf);
             if let Err(e) = save(host, &rec) {
                 return (
@@ -255,7 +256,7 @@ impl Effect for RestoreAcs {
 }
 
 /// The effects that put back what the record says the agent changed.
-pub fn undo(host: &Host) -> Vec<Arc<dyn Effect>> {
+pub fn undo(host: &ReadHost) -> Vec<Arc<dyn Effect>> {
     load(host)
         .ports
         .into_iter()

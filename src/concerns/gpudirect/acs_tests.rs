@@ -177,7 +177,7 @@ fn apply_clears_exactly_those_bytes_records_them_and_revert_restores_them() {
     );
 
     // revert: the recorded values go back, the record goes.
-    let undo = acs_fix::undo(&Host::new(root));
+    let undo = acs_fix::undo(&Host::new(root).reader());
     assert_eq!(undo.len(), 2);
     assert_eq!(
         undo[0].describe(),
@@ -189,7 +189,7 @@ fn apply_clears_exactly_those_bytes_records_them_and_revert_restores_them() {
         assert_eq!(&fs::read(config_of(root, bdf)).unwrap(), old, "{bdf}");
     }
     assert_eq!(record(root), None);
-    assert!(acs_fix::undo(&Host::new(root)).is_empty());
+    assert!(acs_fix::undo(&Host::new(root).reader()).is_empty());
 }
 
 #[test]
@@ -202,7 +202,7 @@ fn revert_leaves_a_register_changed_since_and_apply_refuses_a_moved_capability()
     let mut c = fs::read(&p).unwrap();
     c[0xf2a] = 0x01;
     fs::write(&p, &c).unwrap();
-    let out = run_all(root, &acs_fix::undo(&Host::new(root)));
+    let out = run_all(root, &acs_fix::undo(&Host::new(root).reader()));
     assert_eq!(out[0].0, ActionStatus::Skipped, "{out:?}");
     assert!(
         out[0]

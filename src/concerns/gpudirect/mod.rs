@@ -25,9 +25,9 @@ use crate::config::gpudirect::{AcsMode, GpuDirectConfig};
 use crate::engine::check::{Check, Status};
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::engine::effect::Effect;
-use crate::engine::observe::Observation;
 use crate::engine::plan::{Action, ActionKind};
 use crate::host::snapshot::Snapshot;
+use crate::observe::Observation;
 use decide::{Pair, View};
 use mechanism::{Kind, Mechanism};
 
@@ -110,7 +110,7 @@ impl Concern for Path {
     }
 
     fn undo(&self, snap: &Snapshot, _cfg: &Config) -> Vec<Arc<dyn Effect>> {
-        acs_fix::undo(snap.host())
+        acs_fix::undo(snap)
     }
 }
 

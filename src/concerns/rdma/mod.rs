@@ -7,7 +7,3 @@ pub mod concern;
 pub mod devices;
 pub mod gpudirect;
 pub mod netns;
-
-pub use crate::config::rdma::{
-    ExpectPort, GpuDirectModule, InitramfsPolicy, NetnsSetting, PluginPolicy, RdmaConfig,
-};

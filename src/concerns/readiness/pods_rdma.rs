@@ -1,41 +1,65 @@
-//! `pods.rdma`: every running pod container that has RDMA devices (a
-//! `/dev/infiniband/uverbs*` or `rdma_cm` open, present in its /dev, or allowed
-//! by its cgroup-v1 devices controller) must be able to register memory: it
-//! needs CAP_IPC_LOCK (NCCL crashes without it) or, failing that, a
-//! locked-memory limit at the target (ibv_reg_mr fails "Couldn't allocate MR").
-//! The kernel (ib_umem_get) lets CAP_IPC_LOCK bypass RLIMIT_MEMLOCK, so a low
-//! limit is no problem for a container that has the capability.
-
-use std::collections::BTreeMap;
-use std::path::Path;
+//! `pods.rdma`: every running pod container that has RDMA devices must be able
+//! to register memory. The kernel (`ib_umem_get`) pins memory past
+//! RLIMIT_MEMLOCK only for a process with CAP_IPC_LOCK in the initial user
+//! namespace (`capable()`), so a low limit is no problem for a container that
+//! has the capability, and the only problem for one that cannot have it.
+//!
+//! Which remedy can work depends on who the process is (capabilities(7),
+//! "Transformation of capabilities during execve()"): a root process keeps the
+//! capabilities of its spec across the runtime's exec, so IPC_LOCK in
+//! `securityContext.capabilities.add` reaches it; a non-root process gets, with
+//! no file capabilities, only its ambient set, which Kubernetes never fills, so
+//! the same IPC_LOCK leaves CapEff without it (NVIDIA/nvidia-container-toolkit
+//! #2037 measured CapEff=0). For it only the node's memlock helps.
+//!
+//! RDMA users are found from the kernel first: the PIDs that hold RDMA
+//! resources (restrack, `host::netlink::restrack`), and containers whose
+//! devices include RDMA nodes (their /dev, their cgroup-v1 devices.list); only
+//! their descriptors are read. Without restrack every pod process's
+//! descriptors are read, and the check says so.
 
 use serde::Serialize;
 
-use crate::concerns::pods::{parse_cgroup, parse_shim_id};
-use crate::config::{Config, Limit};
+use crate::config::Config;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
-use crate::engine::observe::{Observation, RdmaProblem};
-use crate::host::procfs;
+use crate::host::limit::Limit;
 use crate::host::snapshot::Snapshot;
+use crate::observe::{Observation, RdmaProblem};
 
 pub const CHECK_ID: &str = "pods.rdma";
 
 /// CAP_IPC_LOCK's bit in /proc/<pid>/status `CapEff` (linux/capability.h).
 pub const CAP_IPC_LOCK: u32 = 14;
-/// The char major of the kernel's uverbs devices (`infiniband_verbs`, minors from 192).
+/// The char major of the kernel's first 32 uverbs devices (`IB_UVERBS_MAJOR` in
+/// drivers/infiniband/core/uverbs_main.c, minors from 192); later ones get a
+/// dynamic major, and `rdma_cm` is a misc device (major 10, dynamic minor):
+/// those are found through /dev instead.
 pub const UVERBS_MAJOR: u32 = 231;
 pub const UVERBS_MINOR_BASE: u32 = 192;
 
 /// One process of a pod container, as far as RDMA goes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 pub struct Process {
     pub pid: u32,
     pub comm: String,
     /// RDMA device files it holds open.
     pub opened: Vec<String>,
-    /// `None`: its fds could not be read (the reason).
+    /// Its fds could not be read (the reason).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fds_unreadable: Option<String>,
+    /// Its fds were not read: restrack answered and neither it nor its
+    /// container had any sign of RDMA.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub fds_skipped: bool,
+    /// RDMA resources the kernel says it holds (`rxe0 pd`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub holds: Vec<String>,
+    /// Effective uid (`Uid` of /proc/<pid>/status, as the host sees it).
+    pub uid: Option<u32>,
+    /// Whether it runs in the initial user namespace (/proc/<pid>/uid_map);
+    /// `None` when not read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub initial_user_ns: Option<bool>,
     /// `CapEff` of /proc/<pid>/status (shown as there, in hex); `None` when unreadable.
     #[serde(serialize_with = "opt_hex")]
     pub cap_eff: Option<u64>,
@@ -43,11 +67,19 @@ pub struct Process {
     pub memlock_soft: Option<Limit>,
     #[serde(serialize_with = "opt_display")]
     pub memlock_hard: Option<Limit>,
+    /// Why /proc/<pid>/status, limits or uid_map could not be read.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<String>,
 }
 
 impl Process {
     pub fn has_ipc_lock(&self) -> Option<bool> {
         self.cap_eff.map(|c| c & (1 << CAP_IPC_LOCK) != 0)
+    }
+
+    /// Whether it holds RDMA: a device open, or resources the kernel names.
+    pub fn uses_rdma(&self) -> bool {
+        !self.opened.is_empty() || !self.holds.is_empty()
     }
 }
 
@@ -80,6 +112,15 @@ pub struct Container {
     pub cgroup_devices: Vec<String>,
 }
 
+impl Container {
+    /// Its devices include RDMA nodes, or its /dev could not be told.
+    pub fn has_rdma_devices(&self) -> bool {
+        !self.dev_nodes.is_empty()
+            || !self.cgroup_devices.is_empty()
+            || self.dev_unreadable.is_some()
+    }
+}
+
 /// An RDMA device file by the name a container sees it under.
 pub fn is_rdma_path(path: &str) -> bool {
     let Some(name) = path.strip_prefix("/dev/infiniband/") else {
@@ -96,6 +137,29 @@ fn is_number(s: &str) -> bool {
 pub fn parse_cap_eff(status: &str) -> Option<u64> {
     let v = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
     u64::from_str_radix(v.trim(), 16).ok()
+}
+
+/// The effective uid (second of real, effective, saved, fs) of a /proc/<pid>/status text.
+pub fn parse_euid(status: &str) -> Option<u32> {
+    let v = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+    v.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The thread group (process) of a /proc/<tid>/status text.
+pub fn parse_tgid(status: &str) -> Option<u32> {
+    let v = status.lines().find_map(|l| l.strip_prefix("Tgid:"))?;
+    v.trim().parse().ok()
+}
+
+/// Whether a /proc/<pid>/uid_map (read from the initial namespace) is the
+/// initial user namespace's: the identity map of every uid.
+pub fn is_initial_uid_map(uid_map: &str) -> bool {
+    let rows: Vec<Vec<&str>> = uid_map
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .filter(|r: &Vec<&str>| !r.is_empty())
+        .collect();
+    rows == [vec!["0", "0", "4294967295"]]
 }
 
 /// Soft and hard limit of a /proc/<pid>/limits row.
@@ -127,6 +191,9 @@ pub fn parse_devices_list(text: &str) -> Vec<String> {
 }
 
 /// The cgroup-v1 devices controller's path of a /proc/<pid>/cgroup text.
+/// cgroup v2 has no such file: its device filter is an eBPF program attached
+/// to the cgroup, readable only as instructions through bpf(2), so it is not
+/// read; the container's /dev stands for it.
 fn devices_cgroup(cgroup: &str) -> Option<&str> {
     cgroup.lines().find_map(|l| {
         let mut f = l.splitn(3, ':');
@@ -135,114 +202,65 @@ fn devices_cgroup(cgroup: &str) -> Option<&str> {
     })
 }
 
+/// How the RDMA users were found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "by", rename_all = "snake_case")]
+pub enum Route {
+    /// The kernel's resource tracking named the holders; fds were read only for
+    /// them and for containers whose devices include RDMA nodes.
+    Restrack {
+        devices: Vec<String>,
+        /// Pod processes the kernel names as holders.
+        holders: usize,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        missing: Vec<String>,
+    },
+    /// Every pod process's fds were read: restrack could not be asked (why).
+    FdScan {
+        why: String,
+        /// Nothing to ask (no RDMA device, or a tree under --root), rather
+        /// than a kernel that did not answer.
+        #[serde(skip)]
+        expected: bool,
+    },
+}
+
+impl Default for Route {
+    fn default() -> Self {
+        Route::FdScan {
+            why: "not gathered".into(),
+            expected: true,
+        }
+    }
+}
+
 /// The running pod containers, and what could not be read on the way (a
 /// process whose cgroup is unreadable may be a pod's).
 #[derive(Debug, Clone, Default)]
 pub struct Facts {
     pub containers: Vec<Container>,
     pub unreadable: Vec<String>,
+    pub route: Route,
 }
 
-pub fn gather(snap: &Snapshot) -> crate::host::Result<Facts> {
-    let mut by_id: BTreeMap<(Option<String>, Option<String>), Container> = BTreeMap::new();
-    let mut unreadable = Vec::new();
-    for &pid in snap.pids()? {
-        let cg = match snap.proc_read(pid, "cgroup") {
-            Ok(Some(cg)) => cg,
-            // Gone since /proc was listed.
-            Ok(None) => continue,
-            Err(e) => {
-                unreadable.push(format!("pid {pid}: {e}"));
-                continue;
-            }
-        };
-        let Some((pod_uid, container_id)) = parse_cgroup(&cg) else {
-            continue;
-        };
-        let comm = procfs::comm(snap, pid).unwrap_or_default();
-        // The pod's sandbox never uses RDMA (see pods::PodProcess::is_sandbox).
-        let shim = procfs::read(snap, pid, "stat")
-            .as_deref()
-            .and_then(procfs::parse_ppid)
-            .and_then(|ppid| procfs::read(snap, ppid, "cmdline"))
-            .and_then(|c| parse_shim_id(&c));
-        if comm == "pause" || (shim.is_some() && shim == container_id) {
-            continue;
-        }
-        let (opened, fds_unreadable) = match snap.fd_targets(pid) {
-            Ok(t) => (
-                t.iter().filter(|p| is_rdma_path(p)).cloned().collect(),
-                None,
-            ),
-            Err(e) => (Vec::new(), Some(e)),
-        };
-        let limits = procfs::read(snap, pid, "limits");
-        let pair = limits
-            .as_deref()
-            .and_then(|l| parse_limit_pair(l, procfs::MEMLOCK_ROW));
-        let process = Process {
-            pid,
-            comm,
-            opened,
-            fds_unreadable,
-            cap_eff: procfs::read(snap, pid, "status")
-                .as_deref()
-                .and_then(parse_cap_eff),
-            memlock_soft: pair.map(|p| p.0),
-            memlock_hard: pair.map(|p| p.1),
-        };
-        let c = by_id
-            .entry((pod_uid.clone(), container_id.clone()))
-            .or_insert_with(|| {
-                // Once per container, through its first process: what its /dev
-                // holds and what its devices cgroup allows.
-                let dev = format!("/proc/{pid}/root/dev/infiniband");
-                let (dev_nodes, dev_unreadable) = match snap.list_dir(Path::new(&dev)) {
-                    Ok(names) => (
-                        names
-                            .into_iter()
-                            .map(|n| format!("/dev/infiniband/{n}"))
-                            .filter(|p| is_rdma_path(p))
-                            .collect(),
-                        None,
-                    ),
-                    Err(e) => (Vec::new(), Some(e.to_string())),
-                };
-                let mut cgroup_devices = Vec::new();
-                if let Some(p) = devices_cgroup(&cg) {
-                    let list = format!("/sys/fs/cgroup/devices{p}/devices.list");
-                    match snap.read_string(Path::new(&list)) {
-                        Ok(t) => {
-                            cgroup_devices = t.map(|t| parse_devices_list(&t)).unwrap_or_default()
-                        }
-                        Err(e) => unreadable.push(format!(
-                            "pod {} container {}: {e}",
-                            pod_uid.as_deref().unwrap_or("?"),
-                            container_id
-                                .as_deref()
-                                .map_or("?", |c| &c[..c.len().min(12)])
-                        )),
-                    }
-                }
-                Container {
-                    pod_uid,
-                    container_id,
-                    dev_nodes,
-                    dev_unreadable,
-                    cgroup_devices,
-                    ..Container::default()
-                }
-            });
-        c.processes.push(process);
-    }
-    Ok(Facts {
-        containers: by_id.into_values().collect(),
-        unreadable,
-    })
+/// Which remedy can work for a finding, and why (see the module's doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Remedy {
+    /// Root with memlock at target but no CAP_IPC_LOCK: add the capability.
+    IpcLock,
+    /// Root without CAP_IPC_LOCK and with a low memlock: the capability (this
+    /// pod only) or the node's memlock (every RDMA container) both work.
+    Either,
+    /// Not root: IPC_LOCK in the spec gives it no effective capability.
+    NodeMemlockNonRoot,
+    /// In a user namespace: its CAP_IPC_LOCK is not the initial namespace's,
+    /// which the kernel asks for.
+    NodeMemlockUserNs,
 }
 
 /// What one container with RDMA devices lacks, judged on the processes that
-/// hold them open (or, when none does yet, its first process).
+/// hold them (or, when none does yet, its first process).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Finding {
     pub pod_uid: Option<String>,
@@ -251,7 +269,9 @@ pub struct Finding {
     pub evidence: String,
     pub process: Process,
     pub problems: Vec<RdmaProblem>,
-    /// Facts that could not be read for this container (capabilities, limits).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remedy: Option<Remedy>,
+    /// Facts that could not be read for this container (capabilities, limits), with why.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unknown: Vec<String>,
 }
@@ -259,6 +279,12 @@ pub struct Finding {
 fn evidence(c: &Container, p: &Process) -> Option<String> {
     if !p.opened.is_empty() {
         return Some(format!("opens {}", p.opened.join(", ")));
+    }
+    if !p.holds.is_empty() {
+        return Some(format!(
+            "holds RDMA resources ({}, by the kernel's resource tracking)",
+            p.holds.join(", ")
+        ));
     }
     if !c.dev_nodes.is_empty() {
         return Some(format!("has {} in its /dev", c.dev_nodes.join(", ")));
@@ -271,42 +297,83 @@ fn evidence(c: &Container, p: &Process) -> Option<String> {
     })
 }
 
+/// The processes a container is judged on: those holding RDMA, or its first.
+pub fn subjects(c: &Container) -> Vec<&Process> {
+    let holders: Vec<&Process> = c.processes.iter().filter(|p| p.uses_rdma()).collect();
+    if holders.is_empty() {
+        c.processes.first().into_iter().collect()
+    } else {
+        holders
+    }
+}
+
+/// The problems of one process, the remedy that can work, and what could not
+/// be read to tell.
+pub fn judge(p: &Process, target: Limit) -> (Vec<RdmaProblem>, Option<Remedy>, Vec<String>) {
+    let mut problems = Vec::new();
+    let mut unknown = Vec::new();
+    let why = |what: &str| {
+        let reason = p
+            .unreadable
+            .iter()
+            .find(|r| r.contains(what))
+            .map_or(String::new(), |r| format!(" ({r})"));
+        format!("{what} of pid {}{reason}", p.pid)
+    };
+    let Some(ipc_lock) = p.has_ipc_lock() else {
+        unknown.push(why("capabilities"));
+        return (problems, None, unknown);
+    };
+    // The kernel asks for the capability in the initial user namespace.
+    let user_ns = match p.initial_user_ns {
+        Some(initial) => !initial,
+        None if ipc_lock => {
+            unknown.push(why("user namespace"));
+            return (problems, None, unknown);
+        }
+        None => false,
+    };
+    if ipc_lock && !user_ns {
+        return (problems, None, unknown);
+    }
+    let Some(uid) = p.uid else {
+        unknown.push(why("uid"));
+        return (problems, None, unknown);
+    };
+    let low = match p.memlock_soft {
+        Some(soft) => soft < target,
+        None => {
+            unknown.push(why("memlock"));
+            false
+        }
+    };
+    let remedy = if user_ns {
+        low.then_some(Remedy::NodeMemlockUserNs)
+    } else if uid != 0 {
+        low.then_some(Remedy::NodeMemlockNonRoot)
+    } else {
+        problems.push(RdmaProblem::NoIpcLock);
+        Some(if low { Remedy::Either } else { Remedy::IpcLock })
+    };
+    if low {
+        problems.push(RdmaProblem::LowMemlock);
+    }
+    (problems, remedy, unknown)
+}
+
 /// The findings for the containers that have RDMA devices, and the containers
 /// whose open files could not be read (they may have some).
 pub fn findings(containers: &[Container], target: Limit) -> (Vec<Finding>, Vec<&Container>) {
     let mut out = Vec::new();
     let mut unreadable = Vec::new();
     for c in containers {
-        let holders: Vec<&Process> = c
-            .processes
-            .iter()
-            .filter(|p| !p.opened.is_empty())
-            .collect();
-        let subjects = if holders.is_empty() {
-            c.processes.first().into_iter().collect()
-        } else {
-            holders
-        };
         // One finding per container: the subject with the most problems.
         let mut best: Option<Finding> = None;
-        for p in subjects {
+        for p in subjects(c) {
             let Some(evidence) = evidence(c, p) else {
                 continue;
             };
-            let mut problems = Vec::new();
-            let mut unknown = Vec::new();
-            match p.has_ipc_lock() {
-                Some(false) => problems.push(RdmaProblem::NoIpcLock),
-                Some(true) => {}
-                None => unknown.push(format!("capabilities of pid {}", p.pid)),
-            }
-            if p.has_ipc_lock() != Some(true) {
-                match p.memlock_soft {
-                    Some(soft) if soft < target => problems.push(RdmaProblem::LowMemlock),
-                    Some(_) => {}
-                    None => unknown.push(format!("memlock of pid {}", p.pid)),
-                }
-            }
+            let (problems, remedy, unknown) = judge(p, target);
             if best
                 .as_ref()
                 .is_none_or(|b| problems.len() > b.problems.len())
@@ -317,6 +384,7 @@ pub fn findings(containers: &[Container], target: Limit) -> (Vec<Finding>, Vec<&
                     evidence,
                     process: p.clone(),
                     problems,
+                    remedy,
                     unknown,
                 });
             }
@@ -367,21 +435,20 @@ impl Concern for PodsRdma {
             })
             .collect();
         Decision {
-            checks: vec![check_with(
-                &facts.containers,
-                &facts.unreadable,
-                target,
-                ctx.config.pods.rdma,
-            )],
+            checks: vec![check_facts(facts, target, ctx.config.pods.rdma)],
             observations,
             ..Decision::default()
         }
     }
 }
 
+#[path = "pods_rdma_gather.rs"]
+mod gather;
+pub use gather::gather;
+
 #[path = "pods_rdma_report.rs"]
 mod report;
-pub use report::{check, check_with, explain};
+pub use report::{check, check_facts, check_with, explain};
 
 #[cfg(test)]
 #[path = "pods_rdma_tests.rs"]

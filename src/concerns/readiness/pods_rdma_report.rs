@@ -2,10 +2,10 @@
 
 use serde_json::json;
 
-use super::{CHECK_ID, Container, Finding, findings};
-use crate::config::{Limit, Severity};
+use super::{CHECK_ID, Container, Facts, Finding, Remedy, Route, findings};
+use crate::config::Severity;
 use crate::engine::check::{Check, Status};
-use crate::engine::observe::RdmaProblem;
+use crate::host::limit::Limit;
 
 fn name(f: &Finding) -> String {
     format!(
@@ -19,29 +19,71 @@ fn name(f: &Finding) -> String {
     )
 }
 
-/// What is wrong with one finding and how to fix it.
+/// The node-level remedy: the limit every RDMA container starts with.
+const NODE_MEMLOCK: &str = "`rdma-node-agent apply` (the base spec; then recreate the pod), \
+    or `[containerd] memlock_via = \"nri\"` (set as each RDMA container is created, no containerd restart)";
+
+/// What is wrong with one finding, which remedy can work, and why.
 pub fn explain(f: &Finding, target: Limit) -> String {
-    let mut what = Vec::new();
-    if f.problems.contains(&RdmaProblem::NoIpcLock) {
-        what.push(
-            "lacks CAP_IPC_LOCK: NCCL will crash registering memory; add IPC_LOCK to \
-             securityContext.capabilities.add"
-                .to_owned(),
-        );
-    }
-    if f.problems.contains(&RdmaProblem::LowMemlock) {
-        let soft = f.process.memlock_soft.unwrap_or(Limit(0));
-        let hard = f
-            .process
+    let p = &f.process;
+    let memlock = || {
+        let soft = p.memlock_soft.unwrap_or(Limit(0));
+        let hard = p
             .memlock_hard
             .map_or_else(|| "?".to_owned(), |h| h.to_string());
-        what.push(format!(
-            "its memlock {soft} (hard {hard}) is below {target} without CAP_IPC_LOCK: \
-             ibv_reg_mr fails (\"Couldn't allocate MR\") past it; run `rdma-node-agent apply` \
-             and recreate the pod"
+        format!(
+            "its memlock {soft} (hard {hard}) is below {target}: ibv_reg_mr fails \
+             (\"Couldn't allocate MR\") past it"
+        )
+    };
+    let uid = p.uid.map_or_else(|| "?".to_owned(), |u| u.to_string());
+    let what = match f.remedy {
+        Some(Remedy::IpcLock) => {
+            "lacks CAP_IPC_LOCK: NCCL will crash registering memory; add IPC_LOCK \
+             to securityContext.capabilities.add"
+                .to_owned()
+        }
+        Some(Remedy::Either) => format!(
+            "lacks CAP_IPC_LOCK and {}; either remedy works, as it runs as root: IPC_LOCK in \
+             securityContext.capabilities.add, for this pod (root keeps its spec's capabilities \
+             across exec, and CAP_IPC_LOCK lifts the limit), or the node's memlock, for every RDMA \
+             pod: {NODE_MEMLOCK}",
+            memlock()
+        ),
+        Some(Remedy::NodeMemlockNonRoot) => format!(
+            "{}; it runs as uid {uid}, not root, so IPC_LOCK in securityContext.capabilities.add \
+             gives it no effective capability (execve drops every capability that is not ambient, \
+             capabilities(7), and Kubernetes sets none): raise the node's memlock: {NODE_MEMLOCK}",
+            memlock()
+        ),
+        Some(Remedy::NodeMemlockUserNs) => format!(
+            "{}; it runs in a user namespace (hostUsers: false), where CAP_IPC_LOCK is that \
+             namespace's and the kernel asks for the initial namespace's (capable() in \
+             ib_umem_get): raise the node's memlock: {NODE_MEMLOCK}",
+            memlock()
+        ),
+        None => "cannot register memory".to_owned(),
+    };
+    format!("{} {} but {what}", name(f), f.evidence)
+}
+
+/// The check from the gathered facts, saying how the RDMA users were found.
+pub fn check_facts(facts: &Facts, target: Limit, severity: Severity) -> Check {
+    let mut c = check_with(&facts.containers, &facts.unreadable, target, severity);
+    if let Some(d) = c.details.as_object_mut() {
+        d.insert("found_by".into(), json!(facts.route));
+    }
+    // A node with RDMA devices whose kernel did not answer: say the fd scan stood in.
+    if let Route::FdScan {
+        why,
+        expected: false,
+    } = &facts.route
+    {
+        c.message.push_str(&format!(
+            " (every pod process's open files were read: the kernel's RDMA resource tracking could not be asked: {why})"
         ));
     }
-    format!("{} {} but {}", name(f), f.evidence, what.join("; and "))
+    c
 }
 
 pub fn check(containers: &[Container], target: Limit, severity: Severity) -> Check {

@@ -1,6 +1,7 @@
 use super::*;
 use crate::config::Severity;
 use crate::engine::check::Status;
+use crate::host::procfs;
 use serde_json::json;
 
 const ID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
@@ -9,15 +10,18 @@ const ID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcd
 const ALL_CAPS: u64 = 0x0000_01ff_ffff_ffff;
 const CONTAINER_CAPS: u64 = 0xa804_25fb;
 
+/// A root process of the initial user namespace.
 fn proc(pid: u32, opened: &[&str], cap_eff: u64, soft: Limit) -> Process {
     Process {
         pid,
         comm: "ib_write_bw".into(),
         opened: opened.iter().map(|s| s.to_string()).collect(),
-        fds_unreadable: None,
+        uid: Some(0),
+        initial_user_ns: Some(true),
         cap_eff: Some(cap_eff),
         memlock_soft: Some(soft),
         memlock_hard: Some(soft),
+        ..Process::default()
     }
 }
 
@@ -98,7 +102,8 @@ fn low_memlock_counts_only_without_ipc_lock() {
     );
     assert!(
         explain(&f[0], Limit::UNLIMITED).contains(
-            "; and its memlock 64KiB (hard 64KiB) is below unlimited without CAP_IPC_LOCK: ibv_reg_mr fails"
+            "but lacks CAP_IPC_LOCK and its memlock 64KiB (hard 64KiB) is below unlimited: \
+             ibv_reg_mr fails (\"Couldn't allocate MR\") past it; either remedy works, as it runs as root"
         ),
         "{}",
         explain(&f[0], Limit::UNLIMITED)
@@ -220,4 +225,128 @@ fn unreadable_cgroup_and_devices_list_are_named() {
         c.message
     );
     assert!(c.message.contains("pid 10"), "{}", c.message);
+}
+
+/// uid 1000 as a non-root pod runs: containerd's default set in its spec with
+/// IPC_LOCK added, yet CapEff 0 after exec (NVIDIA/nvidia-container-toolkit#2037).
+fn non_root(pid: u32, cap_eff: u64, soft: Limit) -> Process {
+    Process {
+        uid: Some(1000),
+        ..proc(pid, &["/dev/infiniband/uverbs0"], cap_eff, soft)
+    }
+}
+
+/// The advice matrix: uid (root, not root, a user namespace's root) × CapEff
+/// (with, without CAP_IPC_LOCK) × memlock (below, at the target).
+#[test]
+fn advice_matrix() {
+    let low = Limit(65536);
+    let target = Limit::UNLIMITED;
+    let ipc = ALL_CAPS;
+    let judged = |p: Process| judge(&p, target);
+    use RdmaProblem::*;
+    // Root with CAP_IPC_LOCK: fine whatever its memlock.
+    for soft in [low, target] {
+        assert_eq!(judged(proc(1, &[], ipc, soft)), (vec![], None, vec![]));
+    }
+    // Root without it: the capability alone, or either remedy once memlock is low too.
+    assert_eq!(
+        judged(proc(1, &[], CONTAINER_CAPS, target)),
+        (vec![NoIpcLock], Some(Remedy::IpcLock), vec![])
+    );
+    assert_eq!(
+        judged(proc(1, &[], CONTAINER_CAPS, low)),
+        (vec![NoIpcLock, LowMemlock], Some(Remedy::Either), vec![])
+    );
+    // Not root, without the capability: memlock is all that counts, and only
+    // the node's memlock can raise it.
+    assert_eq!(
+        judged(non_root(1, 0, low)),
+        (vec![LowMemlock], Some(Remedy::NodeMemlockNonRoot), vec![])
+    );
+    assert_eq!(judged(non_root(1, 0, target)), (vec![], None, vec![]));
+    // Not root but with CAP_IPC_LOCK effective (ambient or file capabilities): fine.
+    assert_eq!(
+        judged(non_root(1, 1 << CAP_IPC_LOCK, low)),
+        (vec![], None, vec![])
+    );
+    // A user namespace's root: its CAP_IPC_LOCK is not the initial namespace's.
+    let userns = |soft| Process {
+        uid: Some(100_000),
+        initial_user_ns: Some(false),
+        ..proc(1, &[], ipc, soft)
+    };
+    assert_eq!(
+        judged(userns(low)),
+        (vec![LowMemlock], Some(Remedy::NodeMemlockUserNs), vec![])
+    );
+    assert_eq!(judged(userns(target)), (vec![], None, vec![]));
+}
+
+#[test]
+fn non_root_gets_the_memlock_advice_not_ipc_lock() {
+    let c = container(vec![non_root(7, 0, Limit(65536))]);
+    let c = check(&[c], Limit::UNLIMITED, Severity::Warn);
+    assert_eq!(c.status, Status::Warn);
+    assert_eq!(
+        c.message,
+        "1 of 1 RDMA pod container(s) cannot register memory: pod uid container 0123456789ab \
+         (ib_write_bw, pid 7) opens /dev/infiniband/uverbs0 but its memlock 64KiB (hard 64KiB) is \
+         below unlimited: ibv_reg_mr fails (\"Couldn't allocate MR\") past it; it runs as uid 1000, \
+         not root, so IPC_LOCK in securityContext.capabilities.add gives it no effective capability \
+         (execve drops every capability that is not ambient, capabilities(7), and Kubernetes sets \
+         none): raise the node's memlock: `rdma-node-agent apply` (the base spec; then recreate the \
+         pod), or `[containerd] memlock_via = \"nri\"` (set as each RDMA container is created, no \
+         containerd restart)"
+    );
+    assert!(!c.message.contains("add IPC_LOCK"), "{}", c.message);
+    let d = &c.details["containers"][0];
+    assert_eq!(d["problems"], json!(["low_memlock"]));
+    assert_eq!(d["remedy"], "node_memlock_non_root");
+    assert_eq!(d["process"]["uid"], 1000);
+}
+
+/// What cannot be read is unknown for that container, with the reason; never ok.
+#[test]
+fn unreadable_credentials_are_unknown_with_the_reason() {
+    let target = Limit::UNLIMITED;
+    let mut p = non_root(7, 0, target);
+    p.cap_eff = None;
+    p.uid = None;
+    p.unreadable = vec!["capabilities and uid: reading /proc/7/status: permission denied".into()];
+    let c = check(&[container(vec![p])], target, Severity::Warn);
+    assert_eq!(c.status, Status::Unknown, "{}", c.message);
+    assert!(
+        c.message.contains("cannot read its capabilities of pid 7 (capabilities and uid: reading /proc/7/status: permission denied)"),
+        "{}",
+        c.message
+    );
+    // Limits unreadable, no capability: memlock unknown.
+    let mut p = non_root(7, 0, target);
+    p.memlock_soft = None;
+    p.unreadable = vec!["memlock: /proc/7/limits is gone".into()];
+    let c = check(&[container(vec![p])], target, Severity::Warn);
+    assert_eq!(c.status, Status::Unknown, "{}", c.message);
+    assert!(
+        c.message
+            .contains("memlock of pid 7 (memlock: /proc/7/limits is gone)"),
+        "{}",
+        c.message
+    );
+    // A capability whose user namespace could not be told is not trusted.
+    let mut p = non_root(7, ALL_CAPS, Limit(65536));
+    p.initial_user_ns = None;
+    let c = check(&[container(vec![p])], target, Severity::Warn);
+    assert_eq!(c.status, Status::Unknown, "{}", c.message);
+}
+
+#[test]
+fn parsers_of_credentials() {
+    let status = "Name:\tsleep\nTgid:\t4301\nPid:\t4305\nUid:\t0\t1000\t1000\t1000\nCapEff:\t0000000000000000\n";
+    assert_eq!(parse_euid(status), Some(1000));
+    assert_eq!(parse_tgid(status), Some(4301));
+    assert_eq!(parse_euid("Uid:\n"), None);
+    assert!(is_initial_uid_map("         0          0 4294967295\n"));
+    assert!(!is_initial_uid_map("         0     100000      65536\n"));
+    assert!(!is_initial_uid_map(""));
 }

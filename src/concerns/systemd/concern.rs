@@ -31,6 +31,14 @@ impl Concern for Memlock {
     }
 
     fn gather(&self, snap: &Snapshot, cfg: &Config) -> Result<Units, GatherError> {
+        // The NRI route raises memlock per container: containerd's own limit
+        // (and the restart it takes) stays as it is.
+        if !cfg.containerd.base_spec_route(snap) {
+            return Err(GatherError::skipped(format!(
+                "memlock_via = \"{}\": containerd's LimitMEMLOCK is left as it is (no restart); the agent's NRI plugin gives RDMA containers memlock (containerd.nri)",
+                cfg.containerd.memlock_via.as_str()
+            )));
+        }
         // The unit that runs containerd: the one fact every concern follows.
         let unit = match snap.containerd(&cfg.containerd.hints()) {
             Discovery::Found(c) => (c.unit.clone(), c.pid),

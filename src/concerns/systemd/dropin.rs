@@ -6,14 +6,15 @@ use std::path::PathBuf;
 
 use serde_json::json;
 
-use crate::config::{Limit, SystemdConfig};
+use crate::config::SystemdConfig;
 use crate::engine::check::{Check, Status};
 use crate::engine::plan::{FileChange, Plan};
 use crate::host::HostError;
+use crate::host::limit::Limit;
 use crate::host::procfs;
 use crate::host::snapshot::Snapshot;
 
-use crate::host::service::{ServiceManager, UnitStatus};
+use crate::host::service::{ServiceManager, UnitState, UnitStatus};
 
 pub const CHECK_ID: &str = "systemd.memlock";
 
@@ -129,9 +130,6 @@ pub fn decide(facts: &[UnitFacts], cfg: &SystemdConfig) -> Plan {
 }
 
 pub fn check(facts: &[UnitFacts], cfg: &SystemdConfig) -> Check {
-    if !cfg.enabled {
-        return Check::new(CHECK_ID, Status::Skipped, "disabled in the agent config");
-    }
     let want = content(cfg.memlock);
     let mut problems: Vec<(Status, String)> = Vec::new();
     for f in facts {
@@ -157,7 +155,7 @@ pub fn check(facts: &[UnitFacts], cfg: &SystemdConfig) -> Check {
                 ));
                 continue;
             }
-            if s.active_state != "active" {
+            if s.active_state != UnitState::Active {
                 problems.push((Status::Warn, format!("{} is {}", f.unit, s.active_state)));
                 continue;
             }
@@ -258,7 +256,7 @@ mod tests {
 
     fn status(limit: u64) -> UnitStatus {
         UnitStatus {
-            active_state: "active".into(),
+            active_state: UnitState::Active,
             main_pid: 42,
             limit_memlock: Some(limit),
             started: None,

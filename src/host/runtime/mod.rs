@@ -113,8 +113,7 @@ pub struct Hints {
 }
 
 fn is_active(m: &dyn ServiceManager, unit: &str) -> bool {
-    m.status(unit)
-        .is_ok_and(|s| s.active_state == "active" || s.active_state == "activating")
+    m.status(unit).is_ok_and(|s| s.active_state.is_up())
 }
 
 fn distro_of(unit: &str) -> Distro {
@@ -332,7 +331,7 @@ fn dropins(f: &UnitFile) -> String {
 
 /// The installed containerd package (`containerd` or `containerd.io`) and its
 /// version, from the dpkg database under the root.
-pub fn dpkg_containerd(host: &super::Host) -> Option<(String, String)> {
+pub fn dpkg_containerd(host: &super::read::ReadHost) -> Option<(String, String)> {
     let status = host.read_string(Path::new("/var/lib/dpkg/status")).ok()??;
     status.split("\n\n").find_map(|stanza| {
         let field = |name: &str| {

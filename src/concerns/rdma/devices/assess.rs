@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use serde_json::json;
 
 use super::{Device, Kind, Port, Problem};
-use crate::concerns::rdma::RdmaConfig;
 use crate::concerns::rdma::gpudirect::Finding;
+use crate::config::rdma::RdmaConfig;
 use crate::engine::check::{Check, Status};
 
 pub const CHECK_ID: &str = "rdma.devices";

@@ -16,6 +16,21 @@ pub enum Observation {
         current_since: Option<SystemTime>,
         grpc_address: PathBuf,
     },
+    /// The RLIMIT_MEMLOCK a CRI handler's base spec sets (`None`: none, or no
+    /// base spec), as containerd's own view names the handlers; the NRI plugin
+    /// reads it because containerd (2.1) does not show plugins a spec's rlimits.
+    BaseSpecMemlock {
+        handler: String,
+        /// containerd's default handler (pods that name none use it).
+        default: bool,
+        memlock: Option<(u64, u64)>,
+    },
+    /// The daemon's NRI plugin: registered now, and its counts since start.
+    Nri {
+        registered: bool,
+        adjusted: u64,
+        kept_lower: u64,
+    },
     /// One RDMA port as sysfs shows it. `None` fields are unknown (unreadable,
     /// or a value the kernel does not name): never to be shown as down.
     Port {

@@ -1,0 +1,232 @@
+//! How `pods.rdma` finds the RDMA pod containers: pod processes by their
+//! cgroup, RDMA users from the kernel's resource tracking first, then the
+//! containers whose devices include RDMA nodes; descriptors only where needed.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::Arc;
+
+use super::{
+    Container, Facts, Process, Route, devices_cgroup, is_initial_uid_map, is_rdma_path,
+    parse_cap_eff, parse_devices_list, parse_euid, parse_limit_pair, parse_tgid, subjects,
+};
+use crate::host::kubepods::{parse_cgroup, parse_shim_id};
+use crate::host::netlink::restrack::Unavailable;
+use crate::host::procfs;
+use crate::host::snapshot::Snapshot;
+
+type Key = (Option<String>, Option<String>);
+
+fn short(id: &Option<String>) -> &str {
+    id.as_deref().map_or("?", |c| &c[..c.len().min(12)])
+}
+
+/// The processes the kernel names as RDMA resource holders, by process: an
+/// entry's PID is the task that created it, which may be a thread (NCCL's
+/// proxy threads), so a PID that /proc does not list is mapped to its Tgid.
+fn holders_by_process<'a>(
+    snap: &'a Snapshot,
+    listed: &[u32],
+) -> Result<BTreeMap<u32, Vec<String>>, &'a Unavailable> {
+    let h = snap.restrack()?;
+    let mut out: BTreeMap<u32, BTreeSet<String>> = BTreeMap::new();
+    for (&pid, what) in &h.pids {
+        let tgid = if listed.binary_search(&pid).is_ok() {
+            Some(pid)
+        } else {
+            procfs::read(snap, pid, "status")
+                .as_deref()
+                .and_then(parse_tgid)
+        };
+        // Gone since the kernel answered: nothing to judge.
+        if let Some(tgid) = tgid {
+            out.entry(tgid).or_default().extend(what.iter().cloned());
+        }
+    }
+    Ok(out
+        .into_iter()
+        .map(|(k, v)| (k, v.into_iter().collect()))
+        .collect())
+}
+
+/// Whether a container's first process is its pod's sandbox (pause): it never
+/// uses RDMA (see pods::PodProcess::is_sandbox).
+fn is_sandbox(snap: &Snapshot, pid: u32, container_id: &Option<String>) -> bool {
+    if procfs::comm(snap, pid).as_deref() == Some("pause") {
+        return true;
+    }
+    let shim = procfs::read(snap, pid, "stat")
+        .as_deref()
+        .and_then(procfs::parse_ppid)
+        .and_then(|ppid| procfs::read(snap, ppid, "cmdline"))
+        .and_then(|c| parse_shim_id(&c));
+    shim.is_some() && shim == *container_id
+}
+
+/// Its /dev/infiniband (through /proc/<pid>/root) and what its cgroup-v1
+/// devices controller allows.
+fn devices(
+    snap: &Snapshot,
+    pid: u32,
+    cg: &str,
+    key: &Key,
+    c: &mut Container,
+    unreadable: &mut Vec<String>,
+) {
+    let dev = format!("/proc/{pid}/root/dev/infiniband");
+    match snap.list_dir(Path::new(&dev)) {
+        Ok(names) => {
+            c.dev_nodes = names
+                .into_iter()
+                .map(|n| format!("/dev/infiniband/{n}"))
+                .filter(|p| is_rdma_path(p))
+                .collect()
+        }
+        Err(e) => c.dev_unreadable = Some(e.to_string()),
+    }
+    if let Some(p) = devices_cgroup(cg) {
+        let list = format!("/sys/fs/cgroup/devices{p}/devices.list");
+        match snap.read_string(Path::new(&list)) {
+            Ok(t) => c.cgroup_devices = t.map(|t| parse_devices_list(&t)).unwrap_or_default(),
+            Err(e) => unreadable.push(format!(
+                "pod {} container {}: {e}",
+                key.0.as_deref().unwrap_or("?"),
+                short(&key.1)
+            )),
+        }
+    }
+}
+
+/// Reads what the judgement needs of a subject: uid and capabilities,
+/// memlock, user namespace, each with why when it cannot be read.
+fn credentials(snap: &Snapshot, p: &mut Process) {
+    let pid = p.pid;
+    p.comm = procfs::comm(snap, pid).unwrap_or_default();
+    match snap.proc_read(pid, "status") {
+        Ok(Some(s)) => {
+            p.cap_eff = parse_cap_eff(&s);
+            p.uid = parse_euid(&s);
+            if p.cap_eff.is_none() || p.uid.is_none() {
+                p.unreadable.push(format!(
+                    "capabilities and uid: /proc/{pid}/status has no CapEff or Uid line"
+                ));
+            }
+        }
+        Ok(None) => p
+            .unreadable
+            .push(format!("capabilities and uid: /proc/{pid}/status is gone")),
+        Err(e) => p.unreadable.push(format!("capabilities and uid: {e}")),
+    }
+    match snap.proc_read(pid, "limits") {
+        Ok(Some(l)) => match parse_limit_pair(&l, procfs::MEMLOCK_ROW) {
+            Some((soft, hard)) => (p.memlock_soft, p.memlock_hard) = (Some(soft), Some(hard)),
+            None => p.unreadable.push(format!(
+                "memlock: /proc/{pid}/limits has no \"Max locked memory\" row"
+            )),
+        },
+        Ok(None) => p
+            .unreadable
+            .push(format!("memlock: /proc/{pid}/limits is gone")),
+        Err(e) => p.unreadable.push(format!("memlock: {e}")),
+    }
+    match snap.proc_read(pid, "uid_map") {
+        Ok(Some(m)) => p.initial_user_ns = Some(is_initial_uid_map(&m)),
+        Ok(None) => p
+            .unreadable
+            .push(format!("user namespace: /proc/{pid}/uid_map is gone")),
+        Err(e) => p.unreadable.push(format!("user namespace: {e}")),
+    }
+}
+
+pub fn gather(snap: &Snapshot) -> crate::host::Result<Facts> {
+    let pids = snap.pids()?;
+    let holders = holders_by_process(snap, pids);
+    // Pod processes by container, through their cgroup alone.
+    let mut by_id: BTreeMap<Key, Vec<(u32, Arc<str>)>> = BTreeMap::new();
+    let mut unreadable = Vec::new();
+    for &pid in pids {
+        let cg = match snap.proc_read(pid, "cgroup") {
+            Ok(Some(cg)) => cg,
+            // Gone since /proc was listed.
+            Ok(None) => continue,
+            Err(e) => {
+                unreadable.push(format!("pid {pid}: {e}"));
+                continue;
+            }
+        };
+        if let Some(key) = parse_cgroup(&cg) {
+            by_id.entry(key).or_default().push((pid, cg));
+        }
+    }
+    let mut containers = Vec::new();
+    let mut holding = 0;
+    for (key, members) in by_id {
+        let (first, cg) = &members[0];
+        let mut c = Container {
+            pod_uid: key.0.clone(),
+            container_id: key.1.clone(),
+            ..Container::default()
+        };
+        devices(snap, *first, cg, &key, &mut c, &mut unreadable);
+        let held: Vec<Option<&Vec<String>>> = members
+            .iter()
+            .map(|(pid, _)| holders.as_ref().ok().and_then(|h| h.get(pid)))
+            .collect();
+        let scan = holders.is_err() || c.has_rdma_devices() || held.iter().any(Option::is_some);
+        for ((pid, _), held) in members.iter().zip(held) {
+            let mut p = Process {
+                pid: *pid,
+                holds: held.cloned().unwrap_or_default(),
+                ..Process::default()
+            };
+            holding += usize::from(held.is_some());
+            if scan {
+                match snap.fd_targets(*pid) {
+                    Ok(t) => p.opened = t.iter().filter(|p| is_rdma_path(p)).cloned().collect(),
+                    Err(e) => p.fds_unreadable = Some(e),
+                }
+            } else {
+                p.fds_skipped = true;
+            }
+            c.processes.push(p);
+        }
+        // Credentials only where there is something to judge.
+        let evidence = !c.dev_nodes.is_empty()
+            || !c.cgroup_devices.is_empty()
+            || c.processes.iter().any(Process::uses_rdma);
+        // Whether it is the pod's sandbox only matters where it would be reported.
+        if (evidence || c.dev_unreadable.is_some()) && is_sandbox(snap, *first, &key.1) {
+            continue;
+        }
+        let judged: BTreeSet<u32> = if evidence {
+            subjects(&c).iter().map(|p| p.pid).collect()
+        } else {
+            BTreeSet::new()
+        };
+        for p in c.processes.iter_mut().filter(|p| judged.contains(&p.pid)) {
+            credentials(snap, p);
+        }
+        containers.push(c);
+    }
+    let route = match snap.restrack() {
+        Ok(h) => Route::Restrack {
+            devices: h.devices.clone(),
+            holders: holding,
+            missing: h.missing.clone(),
+        },
+        Err(why) => Route::FdScan {
+            why: why.to_string(),
+            // No RDMA device, or not the running kernel: nothing was missed.
+            expected: matches!(why, Unavailable::NotLive | Unavailable::NoDevices),
+        },
+    };
+    Ok(Facts {
+        containers,
+        unreadable,
+        route,
+    })
+}
+
+#[cfg(test)]
+#[path = "pods_rdma_gather_tests.rs"]
+mod tests;
