@@ -19,6 +19,10 @@ use rdma_node_agent::host::limit::Limit;
 #[allow(dead_code)]
 mod sysfs;
 
+#[path = "../tests/support/pcie.rs"]
+#[allow(dead_code)]
+mod pcie;
+
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
@@ -78,6 +82,51 @@ fn benches(c: &mut Criterion) {
         });
     }
     group.finish();
+
+    // gpudirect.path on an 8-GPU, 8-NIC tree with two switch levels
+    // (support::pcie::hgx_tree): the concern's cost beside rdma.devices'.
+    // Target: gpudirect.path adds <= 2 ms to `check --only rdma.devices`.
+    let dir = tempfile::tempdir().unwrap();
+    pcie::hgx_tree(dir.path());
+    let agent = Agent::new(Host::new(dir.path()), Config::default());
+    let mut group = c.benchmark_group("8 GPUs 8 NICs two switch levels");
+    group.sample_size(50);
+    let only = |ids: &[&str]| ids.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let cases = [
+        ("check --only rdma.devices", only(&["rdma.devices"])),
+        ("check --only gpudirect.path", only(&["gpudirect.path"])),
+        (
+            "check --only rdma.devices --only gpudirect.path",
+            only(&["rdma.devices", "gpudirect.path"]),
+        ),
+    ];
+    for (name, ids) in &cases {
+        group.bench_function(*name, |b| b.iter(|| agent.check(black_box(ids))));
+    }
+    // The same as CPU time (user + system) of the process: on a loaded machine
+    // the wall time is mostly waiting for a core.
+    for (name, ids) in &cases {
+        group.bench_function(format!("{name} (CPU time)"), |b| {
+            b.iter_custom(|iters| {
+                let t0 = cpu_time();
+                for _ in 0..iters {
+                    black_box(agent.check(black_box(ids)));
+                }
+                cpu_time() - t0
+            })
+        });
+    }
+    group.finish();
+}
+
+/// User plus system CPU time of this process so far.
+fn cpu_time() -> std::time::Duration {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let u = getrusage(UsageWho::RUSAGE_SELF).unwrap();
+    let d = |t: nix::sys::time::TimeVal| {
+        std::time::Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000)
+    };
+    d(u.user_time()) + d(u.system_time())
 }
 
 criterion_group!(agent_benches, benches);

@@ -36,6 +36,8 @@ declare -A packages=(
     [ib_write_bw]=perftest
     # host::rtnetlink's root test flaps a veth pair in a network namespace of its own.
     [ip]=iproute2
+    # The ACS tier (tests/vm_acs.rs) reads config space back with setpci, copied into the VM.
+    [setpci]=pciutils
 )
 phase_start install
 missing=()
@@ -147,14 +149,18 @@ fi
 # It runs in a lane of its own beside the other tests: QEMU (TCG, one vCPU,
 # niced) keeps one core busy for minutes, mostly booting and waiting on the
 # guest, and the other tests leave a core to it.
-vm_lane() { phase vm-tier cargo test --test vm_rxe -- --include-ignored --nocapture; }
+vm_lane() {
+    phase vm-tier cargo test --test vm_rxe -- --include-ignored --nocapture
+    # The ACS tier: two boots of the same image as a q35 machine with a PCIe switch.
+    phase vm-acs cargo test --test vm_acs -- --include-ignored --nocapture
+}
 lane vm vm_lane
 
 # Every other test target. Every failing test binary is reported, not only the
 # first, and the lanes still finish and report before the script fails.
 tests=(--lib --bins --benches --examples)
 while read -r name; do
-    [ "$name" = vm_rxe ] || tests+=(--test "$name")
+    case $name in vm_rxe | vm_acs) ;; *) tests+=(--test "$name") ;; esac
 done < <(cargo metadata --no-deps --format-version 1 | /usr/bin/python3 -c '
 import json, sys
 for p in json.load(sys.stdin)["packages"]:

@@ -25,6 +25,7 @@ pub mod links;
 pub mod lock;
 pub mod netlink;
 pub mod nri;
+pub mod pci_config;
 pub mod procfs;
 pub mod read;
 mod resolve;

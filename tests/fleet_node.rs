@@ -241,13 +241,16 @@ fn series_by_family(text: &str) -> std::collections::BTreeMap<String, usize> {
 
 #[test]
 fn a_gpu_node_with_eight_ports_exports_at_most_150_series() {
-    // The A100 sample node (its GPUs, modules, kernel) with its RDMA devices
-    // replaced by 8 RoCE functions of one port each, all ACTIVE (the
-    // synthetic mlx5 layout of tests/support/sysfs.rs).
+    // The A100 sample node (its driver, modules, kernel) with its PCI tree
+    // replaced by an HGX-class one: 8 GPUs and 8 RDMA NICs of one port each
+    // under two levels of switches, one GPU↔NIC pair per leaf switch
+    // (support::pcie::hgx_tree, built here and labelled so).
     let t = node("a100");
     let root = t.path();
-    std::fs::remove_dir_all(root.join("sys/class/infiniband")).unwrap();
-    sysfs::sriov_tree(root, 8, 0);
+    for gone in ["sys/class/infiniband", "sys/bus/pci/devices", "sys/devices"] {
+        std::fs::remove_dir_all(root.join(gone)).unwrap();
+    }
+    support::pcie::hgx_tree(root);
     write(
         root,
         "/etc/rdma-node-agent/config.toml",

@@ -106,7 +106,7 @@ fn each_fixture_reports_exactly_its_devices() {
     assert_eq!(c["status"], "warn");
     assert_eq!(
         c["message"],
-        "3 RDMA device(s), 2/3 port(s) ACTIVE; 1 NVIDIA GPU(s): nvidia_peermem loaded, gdrdrv not loaded; \
+        "3 RDMA device(s), 2/3 port(s) ACTIVE; 2 NVIDIA GPU(s): nvidia_peermem loaded, gdrdrv not loaded; \
          mlx5_0/1 is DOWN (Disabled); list it in rdma.ignore_ports if it is down by design"
     );
     // Down by design (one cable): listed, it is not warned about.
@@ -116,7 +116,7 @@ fn each_fixture_reports_exactly_its_devices() {
     assert_eq!(ignored["status"], "ok", "{ignored}");
     assert_eq!(
         ignored["message"],
-        "3 RDMA device(s), 2/3 port(s) ACTIVE; 1 NVIDIA GPU(s): nvidia_peermem loaded, gdrdrv not loaded"
+        "3 RDMA device(s), 2/3 port(s) ACTIVE; 2 NVIDIA GPU(s): nvidia_peermem loaded, gdrdrv not loaded"
     );
     assert_eq!(c["details"]["devices"][0]["pci"], "0000:0c:00.0");
     assert_eq!(
@@ -141,7 +141,7 @@ fn a_down_port_expected_active_fails_naming_it() {
     assert_eq!(
         c["message"],
         "mlx5_0/1 is DOWN (Disabled), expected ACTIVE; GPUDirect module gdrdrv is not loaded \
-         (1 NVIDIA GPU(s) present; required by rdma.gpudirect_required)"
+         (2 NVIDIA GPU(s) present; required by rdma.gpudirect_required)"
     );
     let o = agent(t.path(), &["check"]);
     assert!(

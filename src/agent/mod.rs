@@ -191,7 +191,15 @@ impl Agent {
             Ok(p) => p.verify,
             Err(_) => Vec::new(),
         };
-        Ok(self.executor().revert(force, &verify)?)
+        let mut out = self.executor().revert(force, &verify)?;
+        // Then what concerns changed beyond files (ACS registers), from their records.
+        let snap = self.snapshot();
+        let undo: Vec<_> = concerns::ALL
+            .iter()
+            .flat_map(|c| c.undo(&snap, &self.config))
+            .collect();
+        out.actions.extend(self.executor().run_undo(&undo));
+        Ok(out)
     }
 }
 

@@ -1,5 +1,6 @@
-//! The `[gpudirect]` section: whether `gpudirect.path` runs and which GPUs
-//! must have a working GPUDirect RDMA path to their nearest NIC.
+//! The `[gpudirect]` section: whether `gpudirect.path` runs, which GPUs
+//! must have a working GPUDirect RDMA path to their nearest NIC, and whether
+//! `apply` clears the ACS redirect bits on those paths.
 
 use serde::Deserialize;
 
@@ -12,6 +13,18 @@ pub struct GpuDirectConfig {
     pub required: bool,
     /// Only these GPUs (PCI addresses, `0000:1b:00.0`) must.
     pub required_gpus: Vec<String>,
+    /// `report` (default): only say where ACS redirects peer-to-peer;
+    /// `disable`: `apply` (and the daemon, after every boot) clears ACSCtl on
+    /// the bridges of each GPU↔NIC path, `revert` writes the old values back.
+    pub acs: AcsMode,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AcsMode {
+    #[default]
+    Report,
+    Disable,
 }
 
 impl Default for GpuDirectConfig {
@@ -20,6 +33,7 @@ impl Default for GpuDirectConfig {
             enabled: true,
             required: false,
             required_gpus: Vec::new(),
+            acs: AcsMode::Report,
         }
     }
 }

@@ -166,6 +166,11 @@ impl Report {
                 c.id,
                 c.message
             ));
+            // A check may list sub-lines (one per GPU↔NIC pair): indented below it.
+            let lines = c.details.get("lines").and_then(|l| l.as_array());
+            for l in lines.into_iter().flatten().filter_map(|l| l.as_str()) {
+                out.push_str(&format!("{:<28} {l}\n", ""));
+            }
         }
         out
     }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crate::config::Config;
 use crate::engine::check::{Check, Status};
-use crate::engine::effect::{Preflight, Probe};
+use crate::engine::effect::{Effect, Preflight, Probe};
 use crate::engine::plan::{Action, FileChange, Record};
 use crate::host::snapshot::Snapshot;
 use crate::reason::Reason;
@@ -132,6 +132,12 @@ pub trait Concern: Send + Sync {
     fn gather(&self, snap: &Snapshot, cfg: &Config) -> Result<Self::Facts, GatherError>;
 
     fn decide(&self, facts: &Self::Facts, ctx: &Ctx) -> Decision;
+
+    /// Effects that undo what this concern's effects changed on the host, from
+    /// the agent's own record of it: `revert` runs them after restoring files.
+    fn undo(&self, _snap: &Snapshot, _cfg: &Config) -> Vec<Arc<dyn Effect>> {
+        Vec::new()
+    }
 }
 
 /// A concern with its facts type erased, so the engine can hold a list of them.
@@ -142,6 +148,7 @@ pub trait Run: Send + Sync {
     fn writes(&self) -> bool;
     fn summarises(&self) -> bool;
     fn run(&self, snap: &Snapshot, ctx: &Ctx) -> Result<Decision, GatherError>;
+    fn undo(&self, snap: &Snapshot, cfg: &Config) -> Vec<Arc<dyn Effect>>;
 }
 
 impl<C: Concern> Run for C {
@@ -168,5 +175,9 @@ impl<C: Concern> Run for C {
     fn run(&self, snap: &Snapshot, ctx: &Ctx) -> Result<Decision, GatherError> {
         let facts = self.gather(snap, ctx.config)?;
         Ok(self.decide(&facts, ctx))
+    }
+
+    fn undo(&self, snap: &Snapshot, cfg: &Config) -> Vec<Arc<dyn Effect>> {
+        Concern::undo(self, snap, cfg)
     }
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
 
-use super::effect::{LiveCtx, LiveHost, Probe};
+use super::effect::{Effect, LiveCtx, LiveHost, Probe};
 use super::holds::Holds;
 use super::outcome::{ActionOutcome, ActionStatus};
 use crate::engine::ledger::{Ledger, LedgerError, LegacyReaders, RevertOutcome};
@@ -243,6 +243,21 @@ impl Executor<'_> {
             actions,
             notes,
         })
+    }
+
+    /// Effects that undo what concerns changed on the host (`revert`), each on
+    /// the live host only; a failing one does not stop the others.
+    pub fn run_undo(&self, effects: &[Arc<dyn Effect>]) -> Vec<ActionOutcome> {
+        effects
+            .iter()
+            .map(|e| {
+                let (status, detail) = match self.live {
+                    None => (ActionStatus::Skipped, "not the live host".to_owned()),
+                    Some(live) => e.run(&live.ctx(self.stop)),
+                };
+                ActionOutcome::new(e.describe(), status, detail).keyed(e.key())
+            })
+            .collect()
     }
 
     /// systemd, to restart `unit` now; or the outcome that says why it is not

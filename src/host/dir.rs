@@ -61,6 +61,24 @@ impl Host {
         }))
     }
 
+    /// The directory at `p`, a host-absolute path known to hold no link (a
+    /// resolved sysfs device path): one `openat2(RESOLVE_NO_SYMLINKS)`, no
+    /// `/proc` lookup. `None` when that fails (a link on the way, no openat2):
+    /// ask `open_dir`.
+    pub fn open_real_dir(&self, p: &Path) -> Option<Dir<'_>> {
+        let (root, _) = self.root_dir()?;
+        let rel = p.strip_prefix("/").ok()?;
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let no_links = ResolveFlags::IN_ROOT | ResolveFlags::NO_SYMLINKS;
+        let fd = openat2(root, rel, flags, Mode::empty(), no_links).ok()?;
+        Some(Dir {
+            host: self,
+            path: p.to_owned(),
+            fd: Some(fd),
+            readable: false,
+        })
+    }
+
     /// The directory `name` in the one `p` resolves to, when it is a directory
     /// there and not a link (so its parent is `p` resolved): one open where
     /// `open_dir` of both would take two. `None` otherwise: ask `open_dir`.
@@ -161,6 +179,25 @@ impl<'h> Dir<'h> {
                 path: self.real(rel),
                 source: e.into(),
             }),
+        }
+    }
+
+    /// `rel` under this directory opened for reading, with its real path;
+    /// `Ok(None)` when it does not exist.
+    pub fn open_file(&self, rel: &str) -> Result<Option<(File, PathBuf)>> {
+        let real = self.real(rel);
+        match self.open(rel, OFlags::RDONLY) {
+            Some(Ok(fd)) => Ok(Some((File::from(fd), real))),
+            Some(Err(e)) if missing(e) => Ok(None),
+            Some(Err(e)) => Err(HostError::Read {
+                path: real,
+                source: e.into(),
+            }),
+            None => match File::open(&real) {
+                Ok(f) => Ok(Some((f, real))),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(source) => Err(HostError::Read { path: real, source }),
+            },
         }
     }
 

@@ -113,6 +113,18 @@ impl ReadHost {
         self.0.open_dir(p)
     }
 
+    pub fn open_real_dir(&self, p: &Path) -> Option<Dir<'_>> {
+        self.0.open_real_dir(p)
+    }
+
+    pub fn read_pci_config<T>(
+        &self,
+        p: &Path,
+        walk: impl FnOnce(&mut super::pci_config::ConfigReader) -> std::io::Result<T>,
+    ) -> Result<Option<T>> {
+        self.0.read_pci_config(p, walk)
+    }
+
     pub fn open_subdir(&self, p: &Path, name: &str) -> Option<Dir<'_>> {
         self.0.open_subdir(p, name)
     }

@@ -35,12 +35,28 @@ pub struct Snapshot {
     fd_targets: Mutex<HashMap<u32, FdTargets>>,
     /// Which containerd runs here, found once per cycle for every concern.
     containerd: OnceLock<super::runtime::Discovery>,
+    /// NVIDIA GPUs on the PCI bus, scanned once for rdma.devices and gpudirect.path.
+    nvidia_gpus: OnceLock<Result<Arc<PciGpus>, String>>,
     /// The daemon's NRI plugin as it stands (`None`: no plugin runs in this
     /// process, as in `check` from a shell).
     nri: Option<super::nri::Status>,
     /// The kernel's RDMA resource owners (restrack), asked once per cycle.
     restrack: OnceLock<Result<Holders, Unavailable>>,
 }
+
+/// NVIDIA GPUs among the PCI functions: vendor `0x10de` (the only file read of
+/// most functions), class `0x0300xx` (VGA) or `0x0302xx` (3D controller).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PciGpus {
+    /// Their addresses under /sys/bus/pci/devices, in order.
+    pub gpus: Vec<String>,
+    /// Functions whose vendor or class could not be read, each with why: any
+    /// of them may be a GPU.
+    pub unreadable: Vec<String>,
+}
+
+pub const PCI_DEVICES: &str = "/sys/bus/pci/devices";
+const NVIDIA_VENDOR: &str = "0x10de";
 
 /// A process's file as read: `Ok(None)` when the process (or file) is gone,
 /// `Err` with the reason when it exists but could not be read.
@@ -77,6 +93,7 @@ impl Snapshot {
             files: Mutex::default(),
             fd_targets: Mutex::default(),
             containerd: OnceLock::new(),
+            nvidia_gpus: OnceLock::new(),
             nri: None,
             restrack: OnceLock::new(),
         }
@@ -106,6 +123,49 @@ impl Snapshot {
         self.restrack
             .get_or_init(|| restrack::live(&self.host))
             .as_ref()
+    }
+
+    /// The NVIDIA GPUs on the PCI bus, scanned once per cycle.
+    pub fn nvidia_gpus(&self) -> Result<Arc<PciGpus>, HostError> {
+        self.nvidia_gpus
+            .get_or_init(|| self.scan_gpus().map(Arc::new).map_err(|e| e.to_string()))
+            .clone()
+            .map_err(|message| HostError::Snapshot {
+                what: "the PCI devices",
+                message,
+            })
+    }
+
+    fn scan_gpus(&self) -> Result<PciGpus, HostError> {
+        let mut out = PciGpus::default();
+        // A function whose vendor or class cannot be read is not "not a GPU".
+        let read = |p: &Path| -> Result<String, String> {
+            match self.host.read_string(p) {
+                Ok(Some(s)) => Ok(s),
+                Ok(None) => Err(format!("{} is missing", self.host.path(p).display())),
+                Err(e) => Err(e.to_string()),
+            }
+        };
+        for dev in self.host.list_dir(Path::new(PCI_DEVICES))? {
+            let dir = Path::new(PCI_DEVICES).join(&dev);
+            // Only the vendor of most functions is read; the class only for NVIDIA ones.
+            match read(&dir.join("vendor")) {
+                Ok(v) if v.trim() == NVIDIA_VENDOR => {}
+                Ok(_) => continue,
+                Err(e) => {
+                    out.unreadable.push(e);
+                    continue;
+                }
+            }
+            match read(&dir.join("class")) {
+                Ok(c) if c.trim().starts_with("0x0300") || c.trim().starts_with("0x0302") => {
+                    out.gpus.push(dev)
+                }
+                Ok(_) => {}
+                Err(e) => out.unreadable.push(e),
+            }
+        }
+        Ok(out)
     }
 
     /// With systemd to ask about units (the live host).

@@ -83,14 +83,14 @@ pub(super) fn gpudirect(m: &mut Families, seen: &[Observation]) {
     let speed = m.family(
         "pcie_link_speed_transfers_per_second",
         Kind::Gauge,
-        "Speed of a PCIe link on a GPU-NIC path, named by the function below it: which=current as trained, which=max what both ends support; no series when unreadable",
+        "Speed of a PCIe link on a GPU-NIC path, named by the function below it: which=current as trained; which=max what both ends support, only for a link trained below it; no series when unreadable",
     );
     for (device, s, _) in &links {
-        for (which, v) in ["current", "max"].into_iter().zip(s) {
+        for (which, v) in ["current", "max"].into_iter().zip(below_max(s)) {
             if let Some(v) = v {
                 speed.sample(
                     vec![("device", (*device).clone()), ("which", which.into())],
-                    f64::from(*v) * 1e8,
+                    f64::from(v) * 1e8,
                 );
             }
         }
@@ -98,16 +98,25 @@ pub(super) fn gpudirect(m: &mut Families, seen: &[Observation]) {
     let width = m.family(
         "pcie_link_width_lanes",
         Kind::Gauge,
-        "Width of a PCIe link on a GPU-NIC path in lanes: which=current as trained, which=max what both ends support; no series when unreadable",
+        "Width of a PCIe link on a GPU-NIC path in lanes: which=current as trained; which=max what both ends support, only for a link trained below it; no series when unreadable",
     );
     for (device, _, w) in &links {
-        for (which, v) in ["current", "max"].into_iter().zip(w) {
+        for (which, v) in ["current", "max"].into_iter().zip(below_max(w)) {
             if let Some(v) = v {
                 width.sample(
                     vec![("device", (*device).clone()), ("which", which.into())],
-                    f64::from(*v),
+                    f64::from(v),
                 );
             }
         }
+    }
+}
+
+/// [current, max], with max left out where the link runs at it: a healthy
+/// node's hops then cost one series each, and the max's presence says "below".
+fn below_max<T: PartialEq + Copy>(pair: &[Option<T>; 2]) -> [Option<T>; 2] {
+    match pair {
+        [Some(c), Some(m)] if c == m => [Some(*c), None],
+        p => *p,
     }
 }

@@ -8,6 +8,7 @@ pub mod artefacts;
 pub mod containerd;
 pub mod cri;
 pub mod nspawn;
+pub mod pcie;
 pub mod service;
 pub mod sysfs;
 

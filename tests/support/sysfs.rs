@@ -22,14 +22,29 @@ fn link(root: &Path, path: &str, target: &str) {
 fn function(root: &Path, bus: u8, func: &str, ibdev: &str, netdev: &str, physfn: Option<&str>) {
     let port = format!("/sys/devices/pci0000:{bus:02x}/0000:{bus:02x}:00.0");
     let dir = format!("{port}/{func}");
+    rdma_function(root, &dir, func, ibdev, netdev, physfn);
+}
+
+/// The RDMA side of the function at `dir` (`/sys/devices/…/<func>`): identity,
+/// net device, the RDMA device with one ACTIVE port, and the class links.
+pub fn rdma_function(
+    root: &Path,
+    dir: &str,
+    func: &str,
+    ibdev: &str,
+    netdev: &str,
+    physfn: Option<&str>,
+) {
     write(root, &format!("{dir}/vendor"), "0x15b3\n");
     write(root, &format!("{dir}/class"), "0x020000\n");
     write(root, &format!("{dir}/net/{netdev}/ifindex"), "2\n");
-    link(
-        root,
-        &format!("/sys/bus/pci/devices/{func}"),
-        &format!("../../..{}", &dir["/sys".len()..]),
-    );
+    if !root.join(format!("sys/bus/pci/devices/{func}")).exists() {
+        link(
+            root,
+            &format!("/sys/bus/pci/devices/{func}"),
+            &format!("../../..{}", &dir["/sys".len()..]),
+        );
+    }
     if let Some(pf) = physfn {
         link(root, &format!("{dir}/physfn"), &format!("../{pf}"));
     }

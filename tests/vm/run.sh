@@ -20,6 +20,10 @@
 #
 # TCG, 1 vCPU, 2 GiB: KVM cannot boot a stock kernel on the CI machines (the guest
 # hangs after "Probing EDD"). RDMA_AGENT_VM_ACCEL=kvm tries it anyway.
+#
+# VM_QEMU_ARGS (split on blanks) adds machine and device options, VM_APPEND words
+# to the kernel command line: tests/vm_acs.rs boots a q35 machine with PCIe root
+# ports, a switch and an IOMMU that way. Unset, the machine is the rxe tier's.
 set -euo pipefail
 
 payload=${1:?usage: run.sh PAYLOAD_DIR RESULTS_DIR}
@@ -50,6 +54,7 @@ tar -C "$payload" -cf "$work/payload.tar" .
 mkdir -p "$results"
 kernel=$(head -n 1 "$image/RELEASES")
 
+read -r -a extra <<<"${VM_QEMU_ARGS:-}"
 boot=0
 while :; do
     boot=$((boot + 1))
@@ -63,7 +68,8 @@ while :; do
         -nodefaults -display none -no-reboot -monitor none \
         -serial "file:$results/console-$boot.log" \
         -kernel "$image/vmlinuz-$kernel" -initrd "$image/initrd.img-$kernel" \
-        -append "root=/dev/vda rw console=ttyS0 panic=-1 init=/sbin/vm-init" \
+        -append "root=/dev/vda rw console=ttyS0 panic=-1 init=/sbin/vm-init${VM_APPEND:+ $VM_APPEND}" \
+        ${extra[@]+"${extra[@]}"} \
         -drive "file=$work/root.qcow2,format=qcow2,if=virtio" \
         -drive "file=$work/payload.tar,format=raw,if=virtio,readonly=on" \
         -drive "file=$work/results.img,format=raw,if=virtio" \

@@ -117,6 +117,35 @@ pub struct Pair {
     pub problems: Vec<String>,
 }
 
+impl Pair {
+    /// The pair in one line: where it is, how GPU memory would be registered,
+    /// and what keeps it from GPUDirect RDMA (the reason codes of the metrics).
+    pub fn line(&self) -> String {
+        let via = if self.bridges.is_empty() {
+            "no bridge between".to_owned()
+        } else {
+            format!("via {}", self.bridges.join(" → "))
+        };
+        let reasons: Vec<&str> = self.reasons.iter().map(|r| r.as_str()).collect();
+        let reasons = reasons.join(", ");
+        let state = match self.ready {
+            Some(true) if self.reasons.is_empty() => "ready".to_owned(),
+            Some(true) => format!("ready, slowed: {reasons}"),
+            Some(false) => format!("not ready: {reasons}"),
+            None => format!("cannot tell: {reasons}"),
+        };
+        format!(
+            "GPU {} ↔ {} ({}): {} {via}; mechanism {}; IOMMU {}; {state}",
+            self.gpu,
+            self.nic,
+            self.nic_pci,
+            self.distance.as_str(),
+            self.mechanism.as_str(),
+            self.iommu,
+        )
+    }
+}
+
 /// The facts read, each function's configuration space parsed once.
 pub struct View<'f> {
     pub facts: &'f Facts,
@@ -138,6 +167,11 @@ impl<'f> View<'f> {
             })
             .collect();
         View { facts, config }
+    }
+
+    /// A function's ACS, when its configuration space was read.
+    pub fn acs(&self, bdf: &str) -> Option<Acs> {
+        Some(self.config.get(bdf)?.as_ref().ok()?.acs)
     }
 
     pub fn port(&self, bdf: &str) -> Option<PortType> {
@@ -238,7 +272,7 @@ fn pair(
                 Acs::Present { ctl, .. } if acs.blocking() != 0 => {
                     reasons.push(Reason::AcsRedirect);
                     problems.push(format!(
-                        "{who}: ACS P2P redirect on {noun} {br} (ACSCtl {}): peer-to-peer goes through the root complex; disable ACS in the firmware setup, or after every boot run setpci -s {br} ECAP_ACS+6.w=0000 (not where VFIO/VM passthrough relies on ACS isolation)",
+                        "{who}: ACS P2P redirect on {noun} {br} (ACSCtl {}): peer-to-peer goes through the root complex; run 'rdma-node-agent apply' with [gpudirect] acs = \"disable\", or setpci -s {br} ECAP_ACS+6.w=0000 after every boot, or disable ACS in the firmware setup (not where VFIO/VM passthrough relies on ACS isolation)",
                         pcie::acs_ctl_text(ctl)
                     ));
                 }

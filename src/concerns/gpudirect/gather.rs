@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use super::mechanism::{KernelConfig, MechanismFacts, PeermemFacts};
+use super::pcie::{self, PortType};
 use super::topo::{self, Chain};
 use crate::host::snapshot::{self, Snapshot};
 use crate::host::{HostError, gunzip};
@@ -18,7 +19,6 @@ const MEMORY_PEERS: &str = "/sys/kernel/mm/memory_peers";
 const NVIDIA_VERSION: &str = "/proc/driver/nvidia/version";
 const PROC_CONFIG_GZ: &str = "/proc/config.gz";
 const IOMMU_CLASS: &str = "/sys/class/iommu";
-const NVIDIA_VENDOR: &str = "0x10de";
 const PEERMEM_MODULES: [&str; 2] = ["nvidia_peermem", "nv_peer_mem"];
 
 /// A sysfs attribute as read: `Ok(None)` absent, `Err` why it could not be read.
@@ -28,7 +28,8 @@ pub type Attr = AttrOf<String>;
 /// One PCI function on a GPU's or NIC's path.
 #[derive(Debug, Clone)]
 pub struct Function {
-    /// Raw configuration space (4096 bytes for root; 64 or 256 otherwise).
+    /// Raw configuration space (4096 bytes for root; 64 or 256 otherwise);
+    /// not read (`Ok(None)`) for the GPUs and NICs themselves.
     pub config: AttrOf<Vec<u8>>,
     pub current_link_speed: Attr,
     pub max_link_speed: Attr,
@@ -95,23 +96,13 @@ fn endpoint(snap: &Snapshot, pci: String, real: &Path, chain: Chain) -> Endpoint
 pub fn gather(snap: &Snapshot) -> Result<Facts, HostError> {
     let mut gpus = Vec::new();
     let mut unplaced = Vec::new();
-    for dev in snap.list_dir(Path::new(PCI_DEVICES))? {
-        let link = Path::new(PCI_DEVICES).join(&dev);
-        let vendor = attr(snap, &link.join("vendor")).ok().flatten();
-        if vendor.as_deref().map(str::trim) != Some(NVIDIA_VENDOR) {
-            continue;
-        }
-        let class = attr(snap, &link.join("class"))
-            .ok()
-            .flatten()
-            .unwrap_or_default();
-        let class = class.trim();
-        if !(class.starts_with("0x0300") || class.starts_with("0x0302")) {
-            continue;
-        }
+    // The scan rdma.devices shares (a function whose vendor cannot be read is
+    // left to rdma.devices to report).
+    for dev in &snap.nvidia_gpus()?.gpus {
+        let link = Path::new(PCI_DEVICES).join(dev);
         match place(snap, &link) {
-            Ok(Some((real, chain))) => gpus.push(endpoint(snap, dev, &real, chain)),
-            _ => unplaced.push(dev),
+            Ok(Some((real, chain))) => gpus.push(endpoint(snap, dev.clone(), &real, chain)),
+            _ => unplaced.push(dev.clone()),
         }
     }
     let mut nics = Vec::new();
@@ -134,25 +125,64 @@ pub fn gather(snap: &Snapshot) -> Result<Facts, HostError> {
     // Every function on a path, read once; none without a NIC to pair with
     // (in a VM each config-space read traps to the hypervisor: on a real H200
     // cloud VM, reading the lone GPU's 4 KiB config cost 20 ms for nothing).
-    let mut wanted = BTreeSet::new();
+    // Each with its real directory (the chain is the resolved path: no link in it).
+    let mut wanted = BTreeMap::new();
     let paired = if nics.is_empty() { &[][..] } else { &gpus[..] };
     for e in paired.iter().chain(nics.iter().map(|n| &n.at)) {
-        wanted.extend(e.chain.iter().filter(|c| topo::is_bdf(c)).cloned());
+        let mut real = PathBuf::from("/sys/devices");
+        for c in &e.chain {
+            real.push(c);
+            if topo::is_bdf(c) {
+                wanted.entry(c.clone()).or_insert_with(|| real.clone());
+            }
+        }
     }
+    // What decide reads, and no more (each config read is a trap to the
+    // hypervisor in a VM, config cycles on bare metal): the bridges' config
+    // space (port type, ACS), not the GPU's or NIC's; the current link of the
+    // functions whose upstream link is a hop (endpoints, switch upstream ports),
+    // only the maximum of the others (the far end of a hop).
+    let ends: BTreeSet<&str> = paired
+        .iter()
+        .chain(nics.iter().map(|n| &n.at))
+        .filter_map(|e| e.chain.last().map(String::as_str))
+        .collect();
     let mut functions = BTreeMap::new();
-    for bdf in wanted {
-        let dir = Path::new(PCI_DEVICES).join(&bdf);
-        let config = snap
-            .read_any(&dir.join("config"))
-            .map_err(|e| e.to_string());
+    for (bdf, real) in wanted {
+        // Opened once: its files are read relative to it, not each by a long path.
+        let opened = snap
+            .open_real_dir(&real)
+            .or_else(|| snap.open_dir(&real).ok().and_then(Result::ok));
+        let read = |name: &str| -> Attr {
+            match &opened {
+                Some(d) => d.read_string(name).map_err(|e| e.to_string()),
+                None => attr(snap, &real.join(name)),
+            }
+        };
+        let end = ends.contains(bdf.as_str());
+        let config = match (&opened, end) {
+            (_, true) => Ok(None),
+            (Some(d), false) => d
+                .read_pci_config("config", |r| pcie::read_config(r))
+                .map_err(|e| e.to_string()),
+            (None, false) => snap
+                .read_pci_config(&real.join("config"), |r| pcie::read_config(r))
+                .map_err(|e| e.to_string()),
+        };
+        let port = match &config {
+            Ok(Some(b)) => pcie::parse_config(b).port,
+            _ => None,
+        };
+        let hop = end || !matches!(port, Some(PortType::RootPort | PortType::SwitchDownstream));
+        let current = |name: &str| if hop { read(name) } else { Ok(None) };
         functions.insert(
             bdf,
             Function {
                 config,
-                current_link_speed: attr(snap, &dir.join("current_link_speed")),
-                max_link_speed: attr(snap, &dir.join("max_link_speed")),
-                current_link_width: attr(snap, &dir.join("current_link_width")),
-                max_link_width: attr(snap, &dir.join("max_link_width")),
+                current_link_speed: current("current_link_speed"),
+                max_link_speed: read("max_link_speed"),
+                current_link_width: current("current_link_width"),
+                max_link_width: read("max_link_width"),
             },
         );
     }

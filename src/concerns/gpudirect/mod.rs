@@ -4,6 +4,7 @@
 //! and per link, and the NFD label `rdma-node-agent.gpudirect`.
 //! It only reports.
 
+pub mod acs_fix;
 pub mod decide;
 pub mod gather;
 pub mod mechanism;
@@ -11,14 +12,20 @@ pub mod pcie;
 pub mod topo;
 
 #[cfg(test)]
+mod acs_tests;
+#[cfg(test)]
 mod tests;
+
+use std::sync::Arc;
 
 use serde_json::json;
 
 use crate::config::Config;
-use crate::config::gpudirect::GpuDirectConfig;
+use crate::config::gpudirect::{AcsMode, GpuDirectConfig};
 use crate::engine::check::{Check, Status};
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
+use crate::engine::effect::Effect;
+use crate::engine::plan::{Action, ActionKind};
 use crate::host::snapshot::Snapshot;
 use crate::observe::Observation;
 use crate::reason::Reason;
@@ -62,6 +69,9 @@ impl Concern for Path {
                     .map(|m| m.kind.as_str()),
             ));
         }
+        // A link shared by several pairs (a NIC under a switch with two GPUs)
+        // is one series: each device once.
+        let mut links = std::collections::BTreeSet::new();
         for p in &out.pairs {
             observations.push(Observation::GpuDirectPair {
                 gpu: p.gpu.clone(),
@@ -71,7 +81,7 @@ impl Concern for Path {
                 ready: p.ready,
                 reasons: p.reasons.iter().map(|r| r.as_str()).collect(),
             });
-            for h in &p.hops {
+            for h in p.hops.iter().filter(|h| links.insert(h.device.clone())) {
                 observations.push(Observation::PcieLink {
                     device: h.device.clone(),
                     speed_tenths_gts: h.speed,
@@ -81,12 +91,27 @@ impl Concern for Path {
                 });
             }
         }
-        observations.dedup();
+        let actions = out
+            .acs_targets
+            .iter()
+            .map(|t| Action {
+                reason: format!(
+                    "[gpudirect] acs = \"disable\": ACS redirects peer-to-peer for {}",
+                    t.pairs.join(", ")
+                ),
+                kind: ActionKind::Effect(Arc::new(acs_fix::ClearAcs { target: t.clone() })),
+            })
+            .collect();
         Decision {
             checks: vec![out.check],
             observations,
+            actions,
             ..Decision::default()
         }
+    }
+
+    fn undo(&self, snap: &Snapshot, _cfg: &Config) -> Vec<Arc<dyn Effect>> {
+        acs_fix::undo(snap)
     }
 }
 
@@ -95,6 +120,8 @@ pub struct Outcome {
     pub pairs: Vec<Pair>,
     /// `None` without GPUs.
     pub mechanism: Option<Mechanism>,
+    /// With `acs = "disable"`: the bridges `apply` clears.
+    pub acs_targets: Vec<acs_fix::Target>,
 }
 
 fn required(cfg: &GpuDirectConfig, gpu: &str) -> bool {
@@ -119,6 +146,7 @@ pub fn assess(f: &gather::Facts, cfg: &GpuDirectConfig) -> Outcome {
             check: Check::new(CHECK_ID, status, message).with_reason(Reason::NoGpu),
             pairs: Vec::new(),
             mechanism: None,
+            acs_targets: Vec::new(),
         };
     }
     let mech = mechanism::decide(&f.mechanism);
@@ -166,6 +194,7 @@ pub fn assess(f: &gather::Facts, cfg: &GpuDirectConfig) -> Outcome {
                 .with_details(details(&pairs, &mech, iommu)),
             pairs,
             mechanism: Some(mech),
+            acs_targets: Vec::new(),
         };
     }
     if mech.kind == Kind::None {
@@ -204,6 +233,17 @@ pub fn assess(f: &gather::Facts, cfg: &GpuDirectConfig) -> Outcome {
     if problems.is_empty() {
         message.push_str("; no ACS redirect, every link at its maximum");
     }
+    let acs_targets = match cfg.acs {
+        AcsMode::Disable => acs_fix::targets(&view, &pairs),
+        AcsMode::Report => Vec::new(),
+    };
+    if !acs_targets.is_empty() {
+        let names: Vec<&str> = acs_targets.iter().map(|t| t.bdf.as_str()).collect();
+        message.push_str(&format!(
+            "; apply clears ACS on {} ([gpudirect] acs = \"disable\")",
+            names.join(", ")
+        ));
+    }
     let more = problems.len().saturating_sub(LISTED);
     for p in problems.iter().take(LISTED) {
         message.push_str("; ");
@@ -218,6 +258,7 @@ pub fn assess(f: &gather::Facts, cfg: &GpuDirectConfig) -> Outcome {
             .with_details(details(&pairs, &mech, iommu)),
         pairs,
         mechanism: Some(mech),
+        acs_targets,
     }
 }
 
@@ -226,5 +267,6 @@ fn details(pairs: &[Pair], mech: &Mechanism, iommu: &str) -> serde_json::Value {
         "mechanism": mech,
         "iommu": iommu,
         "pairs": pairs,
+        "lines": pairs.iter().map(Pair::line).collect::<Vec<_>>(),
     })
 }

@@ -287,7 +287,7 @@ fn acs_on_the_switch_port_between_gpu_and_nic_is_named_with_its_fix() {
     assert_eq!(p.ready, Some(false));
     assert_eq!(out.check.status, Status::Warn);
     assert!(out.check.message.contains(
-        "GPU 0000:03:00.0 ↔ mlx5_0: ACS P2P redirect on switch port 0000:02:00.0 (ACSCtl SrcValid+ ReqRedir+ CmpltRedir+ UpstreamFwd+): peer-to-peer goes through the root complex; disable ACS in the firmware setup, or after every boot run setpci -s 0000:02:00.0 ECAP_ACS+6.w=0000"
+        "GPU 0000:03:00.0 ↔ mlx5_0: ACS P2P redirect on switch port 0000:02:00.0 (ACSCtl SrcValid+ ReqRedir+ CmpltRedir+ UpstreamFwd+): peer-to-peer goes through the root complex; run 'rdma-node-agent apply' with [gpudirect] acs = \"disable\", or setpci -s 0000:02:00.0 ECAP_ACS+6.w=0000 after every boot"
     ), "{}", out.check.message);
     let required = GpuDirectConfig {
         required_gpus: vec!["0000:03:00.0".into()],
@@ -427,4 +427,53 @@ fn observations_feed_the_nfd_label_and_metrics() {
     let d = Path.decide(&Path.gather(&snap, &config).unwrap(), &ctx);
     let labels = crate::outputs::nfd::labels(&d.checks, &d.observations, &config);
     assert!(labels.contains(&("rdma-node-agent.gpudirect".into(), "none".into())));
+}
+
+/// On the V100 sample two GPUs share mlx5_0's switch: its links are one
+/// series each, not one per pair (Prometheus rejects a repeated series).
+#[test]
+fn a_link_shared_by_pairs_is_observed_once() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/nodes/v100");
+    let snap = Snapshot::new(Host::new(&root));
+    let config = Config::default();
+    let ctx = Ctx {
+        config: &config,
+        checks: &[],
+        observations: &[],
+    };
+    let d = Path.decide(&Path.gather(&snap, &config).unwrap(), &ctx);
+    let links: Vec<&String> = d
+        .observations
+        .iter()
+        .filter_map(|o| match o {
+            Observation::PcieLink { device, .. } => Some(device),
+            _ => None,
+        })
+        .collect();
+    let mut unique = links.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(links.len(), unique.len(), "{links:?}");
+    assert!(links.contains(&&"0000:05:00.0".to_owned()), "{links:?}");
+}
+
+/// Talos's kernel configuration (tests/fixtures/gpudirect/talos-6.18, real, see
+/// its PROVENANCE) enables what DMA-BUF needs: with the open driver, `dmabuf`.
+#[test]
+fn talos_kernel_config_with_the_open_driver_is_dmabuf() {
+    let t = switch_tree(0, GEN5);
+    fs::remove_dir_all(t.path("sys/kernel/mm/memory_peers")).unwrap();
+    fs::write(t.path("proc/modules"), "nvidia 1 0 - Live 0x0\n").unwrap();
+    t.write("proc/sys/kernel/osrelease", "6.18.45-talos\n");
+    t.write(
+        "proc/driver/nvidia/version",
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.105.08  Release Build\n",
+    );
+    let talos = fs::read_to_string(fixture("talos-6.18/boot/config-6.18.45-talos")).unwrap();
+    t.write("boot/config-6.18.45-talos", &talos);
+    let out = run(t.root.path(), &GpuDirectConfig::default());
+    let m = out.mechanism.unwrap();
+    assert_eq!(m.kind, Kind::Dmabuf, "{m:?}");
+    assert!(m.dmabuf_missing.is_empty(), "{m:?}");
+    assert_eq!(out.check.status, Status::Ok, "{}", out.check.message);
 }

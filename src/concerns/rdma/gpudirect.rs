@@ -10,7 +10,6 @@ use crate::config::rdma::GpuDirectModule;
 use crate::host::HostError;
 use crate::host::snapshot::{self, Snapshot};
 
-const PCI_DEVICES: &str = "/sys/bus/pci/devices";
 const NVIDIA_GPUS: &str = "/proc/driver/nvidia/gpus";
 const NVIDIA_VENDOR: &str = "0x10de";
 /// MLNX_OFED's older name for what the NVIDIA driver now ships as nvidia_peermem.
@@ -70,37 +69,10 @@ pub fn parse_modules(proc_modules: &str) -> BTreeSet<String> {
 }
 
 pub fn gather(host: &Snapshot) -> Result<Facts, HostError> {
-    let mut gpus = BTreeSet::new();
-    let mut unreadable = Vec::new();
-    // A function whose vendor or class cannot be read is not "not a GPU".
-    let read = |p: &Path| -> Result<String, String> {
-        match host.read_string(p) {
-            Ok(Some(s)) => Ok(s),
-            Ok(None) => Err(format!("{} is missing", host.path(p).display())),
-            Err(e) => Err(e.to_string()),
-        }
-    };
-    for dev in host.list_dir(Path::new(PCI_DEVICES))? {
-        let dir = Path::new(PCI_DEVICES).join(&dev);
-        // Only the vendor of most functions is read; the class only for NVIDIA ones.
-        let vendor = match read(&dir.join("vendor")) {
-            Ok(v) => v,
-            Err(e) => {
-                unreadable.push(e);
-                continue;
-            }
-        };
-        if vendor.trim() != NVIDIA_VENDOR {
-            continue;
-        }
-        match read(&dir.join("class")) {
-            Ok(class) if is_nvidia_gpu(NVIDIA_VENDOR, &class) => {
-                gpus.insert(dev);
-            }
-            Ok(_) => {}
-            Err(e) => unreadable.push(e),
-        }
-    }
+    // The scan gpudirect.path shares: each function's vendor read once per cycle.
+    let scan = host.nvidia_gpus()?;
+    let mut gpus: BTreeSet<String> = scan.gpus.iter().cloned().collect();
+    let unreadable = scan.unreadable.clone();
     gpus.extend(host.list_dir(Path::new(NVIDIA_GPUS))?);
     let modules = host
         .file(snapshot::PROC_MODULES)

@@ -1,0 +1,329 @@
+//! The ACS tier: `[gpudirect] acs = "disable"` on a real kernel's PCI config
+//! space. One run of `tests/vm/run.sh` with tests/vm/acs-guest.sh boots the VM
+//! image twice as a q35 machine with an emulated Intel IOMMU (so Debian's kernel
+//! turns ACS on, as on a node with an IOMMU), three PCIe root ports, a switch
+//! (x3130-upstream + two xio3130-downstream) and three e1000e functions. QEMU
+//! cannot be a GPU or an RDMA NIC: two e1000e stand in for GPUs (their vendor
+//! and class files bind-mounted over with NVIDIA's) and one for mlx5_0 (a tmpfs
+//! over /sys/class/infiniband links to it); config space is the kernel's own.
+//! What is read back is read with setpci (the host's pciutils, copied in).
+//!
+//! Needs root and QEMU like tests/vm_rxe.rs (the same cached image), and
+//! setpci on the host (Debian's pciutils). `RDMA_AGENT_VM=0` turns it off (each
+//! test says so); otherwise a VM that cannot run fails every test with the
+//! reason. `RDMA_AGENT_VM_RESULTS_ACS=DIR` asserts on an earlier run's records.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use serde_json::Value;
+
+/// The machine: q35 with an IOMMU, rp1 → switch → {gpu0, nic}, rp2 → gpu1, rp3 empty.
+const QEMU_ARGS: &str = "-machine q35 -device intel-iommu,intremap=off \
+    -device pcie-root-port,id=rp1,bus=pcie.0,chassis=1,addr=0x10 \
+    -device x3130-upstream,id=usp,bus=rp1 \
+    -device xio3130-downstream,id=dsp1,bus=usp,chassis=2,slot=0,addr=0x0 \
+    -device xio3130-downstream,id=dsp2,bus=usp,chassis=3,slot=1,addr=0x1 \
+    -device e1000e,bus=dsp1 -device e1000e,bus=dsp2 \
+    -device pcie-root-port,id=rp2,bus=pcie.0,chassis=4,addr=0x11 -device e1000e,bus=rp2 \
+    -device pcie-root-port,id=rp3,bus=pcie.0,chassis=5,addr=0x12";
+
+fn say(text: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
+}
+
+fn vm() -> Option<&'static Path> {
+    static RUN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    if std::env::var("RDMA_AGENT_VM").as_deref() == Ok("0") {
+        say("vm_acs: RDMA_AGENT_VM=0: the ACS tier is turned off, nothing was tested");
+        return None;
+    }
+    if let Some(dir) = std::env::var_os("RDMA_AGENT_VM_RESULTS_ACS") {
+        say(&format!(
+            "vm_acs: asserting on the records in {}, no VM booted",
+            Path::new(&dir).display()
+        ));
+        return Some(Box::leak(PathBuf::from(dir).into_boxed_path()));
+    }
+    match RUN.get_or_init(run) {
+        Ok(p) => Some(p.as_path()),
+        Err(e) => panic!("the ACS VM tier could not run: {e}"),
+    }
+}
+
+fn run() -> Result<PathBuf, String> {
+    if !nix::unistd::geteuid().is_root() {
+        return Err("it needs root (the VM image, QEMU): run scripts/test.sh, or RDMA_AGENT_VM=0 to turn it off".into());
+    }
+    let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vm");
+    let bin = std::env::var_os("RDMA_AGENT_VM_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_rdma-node-agent")));
+    let setpci = Path::new("/usr/bin/setpci");
+    let libpci = Path::new("/lib/x86_64-linux-gnu/libpci.so.3");
+    if !setpci.exists() || !libpci.exists() {
+        return Err(
+            "setpci is not installed on the host (Debian package pciutils): run scripts/test.sh"
+                .into(),
+        );
+    }
+    let cache = Path::new("/var/cache/rdma-node-agent/vm");
+    fs::create_dir_all(cache).map_err(|e| format!("{}: {e}", cache.display()))?;
+    // One VM at a time on the machine, as tests/vm_rxe.rs.
+    let lock = fs::File::create(cache.join(".run.lock")).map_err(|e| e.to_string())?;
+    let _lock = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| format!("cannot lock {}/.run.lock: {e}", cache.display()))?;
+    let payload = tempfile::tempdir_in(cache).map_err(|e| e.to_string())?;
+    let p = payload.path();
+    let copy = |from: &Path, to: &str| {
+        fs::copy(from, p.join(to)).map_err(|e| format!("{}: {e}", from.display()))
+    };
+    fs::create_dir_all(p.join("lib")).map_err(|e| e.to_string())?;
+    copy(&bin, "rdma-node-agent")?;
+    copy(&here.join("acs-guest.sh"), "guest.sh")?;
+    copy(setpci, "setpci")?;
+    copy(libpci, "lib/libpci.so.3")?;
+    let results = cache.join("last-acs-results");
+    if results.exists() {
+        fs::remove_dir_all(&results).map_err(|e| e.to_string())?;
+    }
+    say(&format!(
+        "vm_acs: booting the q35 VM with {}",
+        bin.display()
+    ));
+    let start = Instant::now();
+    let out = Command::new(here.join("run.sh"))
+        .arg(p)
+        .arg(&results)
+        .env("VM_QEMU_ARGS", QEMU_ARGS)
+        .env("VM_APPEND", "intel_iommu=on")
+        .env("VM_BOOTS", "2")
+        .stdin(Stdio::null())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|e| format!("cannot run tests/vm/run.sh: {e}"))?;
+    let log = String::from_utf8_lossy(&out.stderr);
+    say(log.trim_end());
+    if !out.status.success() {
+        return Err(log.lines().last().unwrap_or("run.sh failed").to_owned());
+    }
+    say(&format!(
+        "vm_acs: steps (guest seconds):\n{}vm_acs: whole tier {:.0} s",
+        fs::read_to_string(results.join("times")).unwrap_or_default(),
+        start.elapsed().as_secs_f64()
+    ));
+    Ok(results)
+}
+
+fn read(dir: &Path, name: &str) -> String {
+    fs::read_to_string(dir.join(name))
+        .unwrap_or_else(|e| panic!("the guest did not record {name}: {e}"))
+}
+
+/// A step's stdout, asserting it exited 0.
+fn ok(dir: &Path, name: &str) -> String {
+    let rc = read(dir, &format!("{name}.rc"));
+    let out = read(dir, &format!("{name}.out"));
+    assert_eq!(
+        rc.trim(),
+        "0",
+        "step {name} failed:\n{out}{}",
+        read(dir, &format!("{name}.err"))
+    );
+    out
+}
+
+/// Every bridge's ACSCtl as setpci read it (`None`: no ACS capability).
+fn acs(dir: &Path, name: &str) -> BTreeMap<String, Option<u16>> {
+    ok(dir, name)
+        .lines()
+        .map(|l| {
+            let (b, v) = l.split_once(' ').unwrap();
+            (b.to_owned(), u16::from_str_radix(v.trim(), 16).ok())
+        })
+        .collect()
+}
+
+/// gpu0, gpu1, nic → their PCI addresses (from the guest's layout).
+fn who(dir: &Path, boot: u32) -> BTreeMap<String, String> {
+    ok(dir, &format!("boot{boot}-identities"))
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(a, b)| (a.to_owned(), b.to_owned()))
+        .collect()
+}
+
+fn gpudirect(dir: &Path, name: &str) -> Value {
+    let v: Value = serde_json::from_str(&read(dir, &format!("{name}.out")))
+        .unwrap_or_else(|e| panic!("{name}: not JSON ({e})"));
+    v["checks"][0].clone()
+}
+
+/// The bridges the fix must clear: on a PIX/PXB/PHB pair's path, with a
+/// redirect or egress-control bit set (ReqRedir 0x4, CmpltRedir 0x8, EgressCtrl 0x20).
+fn expected_targets(dir: &Path, before: &BTreeMap<String, Option<u16>>) -> Vec<String> {
+    let c = gpudirect(dir, "check-report");
+    let mut t: Vec<String> = c["details"]["pairs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| ["PIX", "PXB", "PHB"].contains(&p["distance"].as_str().unwrap()))
+        .flat_map(|p| p["bridges"].as_array().unwrap().clone())
+        .map(|b| b.as_str().unwrap().to_owned())
+        .filter(|b| {
+            before
+                .get(b)
+                .copied()
+                .flatten()
+                .is_some_and(|v| v & 0x2c != 0)
+        })
+        .collect();
+    t.sort();
+    t.dedup();
+    t
+}
+
+#[test]
+#[ignore = "boots a VM: run by scripts/test.sh (--include-ignored)"]
+fn the_agent_reads_the_acs_the_real_kernel_set_on_each_path() {
+    let Some(dir) = vm() else { return };
+    let before = acs(dir, "boot1-acs-before");
+    say(&format!("vm_acs: ACSCtl as the kernel set it: {before:?}"));
+    let ids = who(dir, 1);
+    // QEMU's pcie-root-port has ACS (hw/pci-bridge/pcie_root_port.c, unless
+    // disable-acs): with an IOMMU the kernel sets SrcValid ReqRedir CmpltRedir
+    // UpstreamFwd on each, as far as the capability has them (pci_std_enable_acs).
+    let roots: Vec<&String> = before
+        .keys()
+        .filter(|b| b.starts_with("0000:00:1"))
+        .collect();
+    assert_eq!(roots.len(), 3, "{before:?}");
+    for r in roots {
+        // At least the two redirect bits, where the capability has them.
+        assert!(
+            before[r].is_some_and(|v| v & 0x000c == 0x000c),
+            "{r}: {before:?}"
+        );
+    }
+    let c = gpudirect(dir, "check-report");
+    let pairs = c["details"]["pairs"].as_array().unwrap();
+    let find = |gpu: &str| {
+        pairs
+            .iter()
+            .find(|p| p["gpu"] == ids[gpu].as_str())
+            .unwrap_or_else(|| panic!("no pair for {gpu} ({}): {c}", ids[gpu]))
+    };
+    assert_eq!(find("gpu0")["distance"], "PIX", "{c}");
+    assert_eq!(find("gpu1")["distance"], "PHB", "{c}");
+    assert_eq!(find("gpu0")["nic_pci"], ids["nic"].as_str());
+    // Every bridge the fix will clear is named with the remedy (in the pairs'
+    // problems; the message lists the first three).
+    for t in expected_targets(dir, &before) {
+        assert!(
+            c.to_string()
+                .contains(&format!("setpci -s {t} ECAP_ACS+6.w=0000")),
+            "{t} not named: {c}"
+        );
+    }
+    assert_eq!(c["status"], "warn", "{c}");
+}
+
+#[test]
+#[ignore = "boots a VM: run by scripts/test.sh (--include-ignored)"]
+fn apply_clears_exactly_the_path_bridges_and_revert_puts_them_back() {
+    let Some(dir) = vm() else { return };
+    let before = acs(dir, "boot1-acs-before");
+    let targets = expected_targets(dir, &before);
+    assert!(!targets.is_empty(), "{before:?}");
+    let plan: Value = serde_json::from_str(&ok(dir, "plan")).unwrap();
+    let planned: Vec<&str> = plan["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["action"] == "clear_acs")
+        .map(|a| a["target"].as_str().unwrap())
+        .collect();
+    assert_eq!(planned, targets, "{plan}");
+    ok(dir, "apply");
+    let after = acs(dir, "acs-after-apply");
+    for (b, v) in &before {
+        let want = if targets.contains(b) { Some(0) } else { *v };
+        assert_eq!(after[b], want, "{b}: before {v:?}, after {:?}", after[b]);
+    }
+    let c = gpudirect(dir, "check-after-apply");
+    for p in c["details"]["pairs"].as_array().unwrap() {
+        assert!(
+            !p["reasons"].to_string().contains("acs_redirect"),
+            "ACS still redirects after apply: {p}"
+        );
+    }
+    let rec: Value = serde_json::from_str(&ok(dir, "record-after-apply")).unwrap();
+    assert_eq!(rec["boot_id"], read(dir, "boot1-boot_id").trim());
+    for t in &targets {
+        assert_eq!(
+            rec["ports"][t]["original"].as_u64(),
+            before[t].map(u64::from),
+            "{rec}"
+        );
+    }
+    ok(dir, "revert");
+    assert_eq!(acs(dir, "acs-after-revert"), before);
+    assert!(
+        !ok(dir, "record-after-revert").contains("gpudirect-acs.json"),
+        "the record stays after revert"
+    );
+    ok(dir, "apply-again");
+    assert_eq!(acs(dir, "acs-after-apply-again"), after);
+}
+
+#[test]
+#[ignore = "boots a VM: run by scripts/test.sh (--include-ignored)"]
+fn a_reboot_brings_acs_back_and_the_daemon_clears_it_again() {
+    let Some(dir) = vm() else { return };
+    let before = acs(dir, "boot1-acs-before");
+    let targets = expected_targets(dir, &before);
+    assert_ne!(
+        read(dir, "boot1-boot_id"),
+        read(dir, "boot2-boot_id"),
+        "not a new boot"
+    );
+    // The reset put back what the kernel sets at boot.
+    assert_eq!(acs(dir, "boot2-acs-before"), before);
+    let rec: Value = serde_json::from_str(&ok(dir, "record-before-daemon")).unwrap();
+    assert_eq!(rec["boot_id"], read(dir, "boot1-boot_id").trim());
+    let after = acs(dir, "acs-after-daemon");
+    for (b, v) in &before {
+        let want = if targets.contains(b) { Some(0) } else { *v };
+        assert_eq!(after[b], want, "{b}: {after:?}");
+    }
+    let log = read(dir, "serve.err");
+    for t in &targets {
+        let said = format!(
+            "{t}: ACSCtl {:#06x} → 0x0000 (recorded for revert); ACS had come back with the reboot",
+            before[t].unwrap()
+        );
+        assert!(
+            log.contains(&said),
+            "the daemon did not say {said:?}:\n{log}"
+        );
+    }
+    let rec: Value = serde_json::from_str(&ok(dir, "record-after-daemon")).unwrap();
+    let boot2 = read(dir, "boot2-boot_id");
+    assert_eq!(rec["boot_id"], boot2.trim());
+    for t in &targets {
+        assert_eq!(rec["ports"][t]["boot_id"], boot2.trim(), "{rec}");
+        assert_eq!(
+            rec["ports"][t]["original"].as_u64(),
+            before[t].map(u64::from),
+            "{rec}"
+        );
+    }
+    ok(dir, "revert2");
+    assert_eq!(acs(dir, "acs-after-revert2"), before);
+}
