@@ -23,6 +23,7 @@ pub mod links;
 pub mod lock;
 pub mod netlink;
 pub mod procfs;
+pub mod prometheus;
 mod resolve;
 pub mod runtime;
 pub mod service;

@@ -12,6 +12,7 @@ pub mod concerns;
 pub mod config;
 pub mod daemon;
 pub mod engine;
+pub mod fleet;
 pub mod host;
 pub mod outputs;
 pub mod selftest;

@@ -1,0 +1,219 @@
+//! `rdma-node-agent fleet`: the fleet's questions asked of Prometheus (or
+//! Thanos/Mimir) that scrapes every agent. Which nodes cannot run RDMA jobs
+//! and why, and which differ from their peers. The queries are instant vectors
+//! of the agents' own series (no recording rule needed); the grouping, cohorts
+//! and outliers are pure functions over them (`analyse`), so the shipped
+//! recording rules (packaging/prometheus/) can define the same outliers.
+
+pub mod analyse;
+pub mod cli;
+pub mod cohort;
+pub mod duration;
+pub mod render;
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::host::prometheus::{PromError, Prometheus, Sample};
+
+/// What `fleet` is told on its command line, besides how to reach Prometheus.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The label that names a node (`node` by relabeling); `instance` where absent.
+    pub node_label: String,
+    /// A port flapping this often within the window is a flapper.
+    pub flap_threshold: f64,
+    pub flap_window: Duration,
+}
+
+/// The answers to every query, one instant vector each.
+#[derive(Debug, Clone, Default)]
+pub struct Input {
+    pub ready: Vec<Sample>,
+    /// Nodes that answered within the window but give no sample now.
+    pub gone: Vec<Sample>,
+    pub status: Vec<Sample>,
+    pub reasons: Vec<Sample>,
+    pub devices: Vec<Sample>,
+    pub port_info: Vec<Sample>,
+    pub port_active: Vec<Sample>,
+    pub port_rate: Vec<Sample>,
+    pub node_info: Vec<Sample>,
+    pub kubelet: Vec<Sample>,
+    pub flaps: Vec<Sample>,
+    pub last_flap: Vec<Sample>,
+}
+
+/// The queries, by the `Input` field each fills. Instant queries of the
+/// agents' series only, so any Prometheus-compatible API answers them.
+pub fn queries(window: Duration) -> [(&'static str, String); 12] {
+    let w = duration::promql(window);
+    [
+        ("ready", "rdma_node_agent_ready".into()),
+        (
+            "gone",
+            format!("max_over_time(rdma_node_agent_ready[{w}]) unless rdma_node_agent_ready"),
+        ),
+        ("status", "rdma_node_agent_check_status == 1".into()),
+        ("reasons", "rdma_node_agent_check_reason == 1".into()),
+        ("devices", "rdma_node_agent_device_info".into()),
+        ("port_info", "rdma_node_agent_port_info".into()),
+        ("port_active", "rdma_node_agent_port_active".into()),
+        (
+            "port_rate",
+            "rdma_node_agent_port_rate_bytes_per_second".into(),
+        ),
+        ("node_info", "rdma_node_agent_node_info".into()),
+        ("kubelet", "rdma_node_agent_kubelet_resource_devices".into()),
+        (
+            "flaps",
+            format!("increase(rdma_node_agent_port_flaps_total[{w}])"),
+        ),
+        (
+            "last_flap",
+            "rdma_node_agent_port_last_flap_timestamp_seconds".into(),
+        ),
+    ]
+}
+
+/// Asks every query, all at once (each is one round trip; at 200 nodes the
+/// slowest decides the wall time). The first failure is the answer.
+pub fn ask(prom: &Prometheus, window: Duration) -> Result<(Input, Duration), PromError> {
+    let start = Instant::now();
+    let qs = queries(window);
+    let results: Vec<Result<Vec<Sample>, PromError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = qs
+            .iter()
+            .map(|(_, q)| s.spawn(move || prom.query(q)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a query thread panicked"))
+            .collect()
+    });
+    let mut input = Input::default();
+    for ((field, _), r) in qs.iter().zip(results) {
+        let v = r?;
+        match *field {
+            "ready" => input.ready = v,
+            "gone" => input.gone = v,
+            "status" => input.status = v,
+            "reasons" => input.reasons = v,
+            "devices" => input.devices = v,
+            "port_info" => input.port_info = v,
+            "port_active" => input.port_active = v,
+            "port_rate" => input.port_rate = v,
+            "node_info" => input.node_info = v,
+            "kubelet" => input.kubelet = v,
+            "flaps" => input.flaps = v,
+            "last_flap" => input.last_flap = v,
+            other => unreachable!("query {other} has no field"),
+        }
+    }
+    Ok((input, start.elapsed()))
+}
+
+/// Nodes that are not ready, under one reason code.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReasonGroup {
+    pub reason: String,
+    /// The checks that gave this reason.
+    pub checks: Vec<String>,
+    pub count: usize,
+    pub nodes: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FirmwareOutlier {
+    pub node: String,
+    pub device: String,
+    pub board_id: String,
+    pub fw_ver: String,
+    /// The most common version(s) of the board id.
+    pub majority: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SlowPort {
+    pub node: String,
+    pub device: String,
+    pub port: String,
+    pub board_id: String,
+    pub link_layer: String,
+    pub rate_gbps: f64,
+    /// The median rate of the ACTIVE ports with the same board id and link layer.
+    pub cohort_gbps: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MtuOutlier {
+    pub node: String,
+    pub device: String,
+    pub port: String,
+    pub fabric: String,
+    /// `port_mtu` (the RDMA port's active MTU) or `netdev_mtu`.
+    pub which: String,
+    pub mtu: String,
+    pub majority: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SettingOutlier {
+    pub node: String,
+    /// `netns_mode`, `memlock_target` or `gpu_driver`.
+    pub setting: String,
+    pub value: String,
+    pub majority: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KubeletZero {
+    pub node: String,
+    pub active_ports: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Flapper {
+    pub node: String,
+    pub device: String,
+    pub port: String,
+    /// `increase()` over the window (extrapolated by Prometheus, so not always whole).
+    pub flaps: f64,
+    pub last_flap_timestamp_seconds: Option<f64>,
+}
+
+/// Everything `fleet` found; `--json` prints it as is.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    pub nodes: usize,
+    pub ready: usize,
+    pub not_ready: Vec<ReasonGroup>,
+    /// Nodes with a sample within the flap window but none now (agent or scrape down).
+    pub not_reporting: Vec<String>,
+    pub firmware_minority: Vec<FirmwareOutlier>,
+    pub ports_below_cohort_rate: Vec<SlowPort>,
+    pub mtu_mismatch: Vec<MtuOutlier>,
+    pub setting_minority: Vec<SettingOutlier>,
+    pub kubelet_rdma_zero: Vec<KubeletZero>,
+    pub link_flapping: Vec<Flapper>,
+    /// Reasons of `warn` checks on ready nodes: shown, not counted as problems.
+    pub warnings: Vec<ReasonGroup>,
+    /// Every node named above except under `warnings`, once.
+    pub problem_nodes: Vec<String>,
+}
+
+/// `fleet`'s exit codes: every node fine, a node is not, Prometheus could not tell.
+pub const EXIT_FINE: u8 = 0;
+pub const EXIT_PROBLEM: u8 = 1;
+pub const EXIT_CANNOT_ASK: u8 = 2;
+
+impl Report {
+    pub fn exit_code(&self) -> u8 {
+        if self.problem_nodes.is_empty() {
+            EXIT_FINE
+        } else {
+            EXIT_PROBLEM
+        }
+    }
+}
