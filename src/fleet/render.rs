@@ -37,8 +37,8 @@ fn table(out: &mut String, head: &[&str], rows: &[Vec<String>]) {
 fn section(out: &mut String, title: &str, head: &[&str], rows: Vec<Vec<String>>) {
     let _ = writeln!(
         out,
-        "\n{title}: {}",
-        if rows.is_empty() { "none" } else { "" }.trim_end()
+        "\n{title}:{}",
+        if rows.is_empty() { " none" } else { "" }
     );
     if !rows.is_empty() {
         table(out, head, &rows);
