@@ -226,7 +226,7 @@ pub fn analyse(input: &Input, set: &Settings) -> Report {
     let mut link_flapping: Vec<Flapper> = input
         .flaps
         .iter()
-        .filter(|s| s.value >= set.flap_threshold)
+        .filter(|s| s.value > set.flap_threshold)
         .map(|s| {
             let k = port_key(s);
             Flapper {

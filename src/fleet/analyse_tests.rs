@@ -105,7 +105,7 @@ fn not_ready_nodes_are_grouped_by_the_reasons_of_their_failing_checks() {
     }
     // Not ready, and no reason exported (an older agent): unspecified, with its failing check.
     i.status.push(s(
-        n5(),
+        "n5",
         &[("check", "kernel.dkms"), ("status", "fail")],
         1.0,
     ));
@@ -142,10 +142,6 @@ fn not_ready_nodes_are_grouped_by_the_reasons_of_their_failing_checks() {
     assert_eq!(r.warnings[0].nodes, ["n4"]);
     assert_eq!(r.problem_nodes, ["n2", "n3", "n5"]);
     assert_eq!(r.exit_code(), super::super::EXIT_PROBLEM);
-}
-
-fn n5() -> &'static str {
-    "n5"
 }
 
 #[test]
@@ -338,10 +334,10 @@ fn a_kubelet_advertising_no_rdma_device_while_ports_are_up_is_named() {
 }
 
 #[test]
-fn ports_flapping_at_least_the_threshold_in_the_window_are_named_with_their_last_flap() {
+fn ports_flapping_more_than_the_threshold_in_the_window_are_named_with_their_last_flap() {
     let mut i = fleet(3);
-    i.flaps[0].value = 3.0;
-    i.flaps[3].value = 2.9; // extrapolated below the threshold
+    i.flaps[0].value = 3.1; // extrapolated by increase()
+    i.flaps[1].value = 3.0; // not more than the threshold
     i.flaps[4].value = 40.2;
     i.last_flap.push(s(
         "n1",
@@ -364,7 +360,7 @@ fn ports_flapping_at_least_the_threshold_in_the_window_are_named_with_their_last
     assert_eq!(
         got,
         [
-            ("n1", "1", 3.0, Some(1_700_000_000.0)),
+            ("n1", "1", 3.1, Some(1_700_000_000.0)),
             ("n3", "1", 40.2, None)
         ]
     );

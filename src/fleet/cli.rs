@@ -47,7 +47,7 @@ pub struct FleetArgs {
     /// The window in which flaps are counted; also how far back a node that stopped reporting is remembered.
     #[arg(long, default_value = "1h", value_parser = duration::parse, value_name = "DURATION")]
     pub flap_window: Duration,
-    /// A port with at least this many flaps within --flap-window is a flapper.
+    /// A port with more flaps than this within --flap-window is a flapper (the rule of the rdma.link check and the RDMALinkFlapping alert).
     #[arg(long, default_value_t = 3.0, value_name = "N")]
     pub flap_threshold: f64,
 }

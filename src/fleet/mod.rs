@@ -22,7 +22,7 @@ use crate::host::prometheus::{PromError, Prometheus, Sample};
 pub struct Settings {
     /// The label that names a node (`node` by relabeling); `instance` where absent.
     pub node_label: String,
-    /// A port flapping this often within the window is a flapper.
+    /// A port flapping more often than this within the window is a flapper (as `rdma.link` warns).
     pub flap_threshold: f64,
     pub flap_window: Duration,
 }

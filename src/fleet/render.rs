@@ -204,7 +204,7 @@ pub fn text(r: &Report, url: &str, set: &Settings, took: Duration, now: f64) -> 
     section(
         &mut out,
         &format!(
-            "Link flapping (at least {} flaps in {window})",
+            "Link flapping (more than {} flaps in {window})",
             set.flap_threshold
         ),
         &["NODE", "DEVICE", "PORT", "FLAPS", "LAST_FLAP"],
@@ -301,7 +301,7 @@ mod tests {
             "{t}"
         );
         assert!(
-            t.contains("Link flapping (at least 3 flaps in 1h):\n"),
+            t.contains("Link flapping (more than 3 flaps in 1h):\n"),
             "{t}"
         );
         assert!(
