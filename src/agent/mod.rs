@@ -7,6 +7,7 @@ mod live;
 use std::time::Duration;
 
 use crate::concerns::containerd;
+use crate::concerns::fleet;
 use crate::concerns::gpudirect;
 use crate::concerns::kernel;
 use crate::concerns::pods;
@@ -35,10 +36,12 @@ pub static CONCERNS: &[&dyn Run] = &[
     &pods::Memlock,
     &readiness::pods_rdma::PodsRdma,
     &rdma::concern::Devices,
+    &rdma::link::Link,
     &gpudirect::Path,
     &readiness::kubelet::Kubelet,
     &rdma::concern::Netns,
     &kernel::concern::Kernel,
+    &fleet::Export,
     &reboot::Sentinel,
     &nfd::Labels,
 ];

@@ -3,6 +3,7 @@
 //! They are registered, in order, in `agent::CONCERNS`.
 
 pub mod containerd;
+pub mod fleet;
 pub mod gpudirect;
 pub mod kernel;
 pub mod pods;

@@ -180,6 +180,7 @@ pub fn check(
         ));
     }
     Check::new(CHECK_ID, status, parts.join("; "))
+        .with_reason(crate::engine::reason::Reason::MemlockBelowTarget)
         .with_details(json!({ "below_target": before, "started_since_containerd": after }))
 }
 

@@ -37,6 +37,37 @@ pub struct RdmaConfig {
     pub check_cmdline: bool,
     /// Create kured's reboot sentinel when only a reboot can apply the mode.
     pub reboot_sentinel: bool,
+    /// `rdma.link` warns when a port flapped more than this many times…
+    pub flap_threshold: u32,
+    /// …within this window (`"1h"`, `"30m"`, `"1d"`, `"90s"`), in seconds.
+    #[serde(rename = "flap_window", deserialize_with = "window")]
+    pub flap_window_secs: u64,
+}
+
+/// `"<n>s"`, `"<n>m"`, `"<n>h"` or `"<n>d"`, at least a second.
+fn window<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let text = String::deserialize(d)?;
+    parse_window(&text).map_err(serde::de::Error::custom)
+}
+
+pub fn parse_window(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let (n, unit) = t.split_at(t.len().saturating_sub(1));
+    let scale = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86400,
+        _ => 0,
+    };
+    match n.parse::<u64>() {
+        Ok(n) if scale > 0 && n > 0 => n
+            .checked_mul(scale)
+            .ok_or_else(|| format!("flap_window {text:?} is too long")),
+        _ => Err(format!(
+            "flap_window {text:?} is not a duration: a whole number with s, m, h or d (\"1h\")"
+        )),
+    }
 }
 
 impl Default for RdmaConfig {
@@ -54,6 +85,23 @@ impl Default for RdmaConfig {
             initramfs: InitramfsPolicy::Report,
             check_cmdline: false,
             reboot_sentinel: false,
+            flap_threshold: 3,
+            flap_window_secs: 3600,
+        }
+    }
+}
+
+#[cfg(test)]
+mod window_tests {
+    #[test]
+    fn windows_parse_with_their_unit() {
+        use super::parse_window as p;
+        assert_eq!(p("1h"), Ok(3600));
+        assert_eq!(p("30m"), Ok(1800));
+        assert_eq!(p("90s"), Ok(90));
+        assert_eq!(p("2d"), Ok(172_800));
+        for bad in ["", "h", "0h", "1", "1w", "-1h", "1.5h"] {
+            assert!(p(bad).is_err(), "{bad}");
         }
     }
 }

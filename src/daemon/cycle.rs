@@ -167,6 +167,7 @@ pub(super) fn reconcile_once(
         };
         watch.extend(assessment.watch.iter().cloned());
         let mut checks = assessment.checks;
+        super::persist::persist(&agent.host, &assessment.observations, &mut checks);
         if let Some(e) = &error {
             crate::engine::check::note_apply_failure(&mut checks, e);
         }

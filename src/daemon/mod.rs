@@ -16,6 +16,7 @@ use sd_notify::NotifyState;
 use tokio::signal::unix::{SignalKind, signal};
 
 mod cycle;
+mod persist;
 mod state_copy;
 
 use crate::config::Config;

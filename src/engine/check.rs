@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::reason::Reason;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
@@ -38,6 +40,10 @@ pub struct Check {
     /// Structured facts behind the message (handlers, processes, devices…).
     #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
     pub details: serde_json::Value,
+    /// Why it is not ok: one stable code per warn, fail or unknown result
+    /// (docs/reasons.md); `None` for ok and skipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<Reason>,
 }
 
 /// A failed apply, said by the checks it left failing: each that names a path
@@ -67,7 +73,18 @@ impl Check {
             status,
             message: message.into(),
             details: serde_json::Value::Null,
+            reason: None,
         }
+    }
+
+    /// The reason of a non-ok result; ignored (kept `None`) on ok and skipped,
+    /// so a verdict computed at run time can carry its reason unconditionally.
+    pub fn with_reason(mut self, reason: Reason) -> Self {
+        self.reason = match self.status {
+            Status::Ok | Status::Skipped => None,
+            _ => Some(reason),
+        };
+        self
     }
 
     pub fn with_details(mut self, details: serde_json::Value) -> Self {

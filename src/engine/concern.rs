@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use crate::config::Config;
 use crate::engine::check::{Check, Status};
 use crate::engine::plan::{Action, FileChange, Preflight, Record, Verify};
+use crate::engine::reason::Reason;
 use crate::host::snapshot::Snapshot;
 
 use super::observe::Observation;
@@ -21,6 +22,8 @@ use super::observe::Observation;
 pub struct GatherError {
     pub status: Status,
     pub message: String,
+    /// The checks' reason; `fact_unreadable` when none is given.
+    pub reason: Option<Reason>,
 }
 
 impl GatherError {
@@ -28,6 +31,7 @@ impl GatherError {
         GatherError {
             status: Status::Unknown,
             message: e.to_string(),
+            reason: None,
         }
     }
 
@@ -36,6 +40,7 @@ impl GatherError {
         GatherError {
             status: Status::Skipped,
             message: e.to_string(),
+            reason: None,
         }
     }
 
@@ -43,7 +48,20 @@ impl GatherError {
         GatherError {
             status: Status::Fail,
             message: e.to_string(),
+            reason: None,
         }
+    }
+}
+
+impl GatherError {
+    pub fn with_reason(mut self, reason: Reason) -> Self {
+        self.reason = Some(reason);
+        self
+    }
+
+    /// The reason its checks carry: the one given, else `fact_unreadable`.
+    pub fn reason(&self) -> Reason {
+        self.reason.unwrap_or(Reason::FactUnreadable)
     }
 }
 

@@ -14,11 +14,13 @@ pub mod concern;
 pub mod executor;
 #[cfg(test)]
 pub mod fakes;
+pub mod fleet;
 pub mod holds;
 pub mod ledger;
 pub mod observe;
 pub mod outcome;
 pub mod plan;
+pub mod reason;
 pub mod redact;
 
 use std::collections::BTreeSet;
@@ -130,9 +132,9 @@ pub fn assess(
             }
             Err(e) => {
                 checks.extend(
-                    c.ids()
-                        .iter()
-                        .map(|id| Check::new(id, e.status, e.message.clone())),
+                    c.ids().iter().map(|id| {
+                        Check::new(id, e.status, e.message.clone()).with_reason(e.reason())
+                    }),
                 );
                 // Nothing to act on (skipped) blocks nothing; a writer that
                 // could not tell what to write blocks the whole plan.

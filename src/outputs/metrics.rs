@@ -87,6 +87,20 @@ pub fn families(cycle: &Cycle, totals: Totals) -> Families {
         }
     }
 
+    let reasons = m.family(
+        "check_reason",
+        Kind::Gauge,
+        "1 for the reason code of each check that is warn, fail or unknown (docs/reasons.md); no series for ok and skipped checks",
+    );
+    for c in cycle.report.iter().flat_map(|r| &r.checks) {
+        if let Some(r) = c.reason {
+            reasons.sample(
+                vec![("check", c.id.clone()), ("reason", r.as_str().into())],
+                1.0,
+            );
+        }
+    }
+
     let ports: Vec<_> = seen
         .iter()
         .filter_map(|o| match o {
@@ -163,6 +177,7 @@ pub fn families(cycle: &Cycle, totals: Totals) -> Families {
 
     readiness(&mut m, seen);
     super::gpudirect_metrics::gpudirect(&mut m, seen);
+    super::fleet_metrics::fleet(&mut m, seen);
 
     m.counter(
         "reconciles",
@@ -252,7 +267,8 @@ mod tests {
         Cycle {
             report: Some(Report::new(vec![
                 Check::new("containerd.memlock", Status::Ok, ""),
-                Check::new("pods.memlock", Status::Warn, ""),
+                Check::new("pods.memlock", Status::Warn, "")
+                    .with_reason(crate::engine::reason::Reason::MemlockBelowTarget),
             ])),
             mode: "enforce",
             finished_unix: 1_700_000_000,
@@ -324,6 +340,10 @@ mod tests {
             text.contains("rdma_node_agent_check_status{check=\"pods.memlock\",status=\"ok\"} 0\n")
         );
         assert!(text.contains("rdma_node_agent_ready 1\n"));
+        assert!(text.contains(
+            "rdma_node_agent_check_reason{check=\"pods.memlock\",reason=\"memlock_below_target\"} 1\n"
+        ));
+        assert!(!text.contains("check_reason{check=\"containerd.memlock\""));
         assert!(text.contains(
             "# TYPE rdma_node_agent_reconciles_total counter\nrdma_node_agent_reconciles_total 3\n"
         ));

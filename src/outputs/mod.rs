@@ -2,6 +2,7 @@
 //! (HTTP, metrics) to render: they read this record, never the host.
 
 pub mod exposition;
+mod fleet_metrics;
 mod gpudirect_metrics;
 pub mod heap;
 pub mod http;

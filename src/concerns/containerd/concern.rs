@@ -7,6 +7,7 @@ use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::engine::ledger::Ledger;
 use crate::engine::observe::Observation;
 use crate::engine::plan::{Preflight, Verify};
+use crate::engine::reason::Reason;
 use crate::host::Host;
 use crate::host::snapshot::Snapshot;
 
@@ -36,12 +37,13 @@ impl Concern for Memlock {
     /// A config containerd cannot read is itself the failure, so errors here fail.
     fn gather(&self, snap: &Snapshot, cfg: &Config) -> Result<Gathered, GatherError> {
         let owned = Ledger::load(snap)
-            .map_err(GatherError::fail)?
+            .map_err(|e| GatherError::fail(e).with_reason(Reason::AgentStateUnreadable))?
             .created_by(SPEC_OWNER);
         let facts =
             gather(snap, &cfg.containerd, snap.manager(), &owned).map_err(|e| GatherError {
                 status: e.status(cfg.containerd.required),
                 message: e.to_string(),
+                reason: Some(e.reason()),
             })?;
         Ok(Gathered {
             facts,

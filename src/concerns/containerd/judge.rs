@@ -13,6 +13,7 @@ use super::view::View;
 use super::{CHECK_ID, ContainerdError, Decision, Facts};
 use crate::config::ContainerdConfig;
 use crate::engine::check::{Check, Status};
+use crate::engine::reason::Reason;
 
 /// The `containerd.memlock` check from a decision (or the error that prevented one).
 pub fn check(
@@ -24,7 +25,10 @@ pub fn check(
         return Check::new(CHECK_ID, Status::Skipped, "disabled in the agent config");
     }
     let d = match decision {
-        Err(e) => return Check::new(CHECK_ID, e.status(cfg.required), e.to_string()),
+        Err(e) => {
+            return Check::new(CHECK_ID, e.status(cfg.required), e.to_string())
+                .with_reason(e.reason());
+        }
         Ok(d) => d,
     };
     let facts = facts.expect("a decision comes from facts");
@@ -55,6 +59,7 @@ pub fn check(
                 d.pending.join("; ")
             ),
         )
+        .with_reason(Reason::NoBaseSpec)
         .with_details(details);
     }
     // containerd's own answers, each of which must agree.
@@ -66,6 +71,7 @@ pub fn check(
             Status::Unknown,
             format!("configured for memlock {}, not confirmed by containerd: there was nothing to ask it", cfg.memlock),
         )
+        .with_reason(Reason::ContainerdUnconfirmed)
         .with_details(details);
     }
     let mut confirmed = Vec::new();
@@ -81,6 +87,7 @@ pub fn check(
                         cfg.memlock
                     ),
                 )
+                .with_reason(Reason::ContainerdUnconfirmed)
                 .with_details(details);
             }
             Ok(view) => view,
@@ -102,6 +109,7 @@ pub fn check(
                     facts.config_source
                 ),
             )
+            .with_reason(Reason::BaseSpecNotApplied)
             .with_details(details);
         }
         confirmed.push(view.source.clone());
@@ -113,6 +121,7 @@ pub fn check(
                 Status::Unknown,
                 format!("configured for memlock {}, but whether the running containerd read it is not known: {why}", cfg.memlock),
             )
+            .with_reason(Reason::FactUnreadable)
             .with_details(details);
         }
         Ok(s) => *s,
@@ -124,6 +133,7 @@ pub fn check(
                 Status::Unknown,
                 format!("configured for memlock {}, but whether containerd restarted since its config changed is not known: {why}", cfg.memlock),
             )
+            .with_reason(Reason::FactUnreadable)
             .with_details(details);
         }
         Ok(p) => p,
@@ -143,7 +153,8 @@ pub fn check(
                 names.join(", "),
                 cfg.memlock
             ),
-        ),
+        )
+        .with_reason(Reason::ContainerdNotRunning),
         Some(_) if pending => Check::new(
             CHECK_ID,
             Status::Fail,
@@ -152,7 +163,8 @@ pub fn check(
                 facts.pending_reason(),
                 cfg.memlock
             ),
-        ),
+        )
+        .with_reason(Reason::ContainerdNotRestarted),
         Some(_) if !d.unmanaged.is_empty() => Check::new(
             CHECK_ID,
             Status::Warn,
@@ -163,7 +175,8 @@ pub fn check(
                 d.unmanaged.join(", "),
                 if d.unmanaged.len() == 1 { "is" } else { "are" }
             ),
-        ),
+        )
+        .with_reason(Reason::HandlerUnmanaged),
         Some(_) if !facts.warnings.is_empty() => Check::new(
             CHECK_ID,
             Status::Warn,
@@ -173,7 +186,8 @@ pub fn check(
                 cfg.memlock,
                 facts.warnings.join("; ")
             ),
-        ),
+        )
+        .with_reason(Reason::ContainerdConfigWarning),
         Some(_) => Check::new(
             CHECK_ID,
             Status::Ok,
@@ -245,6 +259,10 @@ fn disagreements(view: &View, facts: &Facts, cfg: &ContainerdConfig) -> Vec<Stri
 
 /// CRI is off in the config containerd reads: it serves no pods.
 fn cri_off(facts: &Facts, entry: &str, config: &str) -> Check {
+    cri_off_check(facts, entry, config).with_reason(Reason::CriDisabled)
+}
+
+fn cri_off_check(facts: &Facts, entry: &str, config: &str) -> Check {
     let fix = format!("remove {entry:?} from disabled_plugins in {config} if this node runs pods");
     let socket = facts.grpc_address.display().to_string();
     match &facts.kubelet_endpoint {

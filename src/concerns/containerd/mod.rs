@@ -38,6 +38,8 @@ use crate::host::HostError;
 use spec::SpecError;
 use toml::{ConfigFile, Version};
 
+use crate::engine::reason::Reason;
+
 pub const CHECK_ID: &str = "containerd.memlock";
 /// The unit of a distribution's own containerd package.
 pub const UNIT: &str = "containerd.service";
@@ -97,6 +99,16 @@ impl ContainerdError {
             ContainerdError::Unknown(_) => crate::engine::check::Status::Unknown,
             ContainerdError::Absent(_) if !required => crate::engine::check::Status::Skipped,
             _ => crate::engine::check::Status::Fail,
+        }
+    }
+
+    /// The check's reason for this error.
+    pub fn reason(&self) -> Reason {
+        match self {
+            ContainerdError::Unknown(_) | ContainerdError::Host(_) => Reason::FactUnreadable,
+            ContainerdError::Absent(_) => Reason::ContainerdAbsent,
+            ContainerdError::UnknownHandler { .. } => Reason::HandlerNotDefined,
+            _ => Reason::ConfigUnreadable,
         }
     }
 }

@@ -51,8 +51,20 @@ impl Reason {
         }
     }
 
+    /// The check's reason code for this pair reason (docs/reasons.md).
+    pub fn code(self) -> crate::engine::reason::Reason {
+        use crate::engine::reason::Reason as R;
+        match self {
+            Reason::AcsRedirect => R::AcsRedirect,
+            Reason::LinkDegraded => R::PcieLinkDegraded,
+            Reason::Distance => R::GpuNicDistance,
+            Reason::NoMechanism => R::GpudirectNoMechanism,
+            Reason::AcsUnknown | Reason::MechanismUnknown => R::FactUnreadable,
+        }
+    }
+
     /// Reasons that leave readiness open rather than settle it.
-    fn is_unknown(self) -> bool {
+    pub fn is_unknown(self) -> bool {
         matches!(self, Reason::AcsUnknown | Reason::MechanismUnknown)
     }
 

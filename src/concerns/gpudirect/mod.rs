@@ -20,6 +20,7 @@ use crate::config::gpudirect::GpuDirectConfig;
 use crate::engine::check::{Check, Status};
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::engine::observe::Observation;
+use crate::engine::reason::Reason;
 use crate::host::snapshot::Snapshot;
 use decide::{Pair, View};
 use mechanism::{Kind, Mechanism};
@@ -115,7 +116,7 @@ pub fn assess(f: &gather::Facts, cfg: &GpuDirectConfig) -> Outcome {
             )
         };
         return Outcome {
-            check: Check::new(CHECK_ID, status, message),
+            check: Check::new(CHECK_ID, status, message).with_reason(Reason::NoGpu),
             pairs: Vec::new(),
             mechanism: None,
         };
@@ -126,10 +127,17 @@ pub fn assess(f: &gather::Facts, cfg: &GpuDirectConfig) -> Outcome {
     let iommu = decide::node_iommu(f);
     let mech_text = mech.describe();
     let mut status = Status::Ok;
+    // The reason of the first problem that raised the status to where it is.
+    let mut reason = Reason::FactUnreadable;
     let mut problems: Vec<String> = Vec::new();
-    let mut raise = |s: Status| status = status.max(s);
+    let mut raise = |s: Status, r: Reason| {
+        if s > status {
+            status = s;
+            reason = r;
+        }
+    };
     for gpu in &f.unplaced {
-        raise(Status::Unknown);
+        raise(Status::Unknown, Reason::FactUnreadable);
         problems.push(format!(
             "GPU {gpu}: its sysfs link does not lead to a device under /sys/devices/pci*: its path cannot be read"
         ));
@@ -138,9 +146,9 @@ pub fn assess(f: &gather::Facts, cfg: &GpuDirectConfig) -> Outcome {
         let gpus = f.gpus.len();
         let any_required = cfg.required || f.gpus.iter().any(|g| required(cfg, &g.pci));
         if any_required {
-            raise(Status::Fail);
+            raise(Status::Fail, Reason::NoRdmaDevices);
         } else if problems.is_empty() {
-            raise(Status::Skipped);
+            raise(Status::Skipped, Reason::NoRdmaDevices);
         }
         let mut message = format!(
             "{gpus} NVIDIA GPU(s), no RDMA NIC with a PCI function (/sys/class/infiniband): no GPU↔NIC path to check; GPUDirect mechanism: {mech_text}; IOMMU {iommu}"
@@ -154,6 +162,7 @@ pub fn assess(f: &gather::Facts, cfg: &GpuDirectConfig) -> Outcome {
         }
         return Outcome {
             check: Check::new(CHECK_ID, status, message)
+                .with_reason(reason)
                 .with_details(details(&pairs, &mech, iommu)),
             pairs,
             mechanism: Some(mech),
@@ -161,19 +170,25 @@ pub fn assess(f: &gather::Facts, cfg: &GpuDirectConfig) -> Outcome {
     }
     if mech.kind == Kind::None {
         if mech.unknown.is_some() {
-            raise(Status::Unknown);
+            raise(Status::Unknown, Reason::FactUnreadable);
         }
         problems.push(format!("GPUDirect mechanism {mech_text}: GPU memory would be staged through host memory; load nvidia_peermem with MLNX_OFED/DOCA-OFED, or use the open GPU kernel modules on a kernel with CONFIG_PCI_P2PDMA=y"));
     }
     for p in &pairs {
         let need = required(cfg, &p.gpu);
-        raise(match p.ready {
+        let s = match p.ready {
             Some(false) if need => Status::Fail,
             Some(false) => Status::Warn,
             None => Status::Unknown,
             Some(true) if !p.reasons.is_empty() => Status::Warn,
             Some(true) => Status::Ok,
-        });
+        };
+        // An unknown pair is named by what could not be read; else its first reason.
+        let r = match s {
+            Status::Unknown => p.reasons.iter().find(|r| r.is_unknown()),
+            _ => p.reasons.iter().find(|r| !r.is_unknown()),
+        };
+        raise(s, r.map_or(Reason::FactUnreadable, |r| r.code()));
         problems.extend(p.problems.iter().cloned());
     }
     let ready = pairs.iter().filter(|p| p.ready == Some(true)).count();
@@ -198,7 +213,9 @@ pub fn assess(f: &gather::Facts, cfg: &GpuDirectConfig) -> Outcome {
         message.push_str(&format!(" (and {more} more)"));
     }
     Outcome {
-        check: Check::new(CHECK_ID, status, message).with_details(details(&pairs, &mech, iommu)),
+        check: Check::new(CHECK_ID, status, message)
+            .with_reason(reason)
+            .with_details(details(&pairs, &mech, iommu)),
         pairs,
         mechanism: Some(mech),
     }

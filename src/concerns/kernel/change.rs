@@ -7,6 +7,7 @@ use serde_json::json;
 
 use super::{CHANGE, Facts, KernelState, state_path};
 use crate::engine::check::{Check, Status};
+use crate::engine::reason::Reason;
 use crate::host::{Host, HostError};
 
 /// Kernel releases in version order: digits compare as numbers (6.8.0-51 > 6.8.0-9).
@@ -97,7 +98,8 @@ pub fn check_change(f: &Facts) -> Check {
             CHANGE,
             Status::Unknown,
             "no /proc/sys/kernel/osrelease under this root",
-        );
+        )
+        .with_reason(Reason::FactUnreadable);
     };
     if let Some(e) = &f.state_error {
         return Check::new(
@@ -106,7 +108,8 @@ pub fn check_change(f: &Facts) -> Check {
             format!(
                 "kernel {release}; cannot tell whether it changed since the last run: the agent's state does not parse ({e}); remove the file and run `rdma-node-agent apply` to record this kernel"
             ),
-        );
+        )
+        .with_reason(Reason::AgentStateUnreadable);
     }
     let changed_from = changed_from(f);
     let details = json!({"release": release, "boot_id": f.boot_id, "recorded": f.state, "changed_from": changed_from});
@@ -119,7 +122,8 @@ pub fn check_change(f: &Facts) -> Check {
                 "kernel changed from {} to {release} since the last run: the host preparation is re-applied at the next apply",
                 s.release
             ),
-        ),
+        )
+        .with_reason(Reason::KernelChanged),
         Some(s) if s.previous.is_some() && f.boot_id.as_deref() == Some(s.boot_id.as_str()) => Check::new(
             CHANGE,
             Status::Ok,

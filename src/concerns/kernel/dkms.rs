@@ -11,6 +11,7 @@ use serde_json::json;
 use super::{DKMS, Facts, compare_releases};
 use crate::config::KernelConfig;
 use crate::engine::check::{Check, Status};
+use crate::engine::reason::Reason;
 
 /// A build under /var/lib/dkms/<module>/<version>/<kernel>/<arch>/module.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -279,7 +280,8 @@ pub fn check_dkms(f: &Facts, cfg: &KernelConfig) -> Check {
             DKMS,
             Status::Unknown,
             "no /proc/sys/kernel/osrelease under this root",
-        );
+        )
+        .with_reason(Reason::FactUnreadable);
     };
     let leftovers: Vec<String> = f
         .kernels
@@ -356,7 +358,15 @@ pub fn check_dkms(f: &Facts, cfg: &KernelConfig) -> Check {
             })
             .chain(disagree)
             .collect();
-        return Check::new(DKMS, Status::Fail, msgs.join("; ")).with_details(details);
+        // The running kernel's gap first: it is the one that breaks RDMA now.
+        let reason = if gaps.iter().any(|(k, _, _)| k == release) {
+            Reason::DkmsNotInstalled
+        } else {
+            Reason::DkmsNotInstalledForPendingKernel
+        };
+        return Check::new(DKMS, Status::Fail, msgs.join("; "))
+            .with_reason(reason)
+            .with_details(details);
     }
     if !unreadable.is_empty() {
         return Check::new(
@@ -367,6 +377,7 @@ pub fn check_dkms(f: &Facts, cfg: &KernelConfig) -> Check {
                 unreadable.join(", ")
             ),
         )
+        .with_reason(Reason::FactUnreadable)
         .with_details(details);
     }
     let checked = match &f.dkms_status {
@@ -386,5 +397,7 @@ pub fn check_dkms(f: &Facts, cfg: &KernelConfig) -> Check {
                 .join("; "),
         )
     };
-    Check::new(DKMS, status, with_notes(message)).with_details(details)
+    Check::new(DKMS, status, with_notes(message))
+        .with_reason(Reason::DkmsStatusDisagrees)
+        .with_details(details)
 }

@@ -7,6 +7,7 @@ use serde_json::json;
 use super::{Facts, MODULES, ModuleTree, Resolved, norm};
 use crate::config::KernelConfig;
 use crate::engine::check::{Check, Status};
+use crate::engine::reason::Reason;
 
 pub fn check_modules(f: &Facts, cfg: &KernelConfig) -> Check {
     if cfg.required_modules.is_empty() {
@@ -21,7 +22,8 @@ pub fn check_modules(f: &Facts, cfg: &KernelConfig) -> Check {
             MODULES,
             Status::Unknown,
             "no /proc/modules or kernel release under this root",
-        );
+        )
+        .with_reason(Reason::FactUnreadable);
     };
     // Why /lib/modules/<release> says nothing, when it does not.
     let tree_gap = match &f.modules {
@@ -39,6 +41,8 @@ pub fn check_modules(f: &Facts, cfg: &KernelConfig) -> Check {
         _ => None,
     };
     let mut problems = Vec::new();
+    // The reason of the first problem.
+    let mut reason = None;
     let mut unknown = Vec::new();
     let mut builtin = Vec::new();
     let mut notes = Vec::new();
@@ -65,20 +69,30 @@ pub fn check_modules(f: &Facts, cfg: &KernelConfig) -> Check {
         };
         if !is_loaded && *r != Resolved::Builtin {
             problems.push(format!("{m} is not loaded"));
+            reason.get_or_insert(Reason::ModuleNotLoaded);
         }
         match r {
             Resolved::Builtin => builtin.push(m.clone()),
-            Resolved::Missing => problems.push(format!(
-                "{m} has no file in /lib/modules/{release}/modules.dep (nor is it built in)"
-            )),
+            Resolved::Missing => {
+                problems.push(format!(
+                    "{m} has no file in /lib/modules/{release}/modules.dep (nor is it built in)"
+                ));
+                reason.get_or_insert(Reason::ModuleNotLoaded);
+            }
             Resolved::File(file) => {
                 match &file.built_for {
-                    Ok(k) if k != release => problems.push(format!(
-                        "{m}: {} was built for {k}, not {release} (vermagic mismatch)",
-                        file.path
-                    )),
+                    Ok(k) if k != release => {
+                        problems.push(format!(
+                            "{m}: {} was built for {k}, not {release} (vermagic mismatch)",
+                            file.path
+                        ));
+                        reason.get_or_insert(Reason::ModuleMismatch);
+                    }
                     Ok(_) => {}
-                    Err(e) => problems.push(format!("{m}: {}: {e}", file.path)),
+                    Err(e) => {
+                        problems.push(format!("{m}: {}: {e}", file.path));
+                        reason.get_or_insert(Reason::FactUnreadable);
+                    }
                 }
                 if let Some(intree) = &file.shadows {
                     notes.push(format!("{m}: {} shadows in-tree {intree}", file.path));
@@ -94,6 +108,7 @@ pub fn check_modules(f: &Facts, cfg: &KernelConfig) -> Check {
             Status::Fail,
             [problems, unknown].concat().join("; "),
         )
+        .with_reason(reason.unwrap_or(Reason::FactUnreadable))
         .with_details(details);
     }
     if !unknown.is_empty() {
@@ -103,6 +118,7 @@ pub fn check_modules(f: &Facts, cfg: &KernelConfig) -> Check {
             Status::Unknown,
             format!("{}: {gap}", unknown.join("; ")),
         )
+        .with_reason(Reason::FactUnreadable)
         .with_details(details);
     }
     let from_files: Vec<&String> = cfg

@@ -6,6 +6,7 @@
 pub mod concern;
 pub mod devices;
 pub mod gpudirect;
+pub mod link;
 pub mod netns;
 
 pub use crate::config::rdma::{

@@ -15,6 +15,7 @@ use crate::config::{Config, Severity};
 use crate::engine::check::{Check, Status};
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::engine::observe::Observation;
+use crate::engine::reason::Reason;
 use crate::host::snapshot::Snapshot;
 
 pub const CHECK_ID: &str = "kubelet.devices";
@@ -123,7 +124,8 @@ pub fn decide(
                     "cannot tell what the kubelet advertises: {}: {e}",
                     path.display()
                 ),
-            );
+            )
+            .with_reason(Reason::KubeletCheckpointInvalid);
             return (c, Vec::new());
         }
     };
@@ -135,7 +137,7 @@ pub fn decide(
         .collect();
     let rdma_devices: usize = rdma.iter().map(|(_, d)| d).sum();
     let host = ports(observations);
-    let mut problems: Vec<(Status, String)> = Vec::new();
+    let mut problems: Vec<(Status, Reason, String)> = Vec::new();
     let mut notes: Vec<String> = Vec::new();
 
     for want in &cfg.expected_resources {
@@ -147,6 +149,7 @@ pub fn decide(
         if have == 0 {
             problems.push((
                 Status::Fail,
+                Reason::KubeletResourcesZero,
                 format!("{want} is expected (kubelet.expected_resources) but the kubelet has no healthy device of it"),
             ));
         }
@@ -161,6 +164,7 @@ pub fn decide(
         };
         problems.push((
             severity(cfg.mismatch),
+            Reason::KubeletResourcesZero,
             format!(
                 "the host has {} ACTIVE RDMA port(s) but the kubelet advertises no {rdma_globs} device{registered_empty}: \
                  the device plugin is not running: check its DaemonSet, tolerations and operator wait labels",
@@ -183,6 +187,7 @@ pub fn decide(
         };
         problems.push((
             severity(cfg.mismatch),
+            Reason::KubeletResourcesMismatch,
             format!(
                 "the kubelet advertises {} but {why}: RDMA pods will be scheduled here and fail",
                 named.join(", ")
@@ -195,6 +200,7 @@ pub fn decide(
     if rdma_devices > 0 && f.sockets.is_empty() {
         problems.push((
             Status::Warn,
+            Reason::DevicePluginGone,
             format!(
                 "no device plugin socket in {}: the plugin that registered {} is gone; the kubelet \
                  drops its devices after a grace period",
@@ -209,12 +215,17 @@ pub fn decide(
     match &checksum {
         Some(Ok(false)) => problems.push((
             Status::Warn,
+            Reason::KubeletCheckpointInvalid,
             format!(
                 "{}: checksum does not verify (corrupt, or a kubelet layout this agent does not know): its content may be wrong",
                 path.display()
             ),
         )),
-        Some(Err(e)) => problems.push((Status::Warn, format!("{}: {e}", path.display()))),
+        Some(Err(e)) => problems.push((
+            Status::Warn,
+            Reason::KubeletCheckpointInvalid,
+            format!("{}: {e}", path.display()),
+        )),
         _ => {}
     }
     if !f.kubelet_socket {
@@ -243,8 +254,17 @@ pub fn decide(
             f.sockets.join(", ")
         }
     );
-    let status = problems.iter().map(|(s, _)| *s).max().unwrap_or(Status::Ok);
-    let mut parts: Vec<String> = problems.into_iter().map(|(_, m)| m).collect();
+    let status = problems
+        .iter()
+        .map(|(s, _, _)| *s)
+        .max()
+        .unwrap_or(Status::Ok);
+    // The first problem of the worst status names the reason.
+    let reason = problems
+        .iter()
+        .find(|(s, _, _)| *s == status)
+        .map(|(_, r, _)| *r);
+    let mut parts: Vec<String> = problems.into_iter().map(|(_, _, m)| m).collect();
     parts.push(summary);
     parts.extend(notes);
     let allocations: Vec<_> = cp
@@ -253,7 +273,11 @@ pub fn decide(
         .filter(|e| matches(&cfg.rdma_resources, &e.resource))
         .map(|e| json!({"pod_uid": e.pod_uid, "container": e.container, "resource": e.resource, "devices": e.device_ids.all()}))
         .collect();
-    let check = Check::new(CHECK_ID, status, parts.join("; ")).with_details(json!({
+    let mut check = Check::new(CHECK_ID, status, parts.join("; "));
+    if let Some(r) = reason {
+        check = check.with_reason(r);
+    }
+    let check = check.with_details(json!({
         "checkpoint": path,
         "checksum_ok": checksum.and_then(Result::ok),
         "registered": registered,

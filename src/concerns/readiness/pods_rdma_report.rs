@@ -6,6 +6,7 @@ use super::{CHECK_ID, Container, Finding, findings};
 use crate::config::{Limit, Severity};
 use crate::engine::check::{Check, Status};
 use crate::engine::observe::RdmaProblem;
+use crate::engine::reason::Reason;
 
 fn name(f: &Finding) -> String {
     format!(
@@ -93,7 +94,7 @@ pub fn check_with(
         (None, None) => None,
         (a, b) => Some(a.into_iter().chain(b).collect::<Vec<_>>().join("; ")),
     };
-    let (status, message) = if !bad.is_empty() {
+    let (status, message, reason) = if !bad.is_empty() {
         let status = match severity {
             Severity::Warn => Status::Warn,
             Severity::Fail => Status::Fail,
@@ -113,18 +114,24 @@ pub fn check_with(
         if let Some(n) = &unreadable_note {
             m.push_str(&format!("; {n}"));
         }
-        (status, m)
+        // The first named container's first problem.
+        let reason = match bad[0].problems.first() {
+            Some(RdmaProblem::LowMemlock) => Reason::RdmaPodLowMemlock,
+            _ => Reason::RdmaPodNoIpcLock,
+        };
+        (status, m, reason)
     } else if !unknown.is_empty() || unreadable_note.is_some() {
         let mut parts: Vec<String> = unknown
             .iter()
             .map(|f| format!("{}: cannot read its {}", name(f), f.unknown.join(", ")))
             .collect();
         parts.extend(unreadable_note);
-        (Status::Unknown, parts.join("; "))
+        (Status::Unknown, parts.join("; "), Reason::FactUnreadable)
     } else if found.is_empty() {
         (
             Status::Ok,
             "no running pod container has RDMA devices".to_owned(),
+            Reason::FactUnreadable,
         )
     } else {
         (
@@ -133,7 +140,11 @@ pub fn check_with(
                 "{} RDMA pod container(s), each with CAP_IPC_LOCK or memlock at {target}",
                 found.len()
             ),
+            Reason::FactUnreadable,
         )
     };
-    Check::new(CHECK_ID, status, message).with_details(details)
+    // An ok result carries no reason (`with_reason` drops it).
+    Check::new(CHECK_ID, status, message)
+        .with_reason(reason)
+        .with_details(details)
 }

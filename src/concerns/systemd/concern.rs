@@ -3,6 +3,7 @@
 use super::dropin::{CHECK_ID, UnitFacts, check, decide, gather};
 use crate::config::{Config, SystemdConfig};
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
+use crate::engine::reason::Reason;
 use crate::host::runtime::Discovery;
 use crate::host::snapshot::Snapshot;
 
@@ -42,7 +43,8 @@ impl Concern for Memlock {
             Discovery::Absent { looked_for } => {
                 return Err(GatherError::fail(format!(
                     "containerd.required is set, but there is no containerd on this node: {looked_for}"
-                )));
+                ))
+                .with_reason(Reason::ContainerdAbsent));
             }
             Discovery::Unknown(why) => return Err(GatherError::unknown(why.clone())),
         };

@@ -9,6 +9,7 @@ use serde_json::json;
 use crate::config::{Limit, SystemdConfig};
 use crate::engine::check::{Check, Status};
 use crate::engine::plan::{FileChange, Plan};
+use crate::engine::reason::Reason;
 use crate::host::HostError;
 use crate::host::procfs;
 use crate::host::snapshot::Snapshot;
@@ -133,11 +134,12 @@ pub fn check(facts: &[UnitFacts], cfg: &SystemdConfig) -> Check {
         return Check::new(CHECK_ID, Status::Skipped, "disabled in the agent config");
     }
     let want = content(cfg.memlock);
-    let mut problems: Vec<(Status, String)> = Vec::new();
+    let mut problems: Vec<(Status, Reason, String)> = Vec::new();
     for f in facts {
         if f.current.as_deref() != Some(want.as_bytes()) {
             problems.push((
                 Status::Fail,
+                Reason::DropinMissing,
                 format!(
                     "{}: drop-in {} is missing or differs (run `rdma-node-agent apply`)",
                     f.unit,
@@ -150,6 +152,7 @@ pub fn check(facts: &[UnitFacts], cfg: &SystemdConfig) -> Check {
             if s.limit_memlock != Some(cfg.memlock.0) {
                 problems.push((
                     Status::Fail,
+                    Reason::DaemonReloadPending,
                     format!(
                         "{}: systemd has not loaded the drop-in yet (daemon-reload pending)",
                         f.unit
@@ -158,7 +161,11 @@ pub fn check(facts: &[UnitFacts], cfg: &SystemdConfig) -> Check {
                 continue;
             }
             if s.active_state != "active" {
-                problems.push((Status::Warn, format!("{} is {}", f.unit, s.active_state)));
+                problems.push((
+                    Status::Warn,
+                    Reason::UnitNotActive,
+                    format!("{} is {}", f.unit, s.active_state),
+                ));
                 continue;
             }
         }
@@ -166,6 +173,7 @@ pub fn check(facts: &[UnitFacts], cfg: &SystemdConfig) -> Check {
             Ok(l) if *l == cfg.memlock => {}
             Ok(l) => problems.push((
                 Status::Fail,
+                Reason::MemlockBelowTarget,
                 format!(
                     "{}: needs restart: its main process runs with memlock {l}, want {}",
                     f.unit, cfg.memlock
@@ -174,6 +182,7 @@ pub fn check(facts: &[UnitFacts], cfg: &SystemdConfig) -> Check {
             // Not seen in effect is not in effect: the check cannot tell.
             Err(why) => problems.push((
                 Status::Unknown,
+                Reason::FactUnreadable,
                 format!(
                     "{}: drop-in in place, but its effect on the running process could not be read: {why}",
                     f.unit
@@ -192,7 +201,12 @@ pub fn check(facts: &[UnitFacts], cfg: &SystemdConfig) -> Check {
             "process_memlock_error": f.process_memlock.as_ref().err(),
         })).collect::<Vec<_>>(),
     });
-    let worst = problems.iter().map(|(s, _)| *s).max();
+    let worst = problems.iter().map(|(s, _, _)| *s).max();
+    // The first problem of the worst status names the reason.
+    let reason = problems
+        .iter()
+        .find(|(s, _, _)| Some(*s) == worst)
+        .map(|(_, r, _)| *r);
     // What systemd was not asked (unit state, loaded limit), and why.
     let not_asked = facts
         .iter()
@@ -218,10 +232,14 @@ pub fn check(facts: &[UnitFacts], cfg: &SystemdConfig) -> Check {
             status,
             problems
                 .into_iter()
-                .map(|(_, m)| m)
+                .map(|(_, _, m)| m)
                 .collect::<Vec<_>>()
                 .join("; "),
         ),
+    };
+    let check = match reason {
+        Some(r) => check.with_reason(r),
+        None => check,
     };
     Check {
         message: format!("{}{not_asked}", check.message),

@@ -15,6 +15,7 @@ use super::{Device, Kind, Port, Problem};
 use crate::concerns::rdma::RdmaConfig;
 use crate::concerns::rdma::gpudirect::Finding;
 use crate::engine::check::{Check, Status};
+use crate::engine::reason::Reason;
 
 pub const CHECK_ID: &str = "rdma.devices";
 /// Errors listed in the message; the rest are in `details`.
@@ -29,6 +30,25 @@ fn rate(r: f64) -> String {
 pub struct Unmet {
     pub failures: Vec<String>,
     pub unknown: Vec<String>,
+    /// The reason of the first failure.
+    pub reason: Option<Reason>,
+}
+
+impl Unmet {
+    fn fail(&mut self, reason: Reason, message: String) {
+        self.reason.get_or_insert(reason);
+        self.failures.push(message);
+    }
+}
+
+/// A port the kernel names in a state other than ACTIVE: DOWN (no link), or
+/// up but not ACTIVE (INIT, ARMED: an IB port waiting for its subnet manager).
+fn not_active(state: super::PortState) -> Reason {
+    if state.name() == "DOWN" {
+        Reason::PortDown
+    } else {
+        Reason::PortNotActive
+    }
 }
 
 /// Failures of the configured expectations, each naming `device/port`.
@@ -44,13 +64,17 @@ pub fn unmet(devices: &[Device], cfg: &RdmaConfig) -> Unmet {
             })
             .collect();
         if matched.is_empty() {
-            out.failures
-                .push(format!("no RDMA device matches {:?}", e.device));
+            out.fail(
+                Reason::NoRdmaDevices,
+                format!("no RDMA device matches {:?}", e.device),
+            );
         }
         for d in matched {
             if let Some(Problem::BrokenLink(why)) = &d.problem {
-                out.failures
-                    .push(format!("{}: broken link ({why})", d.name));
+                out.fail(
+                    Reason::DeviceBrokenLink,
+                    format!("{}: broken link ({why})", d.name),
+                );
                 continue;
             }
             let ports: Vec<&Port> = d
@@ -59,10 +83,11 @@ pub fn unmet(devices: &[Device], cfg: &RdmaConfig) -> Unmet {
                 .filter(|p| e.port.is_none_or(|n| p.port == n))
                 .collect();
             if ports.is_empty() {
-                out.failures.push(match e.port {
+                let what = match e.port {
                     Some(n) => format!("{} has no port {n}", d.name),
                     None => format!("{} has no ports", d.name),
-                });
+                };
+                out.fail(Reason::DeviceWithoutPorts, what);
             }
             for p in ports {
                 let at = format!("{}/{}", d.name, p.port);
@@ -70,8 +95,10 @@ pub fn unmet(devices: &[Device], cfg: &RdmaConfig) -> Unmet {
                 match (p.active(), p.state) {
                     (Some(true), _) => {}
                     (Some(false), Some(s)) => {
-                        out.failures
-                            .push(format!("{at} is {} ({phys}), expected ACTIVE", s.name()));
+                        out.fail(
+                            not_active(s),
+                            format!("{at} is {} ({phys}), expected ACTIVE", s.name()),
+                        );
                         continue;
                     }
                     (_, Some(s)) => {
@@ -91,10 +118,10 @@ pub fn unmet(devices: &[Device], cfg: &RdmaConfig) -> Unmet {
                 if let Some(min) = e.min_rate_gbps {
                     match p.rate_gbps {
                         Some(r) if r >= f64::from(min) => {}
-                        Some(r) => out.failures.push(format!(
-                            "{at} runs at {}, expected at least {min} Gb/s",
-                            rate(r)
-                        )),
+                        Some(r) => out.fail(
+                            Reason::PortRateBelowExpected,
+                            format!("{at} runs at {}, expected at least {min} Gb/s", rate(r)),
+                        ),
                         None => out.unknown.push(format!(
                             "{at} rate is unreadable, expected at least {min} Gb/s"
                         )),
@@ -125,9 +152,10 @@ pub fn unmet(devices: &[Device], cfg: &RdmaConfig) -> Unmet {
                 "{have} ACTIVE {layer} port(s) and {unknown_ports} of unknown state, expected at least {min}"
             ));
         } else {
-            out.failures.push(format!(
-                "{have} ACTIVE {layer} port(s), expected at least {min}"
-            ));
+            out.fail(
+                Reason::TooFewActivePorts,
+                format!("{have} ACTIVE {layer} port(s), expected at least {min}"),
+            );
         }
     }
     out
@@ -140,6 +168,8 @@ pub struct Defaults {
     pub none_active: Option<String>,
     /// Ports not ACTIVE (and not in `rdma.ignore_ports`), each named.
     pub down: Vec<String>,
+    /// The reason of the first of `down`.
+    pub down_reason: Option<Reason>,
     /// No port known ACTIVE, some of unknown state.
     pub unknown: Vec<String>,
 }
@@ -168,6 +198,7 @@ pub fn defaults(devices: &[Device], cfg: &RdmaConfig) -> Defaults {
                 _ if ignored.iter().any(|g| g.matches(&at)) => {}
                 (Some(false), Some(s)) => {
                     let phys = p.phys_state.map_or("phys_state unknown", |s| s.name());
+                    out.down_reason.get_or_insert(not_active(s));
                     out.down.push(format!("{at} is {} ({phys})", s.name()));
                 }
                 _ => unknown.push(at),
@@ -188,6 +219,7 @@ pub fn defaults(devices: &[Device], cfg: &RdmaConfig) -> Defaults {
             }
         ));
         out.down.clear();
+        out.down_reason = None;
     } else {
         out.unknown.push(format!(
             "no port is known to be ACTIVE: the state of {} is unknown",
@@ -266,10 +298,14 @@ pub fn check(devices: &[Device], cfg: &RdmaConfig, gpu: &Finding) -> Check {
     let Unmet {
         mut failures,
         mut unknown,
+        reason: fail_reason,
     } = unmet(devices, cfg);
     unknown.extend(gpu.unknown.iter().cloned());
     // Without expectations: none ACTIVE fails; a port not ACTIVE warns.
     let d = defaults(devices, cfg);
+    let fail_reason = fail_reason
+        .or(d.none_active.as_ref().map(|_| Reason::NoActivePort))
+        .or((!gpu.missing.is_empty()).then_some(Reason::GpudirectModuleMissing));
     failures.extend(d.none_active);
     unknown.extend(d.unknown);
     failures.extend(gpu.missing.iter().map(|m| {
@@ -301,22 +337,45 @@ pub fn check(devices: &[Device], cfg: &RdmaConfig, gpu: &Finding) -> Check {
         "unknown": unknown,
     });
     let summary = summary(devices, active.values().sum(), gpu);
-    let (status, message) = if !failures.is_empty() {
-        (Status::Fail, [failures, unknown].concat().join("; "))
+    // Which problem names the warning: the first device problem, a port not
+    // ACTIVE, or an unreadable field.
+    let warn_reason = devices
+        .iter()
+        .find_map(|d| match &d.problem {
+            Some(Problem::NoPorts) => Some(Reason::DeviceWithoutPorts),
+            Some(Problem::BrokenLink(_)) => Some(Reason::DeviceBrokenLink),
+            None => None,
+        })
+        .or(d.down_reason)
+        .unwrap_or(Reason::FactUnreadable);
+    let (status, message, reason) = if !failures.is_empty() {
+        (
+            Status::Fail,
+            [failures, unknown].concat().join("; "),
+            fail_reason.unwrap_or(Reason::FactUnreadable),
+        )
     } else if !unknown.is_empty() {
-        (Status::Unknown, unknown.join("; "))
+        (Status::Unknown, unknown.join("; "), Reason::FactUnreadable)
     } else if devices.is_empty() {
         (
             Status::Skipped,
             "no RDMA device (/sys/class/infiniband is empty or absent): nothing to check; \
              declare [[rdma.expect_port]] to require one"
                 .to_owned(),
+            Reason::NoRdmaDevices,
         )
     } else if !problems.is_empty() || !errors.is_empty() {
         let all: Vec<String> = problems.into_iter().chain(errors).collect();
-        (Status::Warn, format!("{summary}; {}", listed(&all)))
+        (
+            Status::Warn,
+            format!("{summary}; {}", listed(&all)),
+            warn_reason,
+        )
     } else {
-        (Status::Ok, summary)
+        (Status::Ok, summary, Reason::FactUnreadable)
     };
-    Check::new(CHECK_ID, status, message).with_details(details)
+    // Ok and skipped carry none (`with_reason` drops it).
+    Check::new(CHECK_ID, status, message)
+        .with_reason(reason)
+        .with_details(details)
 }

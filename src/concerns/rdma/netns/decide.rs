@@ -1,6 +1,7 @@
 //! rdma.netns: the decision (pure).
 
 use super::*;
+use crate::engine::reason::Reason;
 
 pub struct Decision {
     pub check: Check,
@@ -46,11 +47,14 @@ pub fn decide(f: &Facts, cfg: &RdmaConfig) -> Decision {
 
     // Kernels before 5.3 have no netns mode, unless MLNX_OFED 4.7+ backports it.
     let Some(kernel) = f.osrelease.as_deref() else {
-        return done(Check::new(
-            CHECK_ID,
-            Status::Unknown,
-            "cannot read /proc/sys/kernel/osrelease to tell whether the kernel supports RDMA netns modes",
-        ));
+        return done(
+            Check::new(
+                CHECK_ID,
+                Status::Unknown,
+                "cannot read /proc/sys/kernel/osrelease to tell whether the kernel supports RDMA netns modes",
+            )
+            .with_reason(Reason::FactUnreadable),
+        );
     };
     let ofed = f.ofed_info.as_deref().and_then(parse_ofed);
     if parse_kernel(kernel).is_none_or(|v| v < (5, 3)) && ofed.is_none_or(|v| v < (4, 7)) {
@@ -67,6 +71,7 @@ pub fn decide(f: &Facts, cfg: &RdmaConfig) -> Decision {
                      RDMA netns modes need kernel 5.3+ or MLNX_OFED 4.7+; nothing was changed"
                 ),
             )
+            .with_reason(Reason::NetnsUnsupported)
             .with_details(details),
         );
     }
@@ -93,6 +98,7 @@ pub fn decide(f: &Facts, cfg: &RdmaConfig) -> Decision {
                             "refusing exclusive mode: {conflict}; remove the plugin, or set rdma.shared_plugin = \"warn\" to switch anyway"
                         ),
                     )
+                    .with_reason(Reason::NetnsPluginConflict)
                     .with_details(details),
                 );
             }
@@ -102,6 +108,9 @@ pub fn decide(f: &Facts, cfg: &RdmaConfig) -> Decision {
 
     let mut plan = Plan::default();
     let mut problems = Vec::new();
+    // What the live mode lacks names the failure before what the files lack.
+    let mut live_reason = None;
+    let mut file_reason = None;
     let file = cfg.modprobe_file.display();
     let content = modprobe_content(want).into_bytes();
     let persisting = f.modprobe.as_deref() != Some(content.as_slice());
@@ -116,6 +125,7 @@ pub fn decide(f: &Facts, cfg: &RdmaConfig) -> Decision {
             restart: Vec::new(),
         });
         problems.push(format!("{want} mode is not persisted in {file}"));
+        file_reason = Some(Reason::NetnsNotPersisted);
     }
 
     let mut reboot_reason = None;
@@ -128,6 +138,7 @@ pub fn decide(f: &Facts, cfg: &RdmaConfig) -> Decision {
                 reason: format!("live mode is {m}"),
             });
             problems.push(format!("live mode is {m}, want {want}"));
+            live_reason = Some(Reason::NetnsModeMismatch);
             String::new()
         }
         Live::Mode(m) => {
@@ -137,6 +148,7 @@ pub fn decide(f: &Facts, cfg: &RdmaConfig) -> Decision {
                 describe(&f.namespaces)
             );
             reboot_reason = Some(format!("RDMA netns mode {want} (live: {m})"));
+            live_reason = Some(Reason::NetnsBusy);
             details["reboot_required"] = json!(true);
             problems.push(format!(
                 "pending reboot: {want} is {} in {file}, but {why}",
@@ -149,7 +161,11 @@ pub fn decide(f: &Facts, cfg: &RdmaConfig) -> Decision {
             String::new()
         }
         Live::Unreadable(e) => {
-            return done(Check::new(CHECK_ID, Status::Unknown, e.clone()).with_details(details));
+            return done(
+                Check::new(CHECK_ID, Status::Unknown, e.clone())
+                    .with_reason(Reason::FactUnreadable)
+                    .with_details(details),
+            );
         }
     };
 
@@ -195,9 +211,13 @@ pub fn decide(f: &Facts, cfg: &RdmaConfig) -> Decision {
                     None => "lacks ib_core.netns_mode".into(),
                 }
             ));
+            file_reason.get_or_insert(Reason::NetnsNotPersisted);
         }
     }
 
+    let reason = live_reason
+        .or(file_reason)
+        .unwrap_or(Reason::NetnsInitramfsStale);
     let (status, message) = if !problems.is_empty() {
         let mut m = problems.join("; ");
         if !plan.is_empty() {
@@ -226,7 +246,9 @@ pub fn decide(f: &Facts, cfg: &RdmaConfig) -> Decision {
     plan.notes
         .extend(warnings.iter().filter(|_| status != Status::Fail).cloned());
     Decision {
-        check: Check::new(CHECK_ID, status, message).with_details(details),
+        check: Check::new(CHECK_ID, status, message)
+            .with_reason(reason)
+            .with_details(details),
         plan,
         reboot_reason,
     }

@@ -1,0 +1,252 @@
+//! What a fleet compares between nodes, as low-cardinality facts for the info
+//! metrics (no check of its own): per RDMA device its firmware, board and
+//! driver; per port its rate, width, link layer, MTUs and fabric; per node its
+//! kernel, netns mode, memlock target and GPU driver. Read-only, from sysfs,
+//! /proc and the config; the netns mode from `rdma.netns`'s observation.
+
+use std::path::Path;
+
+use crate::config::Config;
+use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
+use crate::engine::fleet::Fact;
+use crate::engine::observe::{Observation, Observations};
+use crate::host::snapshot::Snapshot;
+
+const CLASS: &str = "/sys/class/infiniband";
+
+pub struct Facts {
+    devices: Vec<Fact>,
+    ports: Vec<Fact>,
+    kernel: String,
+    gpu_driver: String,
+}
+
+pub struct Export;
+
+impl Concern for Export {
+    type Facts = Facts;
+
+    fn ids(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    fn enabled(&self, cfg: &Config) -> bool {
+        cfg.rdma.enabled
+    }
+
+    fn gather(&self, snap: &Snapshot, _cfg: &Config) -> Result<Facts, GatherError> {
+        let host = snap.host();
+        let text = |p: &Path| {
+            host.read_string(p)
+                .ok()
+                .flatten()
+                .map(|t| t.trim().to_owned())
+                .unwrap_or_default()
+        };
+        let routes = text(Path::new("/proc/net/route"));
+        let mut devices = Vec::new();
+        let mut ports = Vec::new();
+        for dev in host
+            .list_dir(Path::new(CLASS))
+            .map_err(GatherError::unknown)?
+        {
+            let base = Path::new(CLASS).join(&dev);
+            let driver = host
+                .read_link(&base.join("device/driver"))
+                .ok()
+                .flatten()
+                .and_then(|l| l.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .unwrap_or_default();
+            // MLNX_OFED and DOCA-OFED modules carry a version; in-tree ones do not.
+            let version = text(&Path::new("/sys/module").join(&driver).join("version"));
+            devices.push(Fact::Device {
+                device: dev.clone(),
+                fw_ver: text(&base.join("fw_ver")),
+                board_id: text(&base.join("board_id")),
+                driver: if driver.is_empty() || version.is_empty() {
+                    driver
+                } else {
+                    format!("{driver} {version}")
+                },
+                node_guid: text(&base.join("node_guid")),
+            });
+            let parent = text(&base.join("parent"));
+            for port in host.list_dir(&base.join("ports")).unwrap_or_default() {
+                let Ok(number) = port.parse::<u32>() else {
+                    continue;
+                };
+                let dir = base.join("ports").join(&port);
+                let link_layer = match text(&dir.join("link_layer")).as_str() {
+                    "" => "unknown".to_owned(),
+                    l => l.to_owned(),
+                };
+                let (rate, width) = rate_width(&text(&dir.join("rate")));
+                let netdev = Some(text(&dir.join("gid_attrs/ndevs/0")))
+                    .filter(|n| !n.is_empty())
+                    .or_else(|| parent.split_whitespace().next().map(str::to_owned))
+                    .unwrap_or_default();
+                let netdev_mtu = if netdev.is_empty() {
+                    String::new()
+                } else {
+                    text(&Path::new("/sys/class/net").join(&netdev).join("mtu"))
+                };
+                let ethernet = link_layer == "Ethernet";
+                let port_mtu = match netdev_mtu.parse::<u32>() {
+                    Ok(m) if ethernet => iboe_mtu(m).map(|m| m.to_string()).unwrap_or_default(),
+                    _ => String::new(),
+                };
+                let fabric = if ethernet {
+                    roce_subnet(&routes, &netdev)
+                        .map(|s| format!("roce:{s}"))
+                        .unwrap_or_default()
+                } else {
+                    ib_prefix(&text(&dir.join("gids/0")))
+                        .map(|p| format!("ib:{p}"))
+                        .unwrap_or_default()
+                };
+                ports.push(Fact::Port {
+                    device: dev.clone(),
+                    port: number,
+                    link_layer,
+                    rate,
+                    width,
+                    netdev,
+                    netdev_mtu,
+                    port_mtu,
+                    fabric,
+                });
+            }
+        }
+        Ok(Facts {
+            devices,
+            ports,
+            kernel: snap.kernel_release().unwrap_or_default(),
+            gpu_driver: text(Path::new("/sys/module/nvidia/version")),
+        })
+    }
+
+    fn decide(&self, f: &Facts, ctx: &Ctx) -> Decision {
+        let node = Fact::Node {
+            kernel: f.kernel.clone(),
+            netns_mode: ctx
+                .observations
+                .netns_mode()
+                .map(|m| m.as_str().to_owned())
+                .unwrap_or_default(),
+            memlock_target: ctx.config.containerd.memlock.to_string(),
+            // The one mechanism today; NRI is to come.
+            memlock_via: "base-spec".to_owned(),
+            gpu_driver: f.gpu_driver.clone(),
+        };
+        let observations = f
+            .devices
+            .iter()
+            .chain(&f.ports)
+            .cloned()
+            .chain([node])
+            .map(Observation::Fleet)
+            .collect();
+        Decision {
+            observations,
+            ..Decision::default()
+        }
+    }
+}
+
+/// `100 Gb/sec (4X EDR)` → (`100`, `4X`); what cannot be read stays empty.
+pub fn rate_width(text: &str) -> (String, String) {
+    let rate = text
+        .split_once(" Gb/sec")
+        .map(|(n, _)| n.trim())
+        .filter(|n| n.parse::<f64>().is_ok())
+        .unwrap_or_default();
+    let width = text
+        .split_once('(')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .map(|w| w.trim_end_matches(')'))
+        .filter(|w| w.ends_with('X') && w[..w.len() - 1].parse::<u32>().is_ok())
+        .unwrap_or_default();
+    (rate.to_owned(), width.to_owned())
+}
+
+/// The RDMA MTU of a RoCE port on a netdev of this MTU, as the kernel's
+/// `iboe_get_mtu` (include/rdma/ib_addr.h) derives it: the netdev MTU less the
+/// largest RoCE headers (GRH 40, UDP 8, BTH 12, XRC 4, AtomicETH 28, ICRC 4),
+/// rounded down to an IB MTU. Drivers with their own rule (rxe) may differ.
+pub fn iboe_mtu(netdev_mtu: u32) -> Option<u32> {
+    let room = netdev_mtu.checked_sub(40 + 8 + 12 + 4 + 28 + 4)?;
+    [4096, 2048, 1024, 512, 256]
+        .into_iter()
+        .find(|m| room >= *m)
+}
+
+/// `fe80:0000:0000:0000:0c42:a103:0065:6a3c` → its subnet prefix, the first
+/// 64 bits; none for an all-zero GID (an unset table entry).
+pub fn ib_prefix(gid: &str) -> Option<String> {
+    let groups: Vec<&str> = gid.split(':').collect();
+    (groups.len() == 8 && groups.iter().any(|g| !g.trim_start_matches('0').is_empty()))
+        .then(|| groups[..4].join(":"))
+}
+
+/// The IPv4 subnet of a netdev's connected route in `/proc/net/route` (a
+/// route without gateway, not the default), the longest prefix first.
+pub fn roce_subnet(routes: &str, netdev: &str) -> Option<String> {
+    // The kernel prints each address as a native-endian number of its
+    // network-order bytes: back to those bytes, then to the address.
+    let addr = |s: &str| {
+        u32::from_str_radix(s, 16)
+            .ok()
+            .map(|v| u32::from_be_bytes(v.to_ne_bytes()))
+    };
+    routes
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() >= 8 && f[0] == netdev && f[2] == "00000000").then_some(())?;
+            let dest = addr(f[1])?;
+            let mask = addr(f[7])?;
+            (mask != 0).then_some((mask.count_ones(), dest))
+        })
+        .max_by_key(|(len, dest)| (*len, std::cmp::Reverse(*dest)))
+        .map(|(len, dest)| format!("{}/{len}", std::net::Ipv4Addr::from(dest)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rate_and_width_from_the_kernels_text() {
+        let rw = |t: &str| rate_width(t);
+        assert_eq!(rw("200 Gb/sec (4X HDR)"), ("200".into(), "4X".into()));
+        assert_eq!(rw("2.5 Gb/sec (1X SDR)"), ("2.5".into(), "1X".into()));
+        assert_eq!(rw("100 Gb/sec"), ("100".into(), String::new()));
+        assert_eq!(rw("fast"), (String::new(), String::new()));
+    }
+
+    #[test]
+    fn roce_mtu_as_the_kernel_derives_it() {
+        assert_eq!(iboe_mtu(9000), Some(4096));
+        assert_eq!(iboe_mtu(4200), Some(4096));
+        assert_eq!(iboe_mtu(4191), Some(2048));
+        assert_eq!(iboe_mtu(1500), Some(1024));
+        assert_eq!(iboe_mtu(300), None);
+    }
+
+    #[test]
+    fn fabric_labels() {
+        assert_eq!(
+            ib_prefix("fe80:0000:0000:0000:0c42:a103:0065:6a3c").as_deref(),
+            Some("fe80:0000:0000:0000")
+        );
+        assert_eq!(ib_prefix("0000:0000:0000:0000:0000:0000:0000:0000"), None);
+        // Hand-written in /proc/net/route's format (x86_64): eth0 on
+        // 10.0.2.0/24, and a default route via 10.0.2.2.
+        let routes = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
+             eth0\t00000000\t0202000A\t0003\t0\t0\t0\t00000000\t0\t0\t0\n\
+             eth0\t0002000A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n";
+        assert_eq!(roce_subnet(routes, "eth0").as_deref(), Some("10.0.2.0/24"));
+        assert_eq!(roce_subnet(routes, "eth1"), None);
+    }
+}

@@ -1,0 +1,380 @@
+//! `rdma.link`: link health that remembers. Each reconcile reads every RDMA
+//! port's state and the kernel's `link_downed` / `link_error_recovery`
+//! counters (`ports/<n>/counters/` in sysfs), plus the link-down events the
+//! daemon counted from rtnetlink between reconciles, and folds them into the
+//! persisted history (`history`): the check warns when a port flapped more
+//! than `rdma.flap_threshold` times within `rdma.flap_window`.
+//!
+//! The concern only reads: the next history goes out as a `Persist` fact, and
+//! the daemon writes it after the reconcile (`check` never writes, so it shows
+//! the daemon's history and what this reading would add).
+
+pub mod history;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::config::Config;
+use crate::engine::check::{Check, Status};
+use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
+use crate::engine::fleet::Fact;
+use crate::engine::observe::Observation;
+use crate::engine::plan::Record;
+use crate::engine::reason::Reason;
+use crate::host::snapshot::Snapshot;
+use history::{History, Reading, Readings};
+
+pub const CHECK_ID: &str = "rdma.link";
+pub const HISTORY_PATH: &str = "/var/lib/rdma-node-agent/link-history.json";
+/// The daemon's link-down event tally (rtnetlink), per netdev, since it started.
+pub const EVENTS_PATH: &str = "/run/rdma-node-agent/link-events.json";
+const CLASS: &str = "/sys/class/infiniband";
+
+/// What the daemon counted from rtnetlink: link-down transitions per netdev.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Events {
+    /// This daemon process (its tallies start at 0 when it starts).
+    pub instance: String,
+    pub downs: BTreeMap<String, u64>,
+}
+
+pub struct Facts {
+    /// The persisted history; `Err` when it cannot be read or parsed.
+    history: Result<History, String>,
+    readings: Readings,
+    /// Ports whose files could not be read, with why.
+    unreadable: Vec<String>,
+}
+
+pub struct Link;
+
+impl Concern for Link {
+    type Facts = Facts;
+
+    fn ids(&self) -> &'static [&'static str] {
+        &[CHECK_ID]
+    }
+
+    fn enabled(&self, cfg: &Config) -> bool {
+        cfg.rdma.enabled
+    }
+
+    fn gather(&self, snap: &Snapshot, _cfg: &Config) -> Result<Facts, GatherError> {
+        let host = snap.host();
+        let history = match host.state_read(Path::new(HISTORY_PATH)) {
+            Ok(None) => Ok(History::default()),
+            Ok(Some(b)) => serde_json::from_slice::<History>(&b)
+                .map_err(|e| format!("{HISTORY_PATH} does not parse ({e})")),
+            Err(e) => Err(e.to_string()),
+        };
+        // A tally that cannot be read counts nothing: polls still see flaps.
+        let events: Option<Events> = host
+            .state_read(Path::new(EVENTS_PATH))
+            .ok()
+            .flatten()
+            .and_then(|b| serde_json::from_slice(&b).ok());
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let mut readings = Readings {
+            now,
+            boot_id: snap.boot_id(),
+            events_instance: events.as_ref().map(|e| e.instance.clone()),
+            ports: BTreeMap::new(),
+        };
+        let mut unreadable = Vec::new();
+        let devices = host
+            .list_dir(Path::new(CLASS))
+            .map_err(GatherError::unknown)?;
+        for dev in devices {
+            let base = Path::new(CLASS).join(&dev);
+            let ports = match host.list_dir(&base.join("ports")) {
+                Ok(p) => p,
+                Err(e) => {
+                    unreadable.push(format!("{dev}: {e}"));
+                    continue;
+                }
+            };
+            for port in ports {
+                let dir = base.join("ports").join(&port);
+                let read = |rel: &str| host.read_string(&dir.join(rel)).ok().flatten();
+                let number = |rel: &str| read(rel).and_then(|t| t.trim().parse::<u64>().ok());
+                let active = read("state")
+                    .and_then(|t| crate::concerns::rdma::devices::parse_state(&t).ok())
+                    .filter(|s| s.is_named())
+                    .map(|s| s.is_active());
+                if active.is_none() {
+                    unreadable.push(format!("{dev}/{port} state"));
+                }
+                let netdev = read("gid_attrs/ndevs/0")
+                    .or_else(|| host.read_string(&base.join("parent")).ok().flatten())
+                    .map(|n| n.trim().to_owned());
+                let events = match (&events, &netdev) {
+                    (Some(e), Some(n)) => e.downs.get(n).copied().unwrap_or(0),
+                    _ => 0,
+                };
+                readings.ports.insert(
+                    format!("{dev}/{port}"),
+                    Reading {
+                        active,
+                        link_downed: number("counters/link_downed"),
+                        link_error_recovery: number("counters/link_error_recovery"),
+                        events,
+                    },
+                );
+            }
+        }
+        Ok(Facts {
+            history,
+            readings,
+            unreadable,
+        })
+    }
+
+    fn decide(&self, f: &Facts, ctx: &Ctx) -> Decision {
+        let cfg = &ctx.config.rdma;
+        let (old, history_error) = match &f.history {
+            Ok(h) => (h.clone(), None),
+            Err(e) => (History::default(), Some(e.clone())),
+        };
+        let next = history::update(&old, &f.readings);
+        let mut observations: Vec<Observation> = f
+            .readings
+            .ports
+            .keys()
+            .filter_map(|name| {
+                let p = next.ports.get(name)?;
+                let (device, port) = name.rsplit_once('/')?;
+                Some(Observation::Fleet(Fact::Link {
+                    device: device.to_owned(),
+                    port: port.parse().ok()?,
+                    flaps_total: p.flaps_total,
+                    link_downed_total: p.link_downed_total,
+                    link_error_recovery_total: p.link_error_recovery_total,
+                    last_flap_unix: p.last_flap(),
+                }))
+            })
+            .collect();
+        let mut bytes = serde_json::to_vec_pretty(&next).expect("history serializes");
+        bytes.push(b'\n');
+        observations.push(Observation::Fleet(Fact::Persist {
+            record: Record {
+                path: HISTORY_PATH.into(),
+                bytes,
+                note: None,
+            },
+            check: CHECK_ID,
+        }));
+        Decision {
+            checks: vec![check(
+                &next,
+                f,
+                cfg.flap_threshold,
+                cfg.flap_window_secs,
+                history_error,
+            )],
+            observations,
+            ..Decision::default()
+        }
+    }
+}
+
+fn check(
+    next: &History,
+    f: &Facts,
+    threshold: u32,
+    window: u64,
+    history_error: Option<String>,
+) -> Check {
+    let now = f.readings.now;
+    let shown_window = shown(window);
+    let flapping: Vec<(String, u64, u64)> = f
+        .readings
+        .ports
+        .keys()
+        .filter_map(|name| {
+            let p = next.ports.get(name)?;
+            let n = p.flaps_within(now, window);
+            (n > u64::from(threshold)).then(|| (name.clone(), n, p.last_flap().unwrap_or(now)))
+        })
+        .collect();
+    let details = json!({
+        "threshold": threshold,
+        "window_seconds": window,
+        "ports": f.readings.ports.keys().filter_map(|name| {
+            let p = next.ports.get(name)?;
+            Some(json!({
+                "port": name,
+                "flaps_in_window": p.flaps_within(now, window),
+                "flaps_total": p.flaps_total,
+                "link_downed_total": p.link_downed_total,
+                "link_error_recovery_total": p.link_error_recovery_total,
+                "last_flap": p.last_flap().map(utc),
+            }))
+        }).collect::<Vec<_>>(),
+        "unreadable": f.unreadable,
+    });
+    let ports = f.readings.ports.len();
+    let (status, message, reason) = if let Some(e) = history_error {
+        (
+            Status::Unknown,
+            format!(
+                "cannot read the link history, so flaps before now are not known: {e}; the daemon starts a new one"
+            ),
+            Reason::FactUnreadable,
+        )
+    } else if !flapping.is_empty() {
+        let named: Vec<String> = flapping
+            .iter()
+            .map(|(p, n, last)| {
+                format!(
+                    "{p} flapped {n} times in the last {shown_window}, last at {}",
+                    utc(*last)
+                )
+            })
+            .collect();
+        (
+            Status::Warn,
+            format!(
+                "{} (more than rdma.flap_threshold = {threshold})",
+                named.join("; ")
+            ),
+            Reason::LinkFlapping,
+        )
+    } else if ports == 0 {
+        (
+            Status::Skipped,
+            "no RDMA port (/sys/class/infiniband is empty or absent): no link to watch".to_owned(),
+            Reason::FactUnreadable,
+        )
+    } else if f.unreadable.len() >= ports {
+        (
+            Status::Unknown,
+            format!(
+                "the state of no RDMA port could be read: {}",
+                f.unreadable.join(", ")
+            ),
+            Reason::FactUnreadable,
+        )
+    } else {
+        let total: u64 = f
+            .readings
+            .ports
+            .keys()
+            .filter_map(|n| next.ports.get(n))
+            .map(|p| p.flaps_within(now, window))
+            .sum();
+        (
+            Status::Ok,
+            format!(
+                "{ports} port(s), {total} flap(s) in the last {shown_window} (warns above {threshold} per port)"
+            ),
+            Reason::FactUnreadable,
+        )
+    };
+    Check::new(CHECK_ID, status, message)
+        .with_reason(reason)
+        .with_details(details)
+}
+
+/// `1h`, `90s`, `2d`: the window as configured.
+fn shown(secs: u64) -> String {
+    match secs {
+        s if s % 86400 == 0 => format!("{}d", s / 86400),
+        s if s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
+/// Seconds since the epoch as `2026-11-26T07:40:55Z` (UTC; the civil-from-days
+/// algorithm of H. Hinnant's date library).
+pub fn utc(secs: u64) -> String {
+    let days = (secs / 86400) as i64;
+    let rem = secs % 86400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_times() {
+        assert_eq!(utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc(1_795_678_855), "2026-11-26T07:40:55Z");
+        assert_eq!(utc(951_782_400), "2000-02-29T00:00:00Z");
+    }
+
+    #[test]
+    fn flapping_ports_are_named_with_count_and_last_time() {
+        let port = |flaps: Vec<history::Flap>| history::PortHistory {
+            active: Some(true),
+            flaps_total: flaps.iter().map(|f| f.count).sum(),
+            flaps,
+            ..Default::default()
+        };
+        let now = 1_795_678_855;
+        let flap = |ago: u64| history::Flap {
+            at: now - ago,
+            count: 1,
+        };
+        let next = History {
+            ports: [
+                (
+                    "mlx5_0/1".to_owned(),
+                    port((1..=4).rev().map(|i| flap(i * 60)).collect()),
+                ),
+                (
+                    "mlx5_1/1".to_owned(),
+                    port(vec![flap(7200), flap(60), flap(30)]),
+                ),
+            ]
+            .into(),
+            ..History::default()
+        };
+        let f = Facts {
+            history: Ok(History::default()),
+            readings: Readings {
+                now,
+                ports: next
+                    .ports
+                    .keys()
+                    .map(|k| (k.clone(), Reading::default()))
+                    .collect(),
+                ..Readings::default()
+            },
+            unreadable: Vec::new(),
+        };
+        let c = check(&next, &f, 3, 3600, None);
+        assert_eq!(c.status, Status::Warn, "{}", c.message);
+        assert_eq!(c.reason, Some(Reason::LinkFlapping));
+        assert_eq!(
+            c.message,
+            "mlx5_0/1 flapped 4 times in the last 1h, last at 2026-11-26T07:39:55Z (more than rdma.flap_threshold = 3)"
+        );
+        let c = check(&next, &f, 4, 3600, None);
+        assert_eq!(c.status, Status::Ok, "{}", c.message);
+        assert_eq!(c.reason, None);
+        let c = check(&next, &f, 3, 3600, Some("bad".into()));
+        assert_eq!(c.status, Status::Unknown);
+    }
+}

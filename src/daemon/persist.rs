@@ -1,0 +1,69 @@
+//! The agent state concerns ask to keep every cycle (the link history),
+//! written by the daemon after the reconcile whatever the mode: it records
+//! what the host did, it changes nothing on it. A write that fails turns the
+//! check that relies on it to `unknown`, saying why.
+
+use crate::engine::check::{Check, Status};
+use crate::engine::fleet::Fact;
+use crate::engine::observe::Observation;
+use crate::engine::reason::Reason;
+use crate::host::Host;
+
+pub(super) fn persist(host: &Host, observations: &[Observation], checks: &mut [Check]) {
+    for o in observations {
+        let Observation::Fleet(Fact::Persist { record, check }) = o else {
+            continue;
+        };
+        // The agent's own state: never through a link (see host::state).
+        if let Err(e) = host.state_write(&record.path, &record.bytes, 0o644) {
+            tracing::warn!(path = %record.path.display(), "cannot keep the agent's state: {e}");
+            for c in checks.iter_mut().filter(|c| c.id == *check) {
+                c.status = Status::Unknown;
+                c.message = format!(
+                    "{}; but {} cannot be written, so this reading is forgotten: {e}",
+                    c.message,
+                    record.path.display()
+                );
+                c.reason = Some(Reason::FactUnreadable);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::plan::Record;
+
+    #[test]
+    fn written_or_the_check_says_it_is_not() {
+        let t = tempfile::tempdir().unwrap();
+        let host = Host::new(t.path());
+        let seen = vec![Observation::Fleet(Fact::Persist {
+            record: Record {
+                path: "/var/lib/rdma-node-agent/link-history.json".into(),
+                bytes: b"{}\n".to_vec(),
+                note: None,
+            },
+            check: "rdma.link",
+        })];
+        let mut checks = vec![Check::new("rdma.link", Status::Ok, "1 port(s)")];
+        persist(&host, &seen, &mut checks);
+        assert_eq!(
+            std::fs::read(t.path().join("var/lib/rdma-node-agent/link-history.json")).unwrap(),
+            b"{}\n"
+        );
+        assert_eq!(checks[0].status, Status::Ok);
+        // The state directory is a file: the write fails, and the check says so.
+        std::fs::remove_dir_all(t.path().join("var/lib/rdma-node-agent")).unwrap();
+        std::fs::write(t.path().join("var/lib/rdma-node-agent"), "x").unwrap();
+        persist(&host, &seen, &mut checks);
+        assert_eq!(checks[0].status, Status::Unknown);
+        assert_eq!(checks[0].reason, Some(Reason::FactUnreadable));
+        assert!(
+            checks[0].message.contains("cannot be written"),
+            "{}",
+            checks[0].message
+        );
+    }
+}

@@ -1,0 +1,152 @@
+//! The families a fleet compares nodes by (see `metrics`): info series of
+//! value 1 whose labels carry the facts (low cardinality: a handful of values
+//! per fleet), and each port's persisted link history.
+
+use crate::engine::fleet::Fact;
+use crate::engine::observe::Observation;
+use crate::outputs::exposition::{Families, Kind};
+
+fn facts(seen: &[Observation]) -> impl Iterator<Item = &Fact> {
+    seen.iter().filter_map(|o| match o {
+        Observation::Fleet(f) => Some(f),
+        _ => None,
+    })
+}
+
+pub(super) fn fleet(m: &mut Families, seen: &[Observation]) {
+    let f = m.family(
+        "device_info",
+        Kind::Gauge,
+        "1 per RDMA device; labels: firmware (fw_ver), board_id, driver (the kernel driver, with the OFED module version when MLNX_OFED/DOCA-OFED is installed), node_guid",
+    );
+    for fact in facts(seen) {
+        if let Fact::Device {
+            device,
+            fw_ver,
+            board_id,
+            driver,
+            node_guid,
+        } = fact
+        {
+            f.sample(
+                vec![
+                    ("device", device.clone()),
+                    ("fw_ver", fw_ver.clone()),
+                    ("board_id", board_id.clone()),
+                    ("driver", driver.clone()),
+                    ("node_guid", node_guid.clone()),
+                ],
+                1.0,
+            );
+        }
+    }
+    let f = m.family(
+        "port_info",
+        Kind::Gauge,
+        "1 per RDMA port; labels: link_layer, rate (Gb/s as sysfs prints it), width (4X...), netdev and its MTU, port_mtu (RoCE: the RDMA MTU the kernel derives from the netdev's; IB: empty), fabric (ib:<GID subnet prefix> or roce:<IPv4 subnet>; empty when unknown)",
+    );
+    for fact in facts(seen) {
+        if let Fact::Port {
+            device,
+            port,
+            link_layer,
+            rate,
+            width,
+            netdev,
+            netdev_mtu,
+            port_mtu,
+            fabric,
+        } = fact
+        {
+            f.sample(
+                vec![
+                    ("device", device.clone()),
+                    ("port", port.to_string()),
+                    ("link_layer", link_layer.clone()),
+                    ("rate", rate.clone()),
+                    ("width", width.clone()),
+                    ("netdev", netdev.clone()),
+                    ("netdev_mtu", netdev_mtu.clone()),
+                    ("port_mtu", port_mtu.clone()),
+                    ("fabric", fabric.clone()),
+                ],
+                1.0,
+            );
+        }
+    }
+    let f = m.family(
+        "node_info",
+        Kind::Gauge,
+        "1; labels: kernel release, netns_mode (live RDMA netns mode, empty when ib_core is not loaded), memlock_target, memlock_via (how containers get it: base-spec), gpu_driver (NVIDIA driver version, empty without one)",
+    );
+    for fact in facts(seen) {
+        if let Fact::Node {
+            kernel,
+            netns_mode,
+            memlock_target,
+            memlock_via,
+            gpu_driver,
+        } = fact
+        {
+            f.sample(
+                vec![
+                    ("kernel", kernel.clone()),
+                    ("netns_mode", netns_mode.clone()),
+                    ("memlock_target", memlock_target.clone()),
+                    ("memlock_via", memlock_via.clone()),
+                    ("gpu_driver", gpu_driver.clone()),
+                ],
+                1.0,
+            );
+        }
+    }
+    let links: Vec<_> = facts(seen)
+        .filter_map(|f| match f {
+            Fact::Link {
+                device,
+                port,
+                flaps_total,
+                link_downed_total,
+                link_error_recovery_total,
+                last_flap_unix,
+            } => Some((
+                vec![("device", device.clone()), ("port", port.to_string())],
+                [*flaps_total, *link_downed_total, *link_error_recovery_total],
+                *last_flap_unix,
+            )),
+            _ => None,
+        })
+        .collect();
+    for (i, (name, help)) in [
+        (
+            "port_flaps",
+            "Times the RDMA port went down (left ACTIVE, or the kernel's link_downed counter rose; the larger of the two per reconcile), kept across agent restarts and reboots",
+        ),
+        (
+            "port_link_downed",
+            "Increase of the port's sysfs counters/link_downed since the agent first saw it, kept across restarts and reboots (a counter reset is a reset)",
+        ),
+        (
+            "port_link_error_recovery",
+            "Increase of the port's sysfs counters/link_error_recovery since the agent first saw it, kept across restarts and reboots",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let f = m.family(name, Kind::Counter, help);
+        for (labels, values, _) in &links {
+            f.sample(labels.clone(), values[i] as f64);
+        }
+    }
+    let f = m.family(
+        "port_last_flap_timestamp_seconds",
+        Kind::Gauge,
+        "When the port last flapped, in seconds since the Unix epoch; no series before its first flap",
+    );
+    for (labels, _, last) in &links {
+        if let Some(t) = last {
+            f.sample(labels.clone(), *t as f64);
+        }
+    }
+}

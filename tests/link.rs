@@ -1,0 +1,225 @@
+//! `rdma.link` through the real binary: `serve` on a sample node whose port
+//! state (and `link_downed` counter) is edited between reconciles counts the
+//! flaps in /metrics, /status and `check --json`, keeps them across a daemon
+//! restart without a false flap, and takes a reboot's counter reset as a reset.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+const STATE: &str = "sys/class/infiniband/mlx5_0/ports/1/state";
+const DOWNED: &str = "sys/class/infiniband/mlx5_0/ports/1/counters/link_downed";
+const BOOT_ID: &str = "proc/sys/kernel/random/boot_id";
+
+struct Serve {
+    child: Child,
+    addr: String,
+}
+
+impl Serve {
+    fn start(root: &Path) -> Serve {
+        let addr = free_addr();
+        let child = Command::new(env!("CARGO_BIN_EXE_rdma-node-agent"))
+            .arg("--root")
+            .arg(root)
+            .args(["serve", "--listen", &addr])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let s = Serve { child, addr };
+        s.wait_reconciles(1);
+        s
+    }
+
+    fn metrics(&self) -> String {
+        get(&self.addr, "/metrics")
+    }
+
+    fn reconciles(&self) -> u64 {
+        sample(&self.metrics(), "rdma_node_agent_reconciles_total ").unwrap_or(0)
+    }
+
+    fn wait_reconciles(&self, n: u64) {
+        let start = Instant::now();
+        while self.reconciles() < n {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "no reconcile {n}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGHUP, and wait until that reconcile is published (one the daemon
+    /// started on its own, for new watches, may come first).
+    fn reconcile(&self) {
+        let before = self.reconciles();
+        let ok = Command::new("kill")
+            .args(["-HUP", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        let start = Instant::now();
+        loop {
+            let n = self.reconciles();
+            let status: serde_json::Value =
+                serde_json::from_str(&get(&self.addr, "/status")).unwrap_or_default();
+            if n > before && status["trigger"] == "SIGHUP" && n == self.reconciles() {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "no SIGHUP reconcile"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn flaps(&self) -> u64 {
+        sample(
+            &self.metrics(),
+            "rdma_node_agent_port_flaps_total{device=\"mlx5_0\",port=\"1\"} ",
+        )
+        .expect("a flaps series for mlx5_0/1")
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn get(addr: &str, path: &str) -> String {
+    // Not listening yet: nothing to read.
+    let Ok(mut s) = TcpStream::connect(addr) else {
+        return String::new();
+    };
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default()
+}
+
+/// The value of the sample line starting with `prefix`.
+fn sample(text: &str, prefix: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(prefix))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+fn set(root: &Path, rel: &str, text: &str) {
+    let p = root.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, text).unwrap();
+}
+
+#[test]
+fn flaps_are_counted_kept_across_restarts_and_reboots() {
+    let t = node("roce");
+    let root = t.path();
+    // Report only (nothing else in the tree changes), no timer reconcile:
+    // each reconcile is one SIGHUP. Warn above one flap per hour.
+    write(
+        root,
+        "/etc/rdma-node-agent/config.toml",
+        "mode = \"report\"\n[daemon]\ninterval_secs = 3600\n[rdma]\nflap_threshold = 1\nflap_window = \"1h\"\n",
+    );
+    set(root, BOOT_ID, "1b5a3c0e-0000-4000-8000-000000000001\n");
+    set(root, DOWNED, "5\n");
+    let s = Serve::start(root);
+    // The first reading is the baseline: a counter already at 5 is no flap.
+    assert_eq!(s.flaps(), 0);
+    let m = s.metrics();
+    assert!(
+        m.contains("rdma_node_agent_port_link_downed_total{device=\"mlx5_0\",port=\"1\"} 0\n"),
+        "{m}"
+    );
+    assert!(!m.contains("port_last_flap_timestamp_seconds{device=\"mlx5_0\""));
+
+    // Down: one flap. Up again: none. Down with the counter up by one: the
+    // same flap seen twice, counted once.
+    set(root, STATE, "1: DOWN\n");
+    s.reconcile();
+    assert_eq!(s.flaps(), 1);
+    set(root, STATE, "4: ACTIVE\n");
+    s.reconcile();
+    assert_eq!(s.flaps(), 1);
+    set(root, STATE, "1: DOWN\n");
+    set(root, DOWNED, "6\n");
+    s.reconcile();
+    assert_eq!(s.flaps(), 2);
+    // ACTIVE at both reconciles, yet the kernel counted two more downs between them.
+    set(root, STATE, "4: ACTIVE\n");
+    set(root, DOWNED, "8\n");
+    s.reconcile();
+    assert_eq!(s.flaps(), 4);
+    let m = s.metrics();
+    assert!(
+        m.contains("rdma_node_agent_port_link_downed_total{device=\"mlx5_0\",port=\"1\"} 3\n"),
+        "{m}"
+    );
+    assert!(m.contains(
+        "rdma_node_agent_port_last_flap_timestamp_seconds{device=\"mlx5_0\",port=\"1\"} "
+    ));
+    assert!(
+        m.contains(
+            "rdma_node_agent_check_reason{check=\"rdma.link\",reason=\"link_flapping\"} 1\n"
+        ),
+        "{m}"
+    );
+    let status: serde_json::Value = serde_json::from_str(&get(&s.addr, "/status")).unwrap();
+    let link = check_in(&status, "rdma.link");
+    assert_eq!(link["status"], "warn", "{link}");
+    assert_eq!(link["reason"], "link_flapping");
+    assert!(
+        link["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("mlx5_0/1 flapped 4 times in the last 1h, last at "),
+        "{link}"
+    );
+
+    // A restarted daemon reads the history: no flap at its first poll.
+    drop(s);
+    let s = Serve::start(root);
+    assert_eq!(s.flaps(), 4);
+    // `check` reads the same history (and writes nothing).
+    let history = read(root, "/var/lib/rdma-node-agent/link-history.json");
+    let c = check_in(&json(&agent(root, &["check", "--json"])), "rdma.link");
+    assert_eq!(c["details"]["ports"][0]["flaps_total"], 4, "{c}");
+    assert_eq!(
+        read(root, "/var/lib/rdma-node-agent/link-history.json"),
+        history
+    );
+
+    // A reboot: a new boot id, the counter restarted below its last value.
+    drop(s);
+    set(root, BOOT_ID, "1b5a3c0e-0000-4000-8000-000000000002\n");
+    set(root, DOWNED, "1\n");
+    let s = Serve::start(root);
+    assert_eq!(s.flaps(), 4);
+    // The new boot's counter counts from its own baseline.
+    set(root, DOWNED, "2\n");
+    s.reconcile();
+    assert_eq!(s.flaps(), 5);
+    assert!(
+        s.metrics()
+            .contains("rdma_node_agent_port_link_downed_total{device=\"mlx5_0\",port=\"1\"} 4\n")
+    );
+}
