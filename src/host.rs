@@ -18,6 +18,7 @@ pub mod dbus;
 mod dir;
 pub mod files;
 pub mod gunzip;
+pub mod http_client;
 pub mod limit;
 pub mod links;
 pub mod lock;

@@ -303,7 +303,7 @@ fn status(cli: &Cli, json: bool, listen: Option<&str>) -> anyhow::Result<ExitCod
         anyhow::bail!("status speaks TCP only; query {addr} with `curl --unix-socket`");
     }
     let url = format!("http://{addr}/status");
-    let client = reqwest::blocking::Client::builder()
+    let client = rdma_node_agent::host::http_client::blocking_builder()
         .timeout(std::time::Duration::from_secs(5))
         .build()?;
     let resp = client.get(&url).send().with_context(|| {

@@ -177,10 +177,7 @@ impl Prometheus {
         let shown = base.to_string();
         let path = format!("{}/api/v1/query", base.path().trim_end_matches('/'));
         base.set_path(&path);
-        // reqwest is built without a provider of its own (no aws-lc-rs to compile);
-        // an error only means one is installed already.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let mut b = reqwest::blocking::Client::builder()
+        let mut b = super::http_client::blocking_builder()
             .timeout(o.timeout)
             .connect_timeout(o.timeout)
             .user_agent(concat!(
