@@ -14,6 +14,8 @@ use crate::host::prometheus::Sample;
 pub const SETTINGS: [&str; 3] = ["netns_mode", "memlock_target", "gpu_driver"];
 /// The MTUs compared within a fabric (labels of `rdma_node_agent_port_info`).
 pub const MTUS: [&str; 2] = ["port_mtu", "netdev_mtu"];
+/// kubelet.devices' reason for a kubelet that advertises none of the RDMA resources.
+pub const KUBELET_ZERO_REASON: &str = "kubelet_resources_zero";
 
 fn label<'a>(s: &'a Sample, name: &str) -> &'a str {
     s.labels.get(name).map_or("", String::as_str)
@@ -191,7 +193,9 @@ pub fn analyse(input: &Input, set: &Settings) -> Report {
         }
     }
 
-    // The kubelet (it has a checkpoint, so series) advertises no RDMA device, yet ports are up.
+    // The kubelet advertises no RDMA device while ports are up: its checkpoint's
+    // RDMA resources sum to 0, or the agent's kubelet.devices says so (it also
+    // knows a kubelet by its socket, before any checkpoint exists).
     let mut active_ports: BTreeMap<String, usize> = BTreeMap::new();
     for ((n, _, _), a) in &active {
         if *a {
@@ -207,13 +211,26 @@ pub fn analyse(input: &Input, set: &Settings) -> Report {
         };
         *kubelet.entry(node(s)).or_default() += rdma;
     }
-    let kubelet_rdma_zero: Vec<KubeletZero> = kubelet
-        .iter()
-        .filter(|(_, rdma)| **rdma == 0.0)
-        .filter_map(|(n, _)| {
-            active_ports.get(n).map(|a| KubeletZero {
-                node: n.clone(),
+    let mut zero: BTreeSet<String> = kubelet
+        .into_iter()
+        .filter(|(_, rdma)| *rdma == 0.0)
+        .map(|(n, _)| n)
+        .collect();
+    zero.extend(
+        input
+            .reasons
+            .iter()
+            .filter(|s| {
+                label(s, "check") == "kubelet.devices" && label(s, "reason") == KUBELET_ZERO_REASON
+            })
+            .map(node),
+    );
+    let kubelet_rdma_zero: Vec<KubeletZero> = sorted(zero)
+        .into_iter()
+        .filter_map(|n| {
+            active_ports.get(&n).map(|a| KubeletZero {
                 active_ports: *a,
+                node: n,
             })
         })
         .collect();

@@ -301,7 +301,7 @@ fn settings_differing_from_the_fleet_majority_are_named_and_unknown_ones_are_not
 
 #[test]
 fn a_kubelet_advertising_no_rdma_device_while_ports_are_up_is_named() {
-    let mut i = fleet(4);
+    let mut i = fleet(5);
     // n1: resource registered with 0 healthy devices; n2: no RDMA resource at all.
     i.kubelet[0].value = 0.0;
     i.kubelet
@@ -317,20 +317,23 @@ fn a_kubelet_advertising_no_rdma_device_while_ports_are_up_is_named() {
     }
     // n4: no kubelet on the node (no checkpoint, no series): not judged.
     i.kubelet.retain(|x| x.labels["node"] != "n4");
+    // n5: no checkpoint either, but the agent knows the kubelet (by its socket) and says so.
+    i.kubelet.retain(|x| x.labels["node"] != "n5");
+    i.reasons.push(s(
+        "n5",
+        &[
+            ("check", "kubelet.devices"),
+            ("reason", "kubelet_resources_zero"),
+        ],
+        1.0,
+    ));
     let r = analyse(&i, &settings());
-    assert_eq!(
-        r.kubelet_rdma_zero,
-        [
-            KubeletZero {
-                node: "n1".into(),
-                active_ports: 2
-            },
-            KubeletZero {
-                node: "n2".into(),
-                active_ports: 2
-            },
-        ]
-    );
+    let got: Vec<(&str, usize)> = r
+        .kubelet_rdma_zero
+        .iter()
+        .map(|k| (k.node.as_str(), k.active_ports))
+        .collect();
+    assert_eq!(got, [("n1", 2), ("n2", 2), ("n5", 2)]);
 }
 
 #[test]

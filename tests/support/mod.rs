@@ -7,7 +7,9 @@ pub mod abuse;
 pub mod artefacts;
 pub mod containerd;
 pub mod cri;
+pub mod fleet;
 pub mod nspawn;
+pub mod prometheus;
 pub mod service;
 pub mod sysfs;
 
