@@ -29,6 +29,8 @@ fn fault(i: usize) -> Fault {
         9 | 133 => Fault::Flapping,
         31 | 164 => Fault::CriDisabled,
         55 => Fault::Netns,
+        66 => Fault::Memlock,
+        111 => Fault::GpuDriver,
         12 | 190 => Fault::KubeletZero,
         101 => Fault::Mixed,
         180 => Fault::Gone,
@@ -339,6 +341,8 @@ fn fleet_and_the_alerts_name_exactly_the_planted_nodes_of_200() {
         ("RDMAPortBelowCohortRate", planted(&[Fault::SlowPort])),
         ("RDMAMtuMismatch", planted(&[Fault::Mtu])),
         ("RDMANetnsModeMismatch", planted(&[Fault::Netns])),
+        ("RDMAMemlockTargetMismatch", planted(&[Fault::Memlock])),
+        ("RDMAGpuDriverMismatch", planted(&[Fault::GpuDriver])),
         ("RDMAKubeletResourcesZero", planted(&[Fault::KubeletZero])),
         ("RDMALinkFlapping", planted(&[Fault::Flapping])),
     ]
@@ -393,6 +397,8 @@ fn fleet_and_the_alerts_name_exactly_the_planted_nodes_of_200() {
         Fault::Flapping,
         Fault::CriDisabled,
         Fault::Netns,
+        Fault::Memlock,
+        Fault::GpuDriver,
         Fault::KubeletZero,
         Fault::Gone,
     ]) {
@@ -551,7 +557,28 @@ fn check_report(r: &Value) {
         "56.0",
     );
     outliers("mtu_mismatch", &[Fault::Mtu], "mtu", "4092");
-    outliers("setting_minority", &[Fault::Netns], "value", "exclusive");
+    let settings: BTreeSet<(String, String, String)> = r["setting_minority"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            let f = |k: &str| o[k].as_str().unwrap().to_owned();
+            (f("node"), f("setting"), f("value"))
+        })
+        .collect();
+    let want: BTreeSet<(String, String, String)> = [
+        (Fault::Netns, "netns_mode", "exclusive"),
+        (Fault::Memlock, "memlock_target", "64GiB"),
+        (Fault::GpuDriver, "gpu_driver", "570.86.15"),
+    ]
+    .into_iter()
+    .flat_map(|(f, k, v)| {
+        planted(&[f])
+            .into_iter()
+            .map(move |n| (n, k.to_owned(), v.to_owned()))
+    })
+    .collect();
+    assert_eq!(settings, want);
     outliers(
         "kubelet_rdma_zero",
         &[Fault::KubeletZero],
@@ -566,6 +593,8 @@ fn check_report(r: &Value) {
         Fault::SlowPort,
         Fault::Flapping,
         Fault::Netns,
+        Fault::Memlock,
+        Fault::GpuDriver,
         Fault::KubeletZero,
         Fault::Gone,
     ]);

@@ -6,7 +6,8 @@
 //! IPoIB netdev (`gid_attrs/ndevs/0`, `/sys/class/net/ibN/mtu` 2044, the
 //! datagram-mode default) and its GID 0 in the default subnet
 //! (`fe80:0000:0000:0000`), so ports carry an MTU and a fabric label; the
-//! sample's RDMA pod (pid 4301, which warns) is removed, and containerd,
+//! sample's RDMA pod (pid 4301, which warns) is removed, the NVIDIA driver's
+//! module version is set (the sample's GPUs have none), and containerd,
 //! systemd and GPUDirect are off, so the healthy node is ready with no warning.
 
 use std::fs;
@@ -34,6 +35,10 @@ pub enum Fault {
     Netns,
     /// The kubelet (its socket) has no checkpoint: no RDMA device advertised.
     KubeletZero,
+    /// Containers get 64 GiB of locked memory where the fleet gives unlimited.
+    Memlock,
+    /// NVIDIA driver 570.86.15 where the fleet runs 580.95.05.
+    GpuDriver,
     /// PortDown, Firmware and CriDisabled at once.
     Mixed,
     /// The agent is stopped once Prometheus has scraped it.
@@ -54,6 +59,7 @@ pub fn template(root: &Path) {
     copy_tree(&fixtures().join("nodes/v100"), root);
     fs::remove_dir_all(root.join("proc/4301")).unwrap();
     put(root, "/etc/rdma-node-agent/config.toml", CONFIG);
+    put(root, "/sys/module/nvidia/version", "580.95.05\n");
     for (dev, netdev, guid) in [("mlx5_0", "ib0", "6a30"), ("mlx5_1", "ib1", "6a31")] {
         let port = format!("/sys/class/infiniband/{dev}/ports/1");
         put(
@@ -123,6 +129,13 @@ pub fn plant(root: &Path, fault: Fault) {
                 root.join("var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"),
             )
             .unwrap(),
+            Fault::Memlock => {
+                config = config.replace(
+                    "[containerd]\nenabled = false\n",
+                    "[containerd]\nenabled = false\nmemlock = \"64GiB\"\n",
+                );
+            }
+            Fault::GpuDriver => put(root, "/sys/module/nvidia/version", "570.86.15\n"),
             Fault::Healthy | Fault::Flapping | Fault::Gone | Fault::Mixed => {}
         }
     }
