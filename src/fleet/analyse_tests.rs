@@ -339,7 +339,7 @@ fn a_kubelet_advertising_no_rdma_device_while_ports_are_up_is_named() {
 #[test]
 fn ports_flapping_more_than_the_threshold_in_the_window_are_named_with_their_last_flap() {
     let mut i = fleet(3);
-    i.flaps[0].value = 3.1; // extrapolated by increase()
+    i.flaps[0].value = 3.1; // above, however little
     i.flaps[1].value = 3.0; // not more than the threshold
     i.flaps[4].value = 40.2;
     i.last_flap.push(s(

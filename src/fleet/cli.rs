@@ -48,8 +48,16 @@ pub struct FleetArgs {
     #[arg(long, default_value = "1h", value_parser = duration::parse, value_name = "DURATION")]
     pub flap_window: Duration,
     /// A port with more flaps than this within --flap-window is a flapper (the rule of the rdma.link check and the RDMALinkFlapping alert).
-    #[arg(long, default_value_t = 3.0, value_name = "N")]
+    #[arg(long, default_value_t = 3.0, value_name = "N", value_parser = threshold)]
     pub flap_threshold: f64,
+}
+
+/// A count of flaps: a finite number, not negative.
+fn threshold(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(n) if n.is_finite() && n >= 0.0 => Ok(n),
+        _ => Err(format!("{text:?} is not a number of flaps (0 or more)")),
+    }
 }
 
 /// `--json`: the report, with what it was asked of and how long that took.
@@ -117,7 +125,7 @@ pub fn run(a: &FleetArgs) -> u8 {
         flap_threshold: a.flap_threshold,
         flap_window: a.flap_window,
     };
-    let (input, took) = match ask(&prom, a.flap_window) {
+    let (input, took) = match ask(&prom, &set) {
         Ok(x) => x,
         Err(e) => return cannot_ask(a.json, &e.to_string()),
     };

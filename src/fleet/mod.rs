@@ -47,7 +47,7 @@ pub struct Input {
 
 /// The queries, by the `Input` field each fills. Instant queries of the
 /// agents' series only, so any Prometheus-compatible API answers them.
-pub fn queries(window: Duration) -> [(&'static str, String); 12] {
+pub fn queries(window: Duration, threshold: f64) -> [(&'static str, String); 12] {
     let w = duration::promql(window);
     [
         ("ready", "rdma_node_agent_ready".into()),
@@ -55,7 +55,11 @@ pub fn queries(window: Duration) -> [(&'static str, String); 12] {
             "gone",
             format!("max_over_time(rdma_node_agent_ready[{w}]) unless rdma_node_agent_ready"),
         ),
-        ("status", "rdma_node_agent_check_status == 1".into()),
+        // Only what a reason belongs to: ok and skipped checks give no reason.
+        (
+            "status",
+            "rdma_node_agent_check_status{status=~\"warn|fail|unknown\"} == 1".into(),
+        ),
         ("reasons", "rdma_node_agent_check_reason == 1".into()),
         ("devices", "rdma_node_agent_device_info".into()),
         ("port_info", "rdma_node_agent_port_info".into()),
@@ -66,9 +70,14 @@ pub fn queries(window: Duration) -> [(&'static str, String); 12] {
         ),
         ("node_info", "rdma_node_agent_node_info".into()),
         ("kubelet", "rdma_node_agent_kubelet_resource_devices".into()),
+        // The counter's rise since the window's oldest sample: exact, where
+        // increase() extrapolates 4 flaps to 4.5 on a young series. Only the
+        // flappers: a fleet's every port would be most of the answer.
         (
             "flaps",
-            format!("increase(rdma_node_agent_port_flaps_total[{w}])"),
+            format!(
+                "(rdma_node_agent_port_flaps_total - min_over_time(rdma_node_agent_port_flaps_total[{w}])) > {threshold}"
+            ),
         ),
         (
             "last_flap",
@@ -79,9 +88,9 @@ pub fn queries(window: Duration) -> [(&'static str, String); 12] {
 
 /// Asks every query, all at once (each is one round trip; at 200 nodes the
 /// slowest decides the wall time). The first failure is the answer.
-pub fn ask(prom: &Prometheus, window: Duration) -> Result<(Input, Duration), PromError> {
+pub fn ask(prom: &Prometheus, set: &Settings) -> Result<(Input, Duration), PromError> {
     let start = Instant::now();
-    let qs = queries(window);
+    let qs = queries(set.flap_window, set.flap_threshold);
     let results: Vec<Result<Vec<Sample>, PromError>> = std::thread::scope(|s| {
         let handles: Vec<_> = qs
             .iter()
@@ -178,7 +187,8 @@ pub struct Flapper {
     pub node: String,
     pub device: String,
     pub port: String,
-    /// `increase()` over the window (extrapolated by Prometheus, so not always whole).
+    /// How much the counter rose within the window (a reset of the agent's history
+    /// counts from the reset on).
     pub flaps: f64,
     pub last_flap_timestamp_seconds: Option<f64>,
 }
