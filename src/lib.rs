@@ -12,7 +12,7 @@ pub mod concerns;
 pub mod config;
 pub mod daemon;
 pub mod engine;
-pub mod fleet;
+pub mod fleetview;
 pub mod host;
 pub mod outputs;
 pub mod selftest;

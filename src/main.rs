@@ -86,7 +86,7 @@ enum Command {
         #[arg(long)]
         no_control: bool,
     },
-    Fleet(rdma_node_agent::fleet::cli::FleetArgs),
+    Fleet(rdma_node_agent::fleetview::cli::FleetArgs),
     /// Write the man page and shell completions generated from this CLI into DIR (for packaging).
     #[command(hide = true)]
     GenerateAssets {
@@ -211,7 +211,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             generate_assets(dir)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Fleet(args) => Ok(ExitCode::from(rdma_node_agent::fleet::cli::run(args))),
+        Command::Fleet(args) => Ok(ExitCode::from(rdma_node_agent::fleetview::cli::run(args))),
         Command::Status { json, listen } => status(&cli, *json, listen.as_deref()),
         Command::Selftest {
             device,

@@ -249,7 +249,7 @@ pub fn text(r: &Report, url: &str, set: &Settings, took: Duration, now: f64) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleet::{Flapper, ReasonGroup};
+    use crate::fleetview::{Flapper, ReasonGroup};
 
     #[test]
     fn the_table_names_every_problem_and_says_none_for_empty_sections() {
