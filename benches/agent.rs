@@ -11,8 +11,9 @@ use rdma_node_agent::agent::Agent;
 use rdma_node_agent::concerns::containerd::spec::{self, Rlimits};
 use rdma_node_agent::concerns::containerd::toml::ConfigFile;
 use rdma_node_agent::concerns::containerd::{self, Facts};
-use rdma_node_agent::config::{Config, ContainerdConfig, Limit};
+use rdma_node_agent::config::{Config, ContainerdConfig};
 use rdma_node_agent::host::Host;
+use rdma_node_agent::host::limit::Limit;
 
 #[path = "../tests/support/sysfs.rs"]
 #[allow(dead_code)]

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::host::{Host, HostError};
 
@@ -14,7 +14,7 @@ pub mod gpudirect;
 pub mod rdma;
 pub mod readiness;
 
-pub use crate::host::limit::Limit;
+use crate::host::limit::Limit;
 
 pub const DEFAULT_PATH: &str = "/etc/rdma-node-agent/config.toml";
 
@@ -112,7 +112,7 @@ impl Default for KernelConfig {
 }
 
 /// What `serve` does with what it finds: converge, or only report (never writes).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     #[default]

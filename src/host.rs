@@ -19,6 +19,7 @@ mod dir;
 pub mod files;
 pub mod gunzip;
 pub mod http_client;
+pub mod kubepods;
 pub mod limit;
 pub mod links;
 pub mod lock;
@@ -26,6 +27,7 @@ pub mod netlink;
 pub mod procfs;
 pub mod prometheus;
 mod resolve;
+pub mod rtnetlink;
 pub mod runtime;
 pub mod service;
 pub mod snapshot;
@@ -35,7 +37,6 @@ pub mod trust;
 pub mod units;
 
 pub use dir::Dir;
-pub use files::Ownership;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {

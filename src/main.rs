@@ -5,7 +5,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
-use rdma_node_agent::agent::{Agent, CONCERNS};
+use rdma_node_agent::agent::Agent;
+use rdma_node_agent::concerns;
 use rdma_node_agent::config::{self, Config};
 use rdma_node_agent::engine::check::{EXIT_UNKNOWN, Report};
 use rdma_node_agent::host::Host;
@@ -156,7 +157,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     return Ok(ExitCode::from(EXIT_UNKNOWN as u8));
                 }
             };
-            let known: Vec<&str> = CONCERNS.iter().flat_map(|c| c.ids()).copied().collect();
+            let known: Vec<&str> = concerns::ALL
+                .iter()
+                .flat_map(|c| c.ids())
+                .copied()
+                .collect();
             if let Some(unknown) = only.iter().find(|id| !known.contains(&id.as_str())) {
                 println!("rdma-node-agent: no check named {unknown}");
                 eprintln!("known checks: {}", known.join(", "));

@@ -291,3 +291,27 @@ fn local_links_resolve() {
     }
     assert!(broken.is_empty(), "links to nothing: {broken:?}");
 }
+
+/// Every reason code is a row of docs/reasons.md, and every row there is a code.
+#[test]
+fn every_reason_code_is_documented() {
+    use rdma_node_agent::reason::Reason;
+    let text = read("docs/reasons.md");
+    let rows: BTreeSet<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split_once('`').map(|(code, _)| code))
+        .filter(|code| !code.starts_with("rdma_node_agent_"))
+        .collect();
+    let codes: BTreeSet<&str> = Reason::ALL.iter().map(|r| r.as_str()).collect();
+    let missing: Vec<&&str> = codes.difference(&rows).collect();
+    let unknown: Vec<&&str> = rows.difference(&codes).collect();
+    assert!(
+        missing.is_empty(),
+        "reason codes missing from docs/reasons.md: {missing:?}"
+    );
+    assert!(
+        unknown.is_empty(),
+        "docs/reasons.md documents codes the agent does not have: {unknown:?}"
+    );
+}

@@ -6,11 +6,11 @@ mod support;
 
 use std::path::{Path, PathBuf};
 
-use rdma_node_agent::engine::reason::Reason;
+use rdma_node_agent::reason::Reason;
 use support::*;
 
-/// Every tree `check` can run on: the sample nodes, the GPUDirect trees, the
-/// containerd layouts and the real-world containerd corpus.
+/// Every tree `check` can run on: the sample nodes, the GPUDirect and sysfs
+/// trees, the containerd layouts and the real-world containerd corpus.
 fn trees() -> Vec<PathBuf> {
     let f = fixtures();
     let mut out = Vec::new();
@@ -25,6 +25,7 @@ fn trees() -> Vec<PathBuf> {
     };
     out.extend(dirs(f.join("nodes")));
     out.extend(dirs(f.join("gpudirect")));
+    out.extend(dirs(f.join("sysfs")));
     for d in dirs(f.join("layouts"))
         .into_iter()
         .chain(dirs(f.join("real-world")))

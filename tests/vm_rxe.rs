@@ -26,6 +26,9 @@ use serde_json::Value;
 // The kernel change and the DKMS gate across the reboot into the newer kernel.
 #[path = "vm/kernel.rs"]
 mod kernel;
+// rdma.link's flap history across a daemon restart and a reboot.
+#[path = "vm/link.rs"]
+mod link;
 
 const MODPROBE: &str = "/etc/modprobe.d/rdma-node-agent.conf";
 

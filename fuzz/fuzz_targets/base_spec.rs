@@ -4,7 +4,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use rdma_node_agent::concerns::containerd::spec::{self, Rlimits};
-use rdma_node_agent::config::Limit;
+use rdma_node_agent::host::limit::Limit;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

@@ -3,7 +3,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use rdma_node_agent::concerns::pods;
-use rdma_node_agent::config::Limit;
+use rdma_node_agent::host::limit::Limit;
 use rdma_node_agent::host::procfs;
 
 fuzz_target!(|data: &[u8]| {

@@ -1,24 +1,19 @@
-//! The live host's capabilities, for the executor: containerd's CRI probe,
-//! the RDMA netlink switch, and host commands.
+//! The live host's capabilities, for the executor and the effects it runs:
+//! systemd, a fresh RDMA netlink socket, and host commands.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::concerns::containerd;
-use crate::concerns::rdma::netns;
-use crate::config::rdma::RdmaConfig;
-use crate::engine::executor::{Live, LiveHost};
-use crate::engine::outcome::ActionStatus;
+use crate::engine::effect::LiveHost;
+use crate::engine::executor::Live;
 use crate::host::Host;
 use crate::host::dbus::Dbus;
-use crate::host::netlink::{self, NetnsMode};
+use crate::host::netlink::{self, RdmaNetlink};
 use crate::host::service::ServiceManager;
-use crate::host::snapshot::Snapshot;
 
 struct System {
     host: Host,
-    rdma: RdmaConfig,
 }
 
 /// The unit has no CAP_CHOWN: a rewritten file that is not root:root gets its
@@ -55,7 +50,7 @@ static NO_SYSTEMD_SAID: AtomicBool = AtomicBool::new(false);
 /// Connects to the live host: systemd over D-Bus when its bus answers (without
 /// it restarts are reported as pending and checks rely on files and /proc).
 /// Without it, also why, for the checks to say what they could not ask.
-pub fn connect(host: &Host, rdma: &RdmaConfig) -> (Live, Option<String>) {
+pub fn connect(host: &Host) -> (Live, Option<String>) {
     let (manager, error): (Option<Arc<dyn ServiceManager>>, _) = match Dbus::system() {
         Ok(d) => (Some(Arc::new(d)), None),
         Err(e) => {
@@ -80,67 +75,33 @@ pub fn connect(host: &Host, rdma: &RdmaConfig) -> (Live, Option<String>) {
     };
     let live = Live {
         manager,
-        host: Box::new(System {
-            host: host.clone(),
-            rdma: rdma.clone(),
-        }),
+        host: Box::new(System { host: host.clone() }),
     };
     (live, error)
 }
 
 impl LiveHost for System {
-    fn containerd_cri(&self, grpc_address: &Path) -> Result<(), String> {
-        let address = grpc_address.to_string_lossy();
-        let cri = match self
-            .host
-            .run("ctr", &["--address", &address, "plugins", "ls"])
-        {
-            Some(Ok(out)) if out.status.success() => {
-                containerd::cri_status(&String::from_utf8_lossy(&out.stdout))
-                    .unwrap_or_else(|| "not listed".into())
-            }
-            Some(Ok(out)) => {
-                return Err(format!(
-                    "socket {address} does not answer: {}",
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ));
-            }
-            Some(Err(e)) => return Err(format!("cannot run ctr: {e}")),
-            None => return Err("ctr not found".into()),
-        };
-        if cri == "ok" {
-            Ok(())
-        } else {
-            Err(format!(
-                "containerd runs but its CRI plugin is {cri:?}: kubelet cannot start pods (see journalctl -u containerd)"
-            ))
-        }
+    fn host(&self) -> &Host {
+        &self.host
     }
 
-    fn set_netns_mode(&self, mode: NetnsMode) -> (ActionStatus, String) {
-        match netlink::Socket::open() {
-            // A fresh snapshot: on EBUSY it names what holds a namespace now.
-            Ok(mut socket) => netns::set_live(
-                &Snapshot::new(self.host.clone()),
-                &self.rdma,
-                &mut socket,
-                mode,
-            ),
-            Err(e) => (ActionStatus::Failed, e.to_string()),
-        }
+    fn rdma_netlink(&self) -> Result<Box<dyn RdmaNetlink>, String> {
+        netlink::Socket::open()
+            .map(|s| Box::new(s) as Box<dyn RdmaNetlink>)
+            .map_err(|e| e.to_string())
     }
 
     fn which(&self, program: &str) -> Option<PathBuf> {
         self.host.which(program)
     }
 
-    fn run(&self, argv: &[String]) -> Result<(), String> {
+    fn run(&self, argv: &[String]) -> Result<Vec<u8>, String> {
         let Some((program, args)) = argv.split_first() else {
             return Err("no command".into());
         };
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         match self.host.run(program, &args) {
-            Some(Ok(o)) if o.status.success() => Ok(()),
+            Some(Ok(o)) if o.status.success() => Ok(o.stdout),
             Some(Ok(o)) => Err(format!(
                 "failed: {}",
                 String::from_utf8_lossy(&o.stderr).trim()

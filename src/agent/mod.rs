@@ -1,4 +1,4 @@
-//! The composition root: which concerns run (in order), what the live host can
+//! The composition root: the registered concerns, what the live host can
 //! do, and the commands (`check`, `plan`, `apply`, `revert`) as one engine pass
 //! followed by the executor.
 
@@ -6,45 +6,16 @@ mod live;
 
 use std::time::Duration;
 
-use crate::concerns::containerd;
-use crate::concerns::fleet;
-use crate::concerns::gpudirect;
-use crate::concerns::kernel;
-use crate::concerns::pods;
-use crate::concerns::rdma;
-use crate::concerns::readiness;
-use crate::concerns::reboot;
-use crate::concerns::systemd;
+use crate::concerns;
 use crate::config::Config;
 use crate::engine::check::Report;
-use crate::engine::concern::Run;
 use crate::engine::executor::{ApplyOutcome, ExecError, Executor, Live, RevertResult};
 use crate::engine::holds::Holds;
-use crate::engine::plan::{Plan, Preflight};
-use crate::engine::{self, Assessment, PlanError, Preflights, Scope};
+use crate::engine::plan::Plan;
+use crate::engine::{self, Assessment, PlanError, Scope};
 use crate::host::Host;
 use crate::host::snapshot::Snapshot;
 use crate::host::stop::Stop;
-use crate::outputs::nfd;
-
-/// Every concern, in the order they run: one registers with one line. A
-/// concern may read the observations of those before it (pods reads
-/// containerd's; the reboot sentinel the RDMA and kernel ones'; NFD every check).
-pub static CONCERNS: &[&dyn Run] = &[
-    &containerd::concern::Memlock,
-    &systemd::concern::Memlock,
-    &pods::Memlock,
-    &readiness::pods_rdma::PodsRdma,
-    &rdma::concern::Devices,
-    &rdma::link::Link,
-    &gpudirect::Path,
-    &readiness::kubelet::Kubelet,
-    &rdma::concern::Netns,
-    &kernel::concern::Kernel,
-    &fleet::Export,
-    &reboot::Sentinel,
-    &nfd::Labels,
-];
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
@@ -65,15 +36,6 @@ pub struct Agent {
     pub manager_error: Option<String>,
 }
 
-/// containerd's own parser, run on edited configs before they are written.
-struct ContainerdPreflight;
-
-impl Preflights for ContainerdPreflight {
-    fn run(&self, p: &Preflight) -> Result<String, String> {
-        containerd::concern::preflight(p)
-    }
-}
-
 impl Agent {
     /// On a tree: checks and plans, no live action.
     pub fn new(host: Host, config: Config) -> Self {
@@ -88,7 +50,7 @@ impl Agent {
 
     /// On the live host: with systemd, containerd's CRI probe and RDMA netlink.
     pub fn live(host: Host, config: Config) -> Self {
-        let (live, manager_error) = live::connect(&host, &config.rdma);
+        let (live, manager_error) = live::connect(&host);
         // Where this process may not chown (the unit), systemd does it.
         let host = match (&live.manager, host.which("chown")) {
             (Some(m), Some(chown)) => {
@@ -132,9 +94,9 @@ impl Agent {
         engine::assess(
             &self.snapshot(),
             &self.config,
-            CONCERNS,
+            concerns::ALL,
             scope,
-            validate.then_some(&ContainerdPreflight as &dyn Preflights),
+            validate,
         )
     }
 
@@ -158,6 +120,7 @@ impl Agent {
             live: self.live.as_ref(),
             restart_timeout: Duration::from_secs(self.config.daemon.restart_timeout_secs),
             stop: &self.stop,
+            legacy_readers: concerns::legacy_readers,
         }
     }
 
@@ -185,20 +148,24 @@ impl Agent {
         let mut out = ex.apply(plan, restart, holds)?;
         // The labels summarise checks made before this apply changed the node:
         // once it did, label it as it is now.
-        if !plan.changes.is_empty() && self.config.nfd.enabled {
-            if let Ok(after) = self.assess(Scope::All, false).plan {
+        if !plan.changes.is_empty() {
+            let after = self.assess(Scope::All, false);
+            if let Ok(p) = after.plan {
                 let labels = Plan {
-                    changes: after
+                    changes: p
                         .changes
                         .into_iter()
-                        .filter(|c| c.path == self.config.nfd.path)
+                        .filter(|c| after.summaries.contains(&c.path))
                         .collect(),
                     ..Plan::default()
                 };
                 if !labels.changes.is_empty() {
                     ex.apply(&labels, restart, holds)?;
-                    out.changed.push(self.config.nfd.path.clone());
-                    out.changed.dedup();
+                    for c in &labels.changes {
+                        if !out.changed.contains(&c.path) {
+                            out.changed.push(c.path.clone());
+                        }
+                    }
                 }
             }
         }

@@ -23,6 +23,22 @@ fn v100() -> tempfile::TempDir {
     t
 }
 
+/// `ctr plugins ls` on a containerd whose CRI plugin is in `status`.
+fn plugins_ls(status: &str) -> Vec<u8> {
+    format!(
+        "TYPE                    ID     PLATFORMS      STATUS\nio.containerd.grpc.v1   cri    linux/amd64    {status}\n"
+    )
+    .into_bytes()
+}
+
+/// The live host as a fake: every `ctr plugins ls` says CRI is ok.
+fn cri_ok() -> FakeHost {
+    FakeHost {
+        stdout: plugins_ls("ok"),
+        ..FakeHost::default()
+    }
+}
+
 fn agent(root: &Path, m: &Arc<FakeManager>, cri: FakeHost) -> Agent {
     Agent::with_live(
         Host::new(root),
@@ -49,7 +65,7 @@ fn apply_restarts_the_readers_once_and_revert_restarts_them_again() {
     let t = v100();
     let stop = Stop::new();
     let m = Arc::new(FakeManager::new(&[], &stop));
-    let a = agent(t.path(), &m, FakeHost::default());
+    let a = agent(t.path(), &m, cri_ok());
     let out = a.apply(true).unwrap();
     let changed: Vec<&str> = out.changed.iter().filter_map(|p| p.to_str()).collect();
     assert!(
@@ -86,8 +102,8 @@ fn a_restart_that_breaks_cri_rolls_the_node_back() {
     let t = v100();
     let stop = Stop::new();
     let m = Arc::new(FakeManager::new(&[Job::Done, Job::Done], &stop));
-    let cri = FakeHost::default();
-    *cri.cri.lock().unwrap() = std::iter::once(Err("CRI plugin is \"error\"".to_owned())).collect();
+    let cri = cri_ok();
+    *cri.outputs.lock().unwrap() = std::iter::once(Ok(plugins_ls("error"))).collect();
     let mut a = agent(t.path(), &m, cri);
     a.config.daemon.restart_timeout_secs = 0;
     let e = a.apply(true).unwrap_err();

@@ -3,14 +3,15 @@
 //! driver; per port its rate, width, link layer, MTUs and fabric; per node its
 //! kernel, netns mode, memlock target and GPU driver. Read-only, from sysfs,
 //! /proc and the config; the netns mode from `rdma.netns`'s observation.
+//! SR-IOV VFs are left out: they repeat their PF.
 
 use std::path::Path;
 
 use crate::config::Config;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
-use crate::engine::fleet::Fact;
-use crate::engine::observe::{Observation, Observations};
+use crate::fleet::Fact;
 use crate::host::snapshot::Snapshot;
+use crate::observe::{Observation, Observations};
 
 const CLASS: &str = "/sys/class/infiniband";
 
@@ -30,8 +31,9 @@ impl Concern for Export {
         &[]
     }
 
-    fn enabled(&self, cfg: &Config) -> bool {
-        cfg.rdma.enabled
+    /// Read-only and cheap: exported whatever the checks' settings.
+    fn enabled(&self, _cfg: &Config) -> bool {
+        true
     }
 
     fn gather(&self, snap: &Snapshot, _cfg: &Config) -> Result<Facts, GatherError> {
@@ -51,6 +53,11 @@ impl Concern for Export {
             .map_err(GatherError::unknown)?
         {
             let base = Path::new(CLASS).join(&dev);
+            // SR-IOV VFs share their PF's firmware, board and link: a node with
+            // a thousand of them would export a thousand series saying so.
+            if host.exists(&base.join("device/physfn")) {
+                continue;
+            }
             let driver = host
                 .read_link(&base.join("device/driver"))
                 .ok()

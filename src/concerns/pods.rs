@@ -7,9 +7,11 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 use serde_json::json;
 
-use crate::config::{Limit, Severity};
+use crate::config::Severity;
 use crate::engine::check::{Check, Status};
 use crate::host::Result;
+use crate::host::kubepods::{parse_cgroup, parse_shim_id};
+use crate::host::limit::Limit;
 use crate::host::procfs;
 use crate::host::snapshot::Snapshot;
 
@@ -40,52 +42,8 @@ impl PodProcess {
     }
 }
 
-/// The `-id` argument of a containerd shim's NUL-separated command line.
-pub fn parse_shim_id(cmdline: &str) -> Option<String> {
-    let mut args = cmdline.split('\0');
-    let argv0 = args.next()?;
-    let name = argv0.rsplit('/').next()?;
-    if !name.starts_with("containerd-shim") {
-        return None;
-    }
-    args.skip_while(|a| *a != "-id" && *a != "--id")
-        .nth(1)
-        .filter(|id| !id.is_empty())
-        .map(str::to_owned)
-}
-
 fn as_display<S: serde::Serializer>(l: &Limit, s: S) -> std::result::Result<S::Ok, S::Error> {
     s.collect_str(l)
-}
-
-/// Pod identity from a `/proc/<pid>/cgroup` text, for cgroupfs and systemd drivers:
-/// `/kubepods/besteffort/pod<uid>/<id>` or
-/// `/kubepods.slice/…/kubepods-besteffort-pod<uid_>.slice/cri-containerd-<id>.scope`.
-pub fn parse_cgroup(text: &str) -> Option<(Option<String>, Option<String>)> {
-    let path = text
-        .lines()
-        .filter_map(|l| l.splitn(3, ':').nth(2))
-        .find(|p| p.contains("kubepods"))?;
-    let mut pod = None;
-    let mut container = None;
-    for seg in path.split('/') {
-        if let Some(uid) = seg.strip_prefix("pod") {
-            pod = Some(uid.to_owned());
-        } else if let Some(rest) = seg.strip_suffix(".slice") {
-            if let Some(i) = rest.rfind("-pod") {
-                pod = Some(rest[i + 4..].replace('_', "-"));
-            }
-        }
-        let id = seg
-            .trim_end_matches(".scope")
-            .rsplit('-')
-            .next()
-            .unwrap_or(seg);
-        if id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
-            container = Some(id.to_owned());
-        }
-    }
-    Some((pod, container))
 }
 
 pub fn gather(host: &Snapshot) -> Result<Vec<PodProcess>> {
@@ -180,7 +138,7 @@ pub fn check(
         ));
     }
     Check::new(CHECK_ID, status, parts.join("; "))
-        .with_reason(crate::engine::reason::Reason::MemlockBelowTarget)
+        .with_reason(crate::reason::Reason::MemlockBelowTarget)
         .with_details(json!({ "below_target": before, "started_since_containerd": after }))
 }
 
@@ -219,7 +177,8 @@ impl crate::engine::concern::Concern for Memlock {
     }
 
     fn needs(&self) -> &'static [&'static str] {
-        &[crate::concerns::containerd::CHECK_ID]
+        // By check id: concerns meet only through the engine.
+        &["containerd.memlock"]
     }
 
     fn enabled(&self, _cfg: &crate::config::Config) -> bool {
@@ -239,7 +198,7 @@ impl crate::engine::concern::Concern for Memlock {
         procs: &Vec<PodProcess>,
         ctx: &crate::engine::concern::Ctx,
     ) -> crate::engine::concern::Decision {
-        use crate::engine::observe::Observations;
+        use crate::observe::Observations;
         crate::engine::concern::Decision {
             checks: vec![check(
                 procs,
@@ -257,32 +216,6 @@ mod tests {
     use super::*;
 
     const ID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
-
-    #[test]
-    fn cgroupfs_and_systemd_paths() {
-        let v1 = format!("4:memory:/kubepods/besteffort/pod1234-ab/{ID}\n0::/\n");
-        assert_eq!(
-            parse_cgroup(&v1),
-            Some((Some("1234-ab".into()), Some(ID.into())))
-        );
-        let sd = format!(
-            "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod12_34.slice/cri-containerd-{ID}.scope\n"
-        );
-        assert_eq!(
-            parse_cgroup(&sd),
-            Some((Some("12-34".into()), Some(ID.into())))
-        );
-        assert_eq!(parse_cgroup("0::/user.slice\n"), None);
-    }
-
-    #[test]
-    fn shim_ids() {
-        let shim = "/usr/bin/containerd-shim-runc-v2\0-namespace\0k8s.io\0-id\0abc\0-address\0/run/containerd/containerd.sock\0";
-        assert_eq!(parse_shim_id(shim), Some("abc".into()));
-        assert_eq!(parse_shim_id("/bin/sh\0-id\0abc\0"), None);
-        assert_eq!(parse_shim_id("containerd-shim-runc-v2\0-id\0"), None);
-        assert_eq!(parse_shim_id(""), None);
-    }
 
     fn proc(comm: &str, memlock: Limit) -> PodProcess {
         PodProcess {

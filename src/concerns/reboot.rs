@@ -8,9 +8,9 @@ use std::path::Path;
 use crate::config::Config;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::engine::ledger::Ledger;
-use crate::engine::observe::Observations;
 use crate::engine::plan::FileChange;
 use crate::host::snapshot::Snapshot;
+use crate::observe::Observations;
 
 pub const SENTINEL: &str = "/var/run/reboot-required";
 pub const OWNER: &str = "reboot";

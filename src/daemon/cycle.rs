@@ -148,10 +148,6 @@ pub(super) fn reconcile_once(
             }
         }
     }
-    let mode_name = match mode {
-        Mode::Enforce => "enforce",
-        Mode::Report => "report",
-    };
     let changed_host = !changed.is_empty()
         || actions
             .iter()
@@ -185,7 +181,7 @@ pub(super) fn reconcile_once(
     }
     let cycle = Cycle {
         report,
-        mode: mode_name,
+        mode: Some(mode),
         finished_unix: 0,
         duration_ms: 0,
         trigger,

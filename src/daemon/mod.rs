@@ -16,6 +16,8 @@ use sd_notify::NotifyState;
 use tokio::signal::unix::{SignalKind, signal};
 
 mod cycle;
+mod link_events;
+mod machine;
 mod persist;
 mod state_copy;
 
@@ -25,8 +27,10 @@ use crate::host::Host;
 use crate::host::lock::{self, LockError};
 use crate::host::stop::Stop;
 use crate::outputs::Cycle;
-use crate::outputs::http::{self, Board, Limits, Listen, Published};
+use crate::outputs::http::{self, Board, Published};
+use crate::outputs::listen::{self, Limits, Listen};
 use crate::outputs::metrics::{self, Totals};
+use machine::{Machine, Next, Trigger};
 use state_copy::{StateCopy, WriteBack};
 use worker::Worker;
 
@@ -37,7 +41,7 @@ pub enum DaemonError {
     #[error("a daemon is already running on this host")]
     Running(#[source] LockError),
     #[error(transparent)]
-    Http(#[from] http::HttpError),
+    Http(#[from] listen::HttpError),
     #[error("{0}: restarting")]
     StaleMounts(String),
     #[error("cannot set up {what}: {source}")]
@@ -106,6 +110,11 @@ impl Daemon {
             .map_err(setup("inotify"))?;
         let mut watched: BTreeSet<PathBuf> = BTreeSet::new();
         let worker = Worker::start().map_err(setup("the reconcile thread"))?;
+        // Link-down events between reconciles (live host only), for rdma.link.
+        let (link_tx, mut link_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+        if host.is_live() {
+            link_events::spawn(host.clone(), link_tx);
+        }
         self.start_http(&host).await?;
         let mut totals = Totals::default();
         // Pinged from its own task, since a reconcile may wait minutes for a restart
@@ -125,23 +134,24 @@ impl Daemon {
             });
         }
 
-        let mut trigger = "start".to_owned();
-        let mut ready = false;
+        let mut machine = Machine::default();
+        let mut trigger = Trigger::Start;
         let mut holds = Holds::default();
         loop {
-            if trigger == "SIGHUP" {
+            if machine.reconcile(trigger.clone()) {
                 // `systemctl reload`: the operator asks for failed actions to be tried now.
                 holds.actions.clear();
             }
-            let run = self.reconcile(&worker, trigger.clone(), std::mem::take(&mut holds));
+            let run = self.reconcile(&worker, trigger.to_string(), std::mem::take(&mut holds));
             tokio::pin!(run);
             let (cycle, watch, interval, debounce, held) = tokio::select! {
                 out = &mut run => out,
-                _ = sigterm.recv() => return self.stop_during(run).await,
-                _ = sigint.recv() => return self.stop_during(run).await,
+                _ = sigterm.recv() => return self.stop_during(&mut machine, run).await,
+                _ = sigint.recv() => return self.stop_during(&mut machine, run).await,
             };
             holds = held;
             if let Some(why) = &cycle.stale_mounts {
+                machine.reconciled(Some(why.clone()), false);
                 // What only this process still knows goes to the host first.
                 match self.state.write_back(&host) {
                     WriteBack::Nothing => {}
@@ -180,16 +190,14 @@ impl Daemon {
                     }
                 }
             }
+            let next = machine.reconciled(None, new_watches);
             let mut states = vec![NotifyState::Status(&status)];
-            if !ready {
+            if machine.report_published() {
                 states.push(NotifyState::Ready);
-                ready = true;
             }
             let _ = sd_notify::notify(&states);
-            if new_watches {
-                // A change made before these watches existed would go unseen until
-                // the timer: look once more now that they do.
-                trigger = "new watches".to_owned();
+            if let Next::Reconcile(t) = next {
+                trigger = t;
                 continue;
             }
 
@@ -197,10 +205,24 @@ impl Daemon {
             tokio::pin!(timer);
             trigger = loop {
                 tokio::select! {
-                    _ = &mut timer => break "timer".to_owned(),
-                    _ = sighup.recv() => break "SIGHUP".to_owned(),
-                    _ = sigterm.recv() => return self.stop(),
-                    _ = sigint.recv() => return self.stop(),
+                    _ = &mut timer => break Trigger::Timer,
+                    _ = sighup.recv() => break Trigger::Reload,
+                    _ = sigterm.recv() => return self.stop(&mut machine),
+                    _ = sigint.recv() => return self.stop(&mut machine),
+                    // A link went down: read the ports now (the tally is on disk).
+                    Some(()) = link_rx.recv() => {
+                        let quiet = tokio::time::sleep(debounce);
+                        tokio::pin!(quiet);
+                        loop {
+                            tokio::select! {
+                                _ = &mut quiet => break,
+                                _ = sigterm.recv() => return self.stop(&mut machine),
+                                _ = sigint.recv() => return self.stop(&mut machine),
+                                Some(()) = link_rx.recv() => {}
+                            }
+                        }
+                        break Trigger::LinkDown;
+                    }
                     Some(ev) = events.next() => {
                         let first = ev
                             .ok()
@@ -216,12 +238,12 @@ impl Daemon {
                         loop {
                             tokio::select! {
                                 _ = &mut quiet => break,
-                                _ = sigterm.recv() => return self.stop(),
-                                _ = sigint.recv() => return self.stop(),
+                                _ = sigterm.recv() => return self.stop(&mut machine),
+                                _ = sigint.recv() => return self.stop(&mut machine),
                                 Some(_) = events.next() => {}
                             }
                         }
-                        break format!("file change ({first})");
+                        break Trigger::FileChange(first);
                     }
                 }
             };
@@ -247,12 +269,12 @@ impl Daemon {
             return Ok(());
         }
         let listen = Listen::parse(self.listen.as_deref().unwrap_or(&config.http.listen));
-        let listener = http::bind(&listen).await.map_err(DaemonError::Http)?;
+        let listener = listen::bind(&listen).await.map_err(DaemonError::Http)?;
         let d = &config.daemon;
         let stale_after =
             Duration::from_secs(d.interval_secs * 3 + d.restart_timeout_secs * 2 + 60);
         let app = http::router(self.board.clone(), stale_after);
-        let (max_connections, note) = http::connection_limit(config.http.max_connections);
+        let (max_connections, note) = listen::connection_limit(config.http.max_connections);
         if let Some(note) = note {
             tracing::warn!("{note}");
         }
@@ -266,11 +288,12 @@ impl Daemon {
             max_header_bytes: 8 * 1024,
         };
         tracing::info!(listen = ?listen, "health endpoint listening");
-        tokio::spawn(http::serve(listener, app, limits));
+        tokio::spawn(listen::serve(listener, app, limits));
         Ok(())
     }
 
-    fn stop(&self) -> Result<(), DaemonError> {
+    fn stop(&self, machine: &mut Machine) -> Result<(), DaemonError> {
+        machine.stop();
         let _ = sd_notify::notify(&[NotifyState::Stopping]);
         tracing::info!("stopping");
         Ok(())
@@ -281,8 +304,10 @@ impl Daemon {
     /// leave its files consistent, then exit whatever it does.
     async fn stop_during(
         &self,
+        machine: &mut Machine,
         run: std::pin::Pin<&mut impl std::future::Future<Output = ReconcileOut>>,
     ) -> Result<(), DaemonError> {
+        machine.stop();
         let _ = sd_notify::notify(&[NotifyState::Stopping]);
         tracing::info!("stopping during a reconcile");
         self.stop.request();
@@ -296,6 +321,7 @@ impl Daemon {
                 "the reconcile did not return within {STOP_GRACE:?}; exiting (its writes are atomic)"
             ),
         }
+        machine.stopped();
         Ok(())
     }
 

@@ -4,10 +4,10 @@
 //! check that relies on it to `unknown`, saying why.
 
 use crate::engine::check::{Check, Status};
-use crate::engine::fleet::Fact;
-use crate::engine::observe::Observation;
-use crate::engine::reason::Reason;
+use crate::fleet::Fact;
 use crate::host::Host;
+use crate::observe::Observation;
+use crate::reason::Reason;
 
 pub(super) fn persist(host: &Host, observations: &[Observation], checks: &mut [Check]) {
     for o in observations {

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::reason::Reason;
+use crate::reason::Reason;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -187,14 +187,14 @@ mod tests {
     fn a_failed_apply_is_said_by_the_check_naming_its_file() {
         let mut checks = vec![
             Check::new(
-                "containerd.memlock",
+                "app.config",
                 Status::Fail,
-                "not prepared: /etc/containerd/config.toml: point runtime handlers",
+                "not prepared: /etc/app/config.toml: point runtime handlers",
             ),
             Check::new("rdma.devices", Status::Warn, "mlx5_0/1 is DOWN"),
-            Check::new("kernel.modules", Status::Ok, "loaded"),
+            Check::new("app.modules", Status::Ok, "loaded"),
         ];
-        let e = "cannot write /etc/containerd/config.toml: No space left on device (os error 28)";
+        let e = "cannot write /etc/app/config.toml: No space left on device (os error 28)";
         note_apply_failure(&mut checks, e);
         assert!(
             checks[0]
@@ -270,11 +270,11 @@ mod tests {
     #[test]
     fn summary_fits_one_npd_line() {
         let ids: Vec<Check> = [
-            "containerd.memlock",
-            "systemd.memlock",
-            "rdma.netns",
+            "app.config",
+            "app.unit",
+            "app.mode",
             "rdma.devices",
-            "kernel.dkms",
+            "app.builds",
         ]
         .into_iter()
         .map(|id| Check::new(id, Status::Fail, ""))

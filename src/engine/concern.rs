@@ -6,18 +6,20 @@
 
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use crate::config::Config;
 use crate::engine::check::{Check, Status};
-use crate::engine::plan::{Action, FileChange, Preflight, Record, Verify};
-use crate::engine::reason::Reason;
+use crate::engine::effect::{Preflight, Probe};
+use crate::engine::plan::{Action, FileChange, Record};
 use crate::host::snapshot::Snapshot;
+use crate::reason::Reason;
 
-use super::observe::Observation;
+use crate::observe::Observation;
 
 /// Why a concern could not gather its facts, and what its checks then say:
 /// `unknown` when the fact could not be established, `fail` when what was read
-/// is itself the problem (a config containerd cannot load).
+/// is itself the problem (a config its reader cannot load).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GatherError {
     pub status: Status,
@@ -79,12 +81,12 @@ pub struct Decision {
     /// File changes, each naming the units that must restart to read it.
     pub changes: Vec<FileChange>,
     /// Live actions besides the restarts the changes imply (a restart still
-    /// owed, the netns switch, an initramfs rebuild).
+    /// owed, switching a kernel mode, rebuilding a boot image).
     pub actions: Vec<Action>,
     /// How to tell that a restarted unit is healthy, when "active" is not enough.
-    pub verify: Vec<(String, Verify)>,
-    /// Checks to pass before any file is written (containerd's own parser).
-    pub preflight: Vec<Preflight>,
+    pub verify: Vec<(String, Arc<dyn Probe>)>,
+    /// Checks to pass before any file is written (the reader's own parser).
+    pub preflight: Vec<Arc<dyn Preflight>>,
     /// The agent's own state to record once an apply has converged.
     pub records: Vec<Record>,
     pub notes: Vec<String>,
@@ -121,6 +123,12 @@ pub trait Concern: Send + Sync {
         false
     }
 
+    /// Its files summarise the other concerns' checks (node labels): once an
+    /// apply changed the node, they are planned again from the node as it is.
+    fn summarises(&self) -> bool {
+        false
+    }
+
     fn gather(&self, snap: &Snapshot, cfg: &Config) -> Result<Self::Facts, GatherError>;
 
     fn decide(&self, facts: &Self::Facts, ctx: &Ctx) -> Decision;
@@ -132,6 +140,7 @@ pub trait Run: Send + Sync {
     fn needs(&self) -> &'static [&'static str];
     fn enabled(&self, cfg: &Config) -> bool;
     fn writes(&self) -> bool;
+    fn summarises(&self) -> bool;
     fn run(&self, snap: &Snapshot, ctx: &Ctx) -> Result<Decision, GatherError>;
 }
 
@@ -150,6 +159,10 @@ impl<C: Concern> Run for C {
 
     fn writes(&self) -> bool {
         Concern::writes(self)
+    }
+
+    fn summarises(&self) -> bool {
+        Concern::summarises(self)
     }
 
     fn run(&self, snap: &Snapshot, ctx: &Ctx) -> Result<Decision, GatherError> {

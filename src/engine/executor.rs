@@ -11,43 +11,35 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
 
+use super::effect::{LiveCtx, LiveHost, Probe};
 use super::holds::Holds;
 use super::outcome::{ActionOutcome, ActionStatus};
-use crate::engine::ledger::{Ledger, LedgerError, RevertOutcome};
-use crate::engine::plan::{Action, ActionKind, Plan, Verify};
+use crate::engine::ledger::{Ledger, LedgerError, LegacyReaders, RevertOutcome};
+use crate::engine::plan::{Action, ActionKind, Plan};
 use crate::host::lock::{self, LockError};
-use crate::host::netlink::NetnsMode;
-use crate::host::service::{ServiceManager, SystemdError};
+use crate::host::service::{ServiceManager, SystemdError, UnitState};
 use crate::host::stop::Stop;
 use crate::host::{Host, HostError};
 
-/// The transient unit an initramfs rebuild runs as; its output is in its journal.
-pub const INITRAMFS_UNIT: &str = "rdma-node-agent-initramfs.service";
-
-/// Generous: dracut with every module of a kernel takes minutes on a slow disk.
-const INITRAMFS_TIMEOUT: Duration = Duration::from_secs(600);
-
 /// How often a restarted unit is looked at until it is healthy.
 const VERIFY_POLL: Duration = Duration::from_millis(250);
-
-/// Live actions on the host besides systemd's: each is one call, so the
-/// executor's orchestration can be tested with a fake.
-pub trait LiveHost: Send + Sync {
-    /// containerd's socket answers and its CRI plugin loaded: `Err` says what is wrong.
-    fn containerd_cri(&self, grpc_address: &Path) -> Result<(), String>;
-    /// Switches the RDMA netns mode over netlink.
-    fn set_netns_mode(&self, mode: NetnsMode) -> (ActionStatus, String);
-    /// The absolute path of a host program, if installed.
-    fn which(&self, program: &str) -> Option<PathBuf>;
-    /// Runs a host command to completion (without systemd to run it).
-    fn run(&self, argv: &[String]) -> Result<(), String>;
-}
 
 /// The capabilities of the live host.
 pub struct Live {
     /// systemd, when its bus answers.
     pub manager: Option<Arc<dyn ServiceManager>>,
     pub host: Box<dyn LiveHost>,
+}
+
+impl Live {
+    /// What an effect or a probe runs with.
+    pub fn ctx<'a>(&'a self, stop: &'a Stop) -> LiveCtx<'a> {
+        LiveCtx {
+            host: self.host.as_ref(),
+            manager: self.manager.as_deref(),
+            stop,
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -113,6 +105,8 @@ pub struct Executor<'a> {
     pub live: Option<&'a Live>,
     pub restart_timeout: Duration,
     pub stop: &'a Stop,
+    /// What the owners of old ledger entries restarted (the concerns know).
+    pub legacy_readers: LegacyReaders,
 }
 
 impl Executor<'_> {
@@ -173,8 +167,8 @@ impl Executor<'_> {
             let unit = match &a.kind {
                 ActionKind::RestartUnit { unit } => unit,
                 // Restarts have their own guard (verification, rollback, the plan hold).
-                _ => {
-                    if let Some(h) = holds.deferred(&text, now) {
+                ActionKind::Effect(_) => {
+                    if let Some(h) = holds.deferred(&a.kind.key(), now) {
                         let wait = h.until.duration_since(now).unwrap_or_default().as_secs();
                         actions.push(outcome(
                             ActionStatus::Deferred,
@@ -185,7 +179,7 @@ impl Executor<'_> {
                         ));
                     } else {
                         let (status, detail) = self.live_action(a);
-                        actions.push(outcome(status, detail));
+                        actions.push(outcome(status, detail).keyed(a.kind.key()));
                     }
                     continue;
                 }
@@ -254,7 +248,7 @@ impl Executor<'_> {
                 }
             }
         }
-        // The run converged: record the agent's own state (e.g. the kernel it saw).
+        // The run converged: record the agent's own state (what it last saw).
         let mut notes = plan.notes.clone();
         for r in &plan.records {
             // The agent's own state: never through a link (see host::state).
@@ -268,46 +262,14 @@ impl Executor<'_> {
         })
     }
 
-    /// The netns switch or the initramfs rebuild. Returns (status, detail).
+    /// A concern's effect, on the live host only. Returns (status, detail).
     fn live_action(&self, a: &Action) -> (ActionStatus, String) {
         let Some(live) = self.live else {
             return (ActionStatus::Skipped, self.not_live(&a.reason));
         };
         match &a.kind {
-            ActionKind::SetRdmaNetnsMode { mode } => live.host.set_netns_mode(*mode),
-            ActionKind::RebuildInitramfs { command } => {
-                self.rebuild_initramfs(live, command, &a.reason)
-            }
+            ActionKind::Effect(e) => e.run(&live.ctx(self.stop)),
             ActionKind::RestartUnit { .. } => unreachable!("restarts are handled by apply"),
-        }
-    }
-
-    /// With systemd, as a transient unit of its own: in the agent's sandbox
-    /// (read-only /boot, no chown in the system call filter) it cannot write the image.
-    fn rebuild_initramfs(
-        &self,
-        live: &Live,
-        command: &[String],
-        reason: &str,
-    ) -> (ActionStatus, String) {
-        let Some((program, args)) = command.split_first() else {
-            return (ActionStatus::Failed, "empty initramfs command".into());
-        };
-        let shown = command.join(" ");
-        let Some(path) = live.host.which(program) else {
-            return (ActionStatus::Failed, format!("{program} is not installed"));
-        };
-        let mut argv = vec![path.display().to_string()];
-        argv.extend(args.iter().cloned());
-        let result = match &live.manager {
-            Some(m) => m
-                .run_transient(INITRAMFS_UNIT, &argv, INITRAMFS_TIMEOUT, self.stop)
-                .map_err(|e| format!("`{shown}`: {e}; see `journalctl -u {INITRAMFS_UNIT}`")),
-            None => live.host.run(&argv).map_err(|e| format!("`{shown}` {e}")),
-        };
-        match result {
-            Ok(()) => (ActionStatus::Done, reason.to_owned()),
-            Err(e) => (ActionStatus::Failed, e),
         }
     }
 
@@ -317,7 +279,7 @@ impl Executor<'_> {
         &self,
         manager: &dyn ServiceManager,
         unit: &str,
-        verify: Option<&Verify>,
+        verify: Option<&dyn Probe>,
     ) -> Result<(), RestartError> {
         match manager.restart(unit, self.restart_timeout, self.stop) {
             Ok(()) => {}
@@ -329,10 +291,8 @@ impl Executor<'_> {
         let deadline = Instant::now() + self.restart_timeout;
         loop {
             let problem = match manager.status(unit) {
-                Ok(s) if s.active_state == "active" => match (verify, self.live) {
-                    (Some(Verify::Containerd { grpc_address }), Some(live)) => {
-                        live.host.containerd_cri(grpc_address).err()
-                    }
+                Ok(s) if s.active_state == UnitState::Active => match (verify, self.live) {
+                    (Some(probe), Some(live)) => probe.healthy(&live.ctx(self.stop)).err(),
                     _ => None,
                 },
                 Ok(s) => Some(format!(
@@ -359,7 +319,7 @@ impl Executor<'_> {
     pub fn revert(
         &self,
         force: bool,
-        verify: &[(String, Verify)],
+        verify: &[(String, Arc<dyn Probe>)],
     ) -> Result<RevertResult, ExecError> {
         let _lock = lock::acquire(
             self.host,
@@ -370,7 +330,7 @@ impl Executor<'_> {
         let readers: Vec<(PathBuf, Vec<String>)> = ledger
             .files
             .iter()
-            .map(|(p, o)| (p.clone(), o.readers(p)))
+            .map(|(p, o)| (p.clone(), o.readers(p, self.legacy_readers)))
             .collect();
         let files = ledger.revert(self.host, force)?;
         let mut units: Vec<String> = readers
@@ -399,7 +359,10 @@ impl Executor<'_> {
                         reloaded = true;
                         m.reload().map_err(|e| e.to_string())
                     };
-                    let how = verify.iter().find(|(u, _)| *u == unit).map(|(_, v)| v);
+                    let how = verify
+                        .iter()
+                        .find(|(u, _)| *u == unit)
+                        .map(|(_, v)| v.as_ref());
                     match reload.and_then(|()| {
                         self.restart_verified(m, &unit, how).map_err(|e| match e {
                             RestartError::Failed(e) => e,

@@ -4,19 +4,21 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::engine::fakes::{FakeHost, FakeManager, Job};
+use crate::engine::fakes::{FailingEffect, FakeHost, FakeManager, FakeProbe, Job};
 use crate::engine::plan::FileChange;
 
-const CONFIG: &str = "/etc/containerd/config.toml";
-const UNIT: &str = "containerd.service";
+const CONFIG: &str = "/etc/app/app.toml";
+const UNIT: &str = "app.service";
 
 struct Setup {
     _dir: tempfile::TempDir,
     host: Host,
     plan: Plan,
+    /// How the restarted unit's health answers.
+    probe: Arc<FakeProbe>,
 }
 
-/// A root with containerd's config at "old", and a plan that makes it "new".
+/// A root with a daemon's config at "old", and a plan that makes it "new".
 fn setup() -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let host = Host::new(dir.path());
@@ -28,20 +30,17 @@ fn setup() -> Setup {
         old: Some(b"old\n".to_vec()),
         new: Some(b"new\n".to_vec()),
         mode: 0o644,
-        owner: "containerd",
+        owner: "app",
         reason: "base spec".into(),
         restart: vec![UNIT.into()],
     });
-    plan.verify.push((
-        UNIT.into(),
-        Verify::Containerd {
-            grpc_address: "/run/containerd/containerd.sock".into(),
-        },
-    ));
+    let probe = Arc::new(FakeProbe::default());
+    plan.verify.push((UNIT.into(), probe.clone()));
     Setup {
         _dir: dir,
         host,
         plan,
+        probe,
     }
 }
 
@@ -62,6 +61,7 @@ fn executor<'a>(s: &'a Setup, live: Option<&'a Live>, stop: &'a Stop) -> Executo
         live,
         restart_timeout: Duration::from_millis(400),
         stop,
+        legacy_readers: |_, _| Vec::new(),
     }
 }
 
@@ -78,12 +78,12 @@ fn restart_ok_restarts_the_reader_once_after_one_reload() {
     assert_eq!(out.changed, vec![PathBuf::from(CONFIG)]);
     assert_eq!(out.actions.len(), 1);
     assert_eq!(out.actions[0].status, ActionStatus::Done);
-    assert_eq!(out.actions[0].action, "restart containerd.service");
-    assert_eq!(m.calls(), ["reload", "restart containerd.service"]);
+    assert_eq!(out.actions[0].action, "restart app.service");
+    assert_eq!(m.calls(), ["reload", "restart app.service"]);
     // The ledger knows who reads the file, for revert.
     let ledger = Ledger::load(&s.host).unwrap();
     assert_eq!(
-        ledger.files[Path::new(CONFIG)].readers(Path::new(CONFIG)),
+        ledger.files[Path::new(CONFIG)].readers(Path::new(CONFIG), |_, _| Vec::new()),
         [UNIT]
     );
 }
@@ -119,10 +119,9 @@ fn rolled_back(jobs: &[Job], states: &[&'static str], cri: usize, why: &str) {
     let m = FakeManager::new(jobs, &stop);
     *m.states.lock().unwrap() = states.iter().copied().collect();
     let m = Arc::new(m);
-    let h = FakeHost::default();
-    *h.cri.lock().unwrap() =
+    *s.probe.answers.lock().unwrap() =
         std::iter::repeat_n(Err("CRI plugin is \"error\"".to_owned()), cri).collect();
-    let l = live(&m, h);
+    let l = live(&m, FakeHost::default());
     let e = executor(&s, Some(&l), &stop)
         .apply(&s.plan, true, &Holds::default())
         .unwrap_err();
@@ -146,7 +145,7 @@ fn unit_inactive_after_restart_rolls_back() {
         &[Job::Done, Job::Done],
         &["failed"; 3],
         0,
-        "containerd.service is failed after the restart",
+        "app.service is failed after the restart",
     );
 }
 
@@ -184,10 +183,8 @@ fn failing_live_action_is_deferred_until_due() {
     let l = live(&m, FakeHost::default());
     let mut plan = Plan::default();
     plan.push_action(Action {
-        kind: ActionKind::SetRdmaNetnsMode {
-            mode: NetnsMode::Exclusive,
-        },
-        reason: "rdma.netns_mode".into(),
+        kind: ActionKind::Effect(Arc::new(FailingEffect)),
+        reason: "the kernel runs another mode".into(),
     });
     let ex = executor(&s, Some(&l), &stop);
     let first = ex.apply(&plan, true, &Holds::default()).unwrap();
@@ -212,9 +209,9 @@ fn stop_while_the_restart_is_queued_cancels_it_and_rolls_back() {
         matches!(&e, ExecError::Interrupted(m) if m.contains("rolled back")),
         "{e}"
     );
-    // Files agree with the containerd that never restarted; no second restart.
+    // Files agree with the daemon that never restarted; no second restart.
     assert_eq!(content(&s.host), "old\n");
-    assert_eq!(m.calls(), ["reload", "restart containerd.service"]);
+    assert_eq!(m.calls(), ["reload", "restart app.service"]);
 }
 
 #[test]
@@ -299,31 +296,6 @@ fn without_the_live_host_or_systemd_restarts_are_reported_not_run() {
 }
 
 #[test]
-fn initramfs_rebuild_runs_as_a_transient_unit() {
-    let s = setup();
-    let stop = Stop::new();
-    let m = Arc::new(FakeManager::new(&[], &stop));
-    let l = live(&m, FakeHost::default());
-    let mut plan = Plan::default();
-    plan.push_action(Action {
-        kind: ActionKind::RebuildInitramfs {
-            command: vec!["update-initramfs".into(), "-u".into()],
-        },
-        reason: "ib_core is in the initramfs".into(),
-    });
-    let out = executor(&s, Some(&l), &stop)
-        .apply(&plan, true, &Holds::default())
-        .unwrap();
-    assert_eq!(out.actions[0].status, ActionStatus::Done);
-    assert_eq!(
-        m.calls(),
-        [format!(
-            "run {INITRAMFS_UNIT}: /usr/sbin/update-initramfs -u"
-        )]
-    );
-}
-
-#[test]
 fn revert_restarts_exactly_the_recorded_readers() {
     let s = setup();
     let stop = Stop::new();
@@ -335,6 +307,6 @@ fn revert_restarts_exactly_the_recorded_readers() {
     assert_eq!(r.files.restored, vec![PathBuf::from(CONFIG)]);
     assert_eq!(content(&s.host), "old\n");
     assert_eq!(r.actions.len(), 1);
-    assert_eq!(r.actions[0].action, "restart containerd.service");
+    assert_eq!(r.actions[0].action, "restart app.service");
     assert_eq!(r.actions[0].status, ActionStatus::Done);
 }

@@ -1,16 +1,17 @@
 //! Fakes of the live host for unit tests: a service manager that fails jobs,
-//! times out, reports units inactive and interleaves a stop, and a live host
-//! whose containerd CRI probe answers as told.
+//! times out, reports units inactive and interleaves a stop; a live host; a
+//! health probe that answers as told; an effect that fails.
 
 use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::executor::LiveHost;
+use super::effect::{Effect, EffectKey, LiveCtx, LiveHost, Probe};
 use super::outcome::ActionStatus;
-use crate::host::netlink::NetnsMode;
-use crate::host::service::{ServiceManager, SystemdError, UnitStatus};
+use crate::host::Host;
+use crate::host::netlink::RdmaNetlink;
+use crate::host::service::{ServiceManager, SystemdError, UnitState, UnitStatus};
 use crate::host::stop::Stop;
 
 /// What the fake does with the next restart job.
@@ -91,7 +92,7 @@ impl ServiceManager for FakeManager {
         }
         let state = self.states.lock().unwrap().pop_front().unwrap_or("active");
         Ok(UnitStatus {
-            active_state: state.into(),
+            active_state: UnitState::parse(state),
             main_pid: 42,
             limit_memlock: None,
             started: None,
@@ -113,23 +114,64 @@ impl ServiceManager for FakeManager {
     }
 }
 
-/// containerd's CRI answers as told, in order (then ok).
-#[derive(Default)]
+/// The live host's generic capabilities: programs are found under /usr/sbin;
+/// each run prints the next of `outputs`, then `stdout`; no RDMA netlink.
 pub struct FakeHost {
-    pub cri: Mutex<VecDeque<Result<(), String>>>,
+    pub host: Host,
+    pub outputs: Mutex<VecDeque<Result<Vec<u8>, String>>>,
+    pub stdout: Vec<u8>,
+}
+
+impl Default for FakeHost {
+    fn default() -> Self {
+        FakeHost {
+            host: Host::new("/nonexistent-fake-root"),
+            outputs: Mutex::default(),
+            stdout: Vec::new(),
+        }
+    }
 }
 
 impl LiveHost for FakeHost {
-    fn containerd_cri(&self, _grpc_address: &Path) -> Result<(), String> {
-        self.cri.lock().unwrap().pop_front().unwrap_or(Ok(()))
+    fn host(&self) -> &Host {
+        &self.host
     }
-    fn set_netns_mode(&self, mode: NetnsMode) -> (ActionStatus, String) {
-        (ActionStatus::Failed, format!("EBUSY switching to {mode}"))
+    fn rdma_netlink(&self) -> Result<Box<dyn RdmaNetlink>, String> {
+        Err("no RDMA netlink in a fake".into())
     }
     fn which(&self, program: &str) -> Option<PathBuf> {
         Some(PathBuf::from("/usr/sbin").join(program))
     }
-    fn run(&self, _argv: &[String]) -> Result<(), String> {
-        Ok(())
+    fn run(&self, _argv: &[String]) -> Result<Vec<u8>, String> {
+        let next = self.outputs.lock().unwrap().pop_front();
+        next.unwrap_or_else(|| Ok(self.stdout.clone()))
+    }
+}
+
+/// A restarted unit's health, answered as told, in order (then healthy).
+#[derive(Debug, Default)]
+pub struct FakeProbe {
+    pub answers: Mutex<VecDeque<Result<(), String>>>,
+}
+
+impl Probe for FakeProbe {
+    fn healthy(&self, _cx: &LiveCtx) -> Result<(), String> {
+        self.answers.lock().unwrap().pop_front().unwrap_or(Ok(()))
+    }
+}
+
+/// An effect that always fails, as a refused kernel switch does.
+#[derive(Debug)]
+pub struct FailingEffect;
+
+impl Effect for FailingEffect {
+    fn key(&self) -> EffectKey {
+        EffectKey::new("failing", "")
+    }
+    fn describe(&self) -> String {
+        "switch something the kernel refuses".into()
+    }
+    fn run(&self, _cx: &LiveCtx) -> (ActionStatus, String) {
+        (ActionStatus::Failed, "EBUSY".into())
     }
 }

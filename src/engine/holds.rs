@@ -1,12 +1,13 @@
 //! What the daemon holds back from one reconcile to the next, so that a failure
 //! does not repeat on every trigger: a plan that was rolled back (it would restart
-//! a service in a loop), and live actions that failed (an initramfs rebuild takes
-//! minutes of CPU; a refused netns switch only fills the journal). Pure: the
+//! a service in a loop), and live effects that failed (rebuilding a boot image
+//! takes minutes of CPU; a refused kernel switch only fills the journal). Pure: the
 //! daemon records outcomes and the time, the agent asks before acting.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
+use super::effect::EffectKey;
 use super::outcome::{ActionOutcome, ActionStatus};
 
 /// The longest wait between two tries of a failing action.
@@ -18,8 +19,8 @@ pub struct Holds {
     /// its backoff ends (the cause, say a unit that hangs at start, may have been
     /// fixed: each retry costs restarts, so the waits double).
     pub plan: Option<PlanHold>,
-    /// Failing live actions, by their text.
-    pub actions: BTreeMap<String, ActionHold>,
+    /// Failing effects, by their key.
+    pub actions: BTreeMap<EffectKey, ActionHold>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,19 +76,20 @@ impl Holds {
     }
 
     /// The hold on `action` when it must wait at `now`.
-    pub fn deferred(&self, action: &str, now: SystemTime) -> Option<&ActionHold> {
-        self.actions.get(action).filter(|h| h.until > now)
+    pub fn deferred(&self, key: &EffectKey, now: SystemTime) -> Option<&ActionHold> {
+        self.actions.get(key).filter(|h| h.until > now)
     }
 
     /// Learns from a reconcile's action outcomes: a failure pushes the next try
     /// back, a success forgets the action's failures.
     pub fn record(&mut self, outcomes: &[ActionOutcome], now: SystemTime, interval: Duration) {
         for o in outcomes {
+            let Some(key) = &o.key else { continue };
             match o.status {
                 ActionStatus::Failed => {
-                    let failures = self.actions.get(&o.action).map_or(0, |h| h.failures) + 1;
+                    let failures = self.actions.get(key).map_or(0, |h| h.failures) + 1;
                     self.actions.insert(
-                        o.action.clone(),
+                        key.clone(),
                         ActionHold {
                             failures,
                             until: now + backoff(failures, interval),
@@ -95,7 +97,7 @@ impl Holds {
                     );
                 }
                 ActionStatus::Done => {
-                    self.actions.remove(&o.action);
+                    self.actions.remove(key);
                 }
                 _ => {}
             }
@@ -109,8 +111,8 @@ mod tests {
 
     const MIN: Duration = Duration::from_secs(60);
 
-    fn outcome(action: &str, status: ActionStatus) -> ActionOutcome {
-        ActionOutcome::new(action, status, "")
+    fn outcome(key: &EffectKey, status: ActionStatus) -> ActionOutcome {
+        ActionOutcome::new(key.to_string(), status, "").keyed(key.clone())
     }
 
     #[test]
@@ -143,11 +145,16 @@ mod tests {
     fn failures_defer_successes_forget() {
         let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
         let mut h = Holds::default();
-        let rebuild = "rebuild the initramfs (update-initramfs -u)";
+        let rebuild = &EffectKey::new("rebuild_image", "");
         h.record(&[outcome(rebuild, ActionStatus::Failed)], t0, MIN);
         assert!(h.deferred(rebuild, t0 + MIN / 2).is_some());
         assert!(h.deferred(rebuild, t0 + MIN).is_none(), "due again");
-        assert!(h.deferred("set the RDMA netns mode", t0).is_none());
+        let switch = EffectKey::new("set_mode", "");
+        assert!(h.deferred(&switch, t0).is_none());
+        // An outcome without a key (a restart) is never held here.
+        let restart = ActionOutcome::new("restart x", ActionStatus::Failed, "");
+        h.record(&[restart], t0, MIN);
+        assert_eq!(h.actions.len(), 1);
 
         h.record(&[outcome(rebuild, ActionStatus::Failed)], t0 + MIN, MIN);
         let hold = h.deferred(rebuild, t0 + MIN).unwrap();

@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::engine::plan::{FileChange, Plan};
-use crate::host::{Host, HostError, Ownership};
+use crate::host::files::Ownership;
+use crate::host::{Host, HostError};
 
 pub const STATE_DIR: &str = "/var/lib/rdma-node-agent";
 
@@ -63,24 +64,17 @@ pub struct Original {
     pub restart: Option<Vec<String>>,
 }
 
+/// For a ledger entry written before restart owners were recorded: the units
+/// its owner (a concern's name) restarted for the file at this path.
+pub type LegacyReaders = fn(owner: &str, path: &Path) -> Vec<String>;
+
 impl Original {
-    /// The units to restart once this file is restored.
-    pub fn readers(&self, path: &Path) -> Vec<String> {
-        if let Some(units) = &self.restart {
-            return units.clone();
-        }
-        // Ledgers from before restart owners were recorded: what their owners meant.
-        match self.owner.as_str() {
-            "containerd" | "containerd-spec" => vec!["containerd.service".to_owned()],
-            "systemd" => path
-                .parent()
-                .and_then(Path::file_name)
-                .and_then(|n| n.to_str())
-                .and_then(|n| n.strip_suffix(".d"))
-                .map(str::to_owned)
-                .into_iter()
-                .collect(),
-            _ => Vec::new(),
+    /// The units to restart once this file is restored. Ledgers from before
+    /// restart owners were recorded ask `legacy` what their owner meant.
+    pub fn readers(&self, path: &Path, legacy: LegacyReaders) -> Vec<String> {
+        match &self.restart {
+            Some(units) => units.clone(),
+            None => legacy(&self.owner, path),
         }
     }
 }
@@ -466,7 +460,7 @@ mod tests {
         use std::os::unix::fs::symlink;
         let t = tempfile::tempdir().unwrap();
         let host = Host::new(t.path());
-        let cm = Path::new("/opt/cm/containerd.toml");
+        let cm = Path::new("/opt/cm/app.toml");
         host.write_atomic(cm, b"v1", 0o640).unwrap();
         host.write_atomic(Path::new("/opt/cm-etc/x"), b"", 0o644)
             .unwrap();
@@ -483,7 +477,7 @@ mod tests {
         let mut l = Ledger::default();
         l.apply(&host, &plan).unwrap();
         assert_eq!(
-            std::fs::read(t.path().join("opt/cm/containerd.toml")).unwrap(),
+            std::fs::read(t.path().join("opt/cm/app.toml")).unwrap(),
             b"v2"
         );
         assert!(t.path().join("opt/cm-etc/new/spec.json").is_file());

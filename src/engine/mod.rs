@@ -6,32 +6,30 @@
 //! host snapshot ─▶ concerns (gather → decide) ─▶ checks + observations + plan
 //!                                                   │            │
 //!                                   outputs ◀───────┘            ▼
-//!                     (CLI, /status, metrics, NPD, NFD)      executor ─▶ ledger, systemd, netlink
+//!                     (CLI, /status, metrics, labels)        executor ─▶ ledger, restarts, effects
 //! ```
 
 pub mod check;
 pub mod concern;
+pub mod effect;
 pub mod executor;
 #[cfg(test)]
 pub mod fakes;
-pub mod fleet;
 pub mod holds;
 pub mod ledger;
-pub mod observe;
+
 pub mod outcome;
 pub mod plan;
-pub mod reason;
-pub mod redact;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use crate::config::Config;
 use crate::engine::check::{Check, Status};
-use crate::engine::plan::{Plan, Preflight};
+use crate::engine::plan::Plan;
 use crate::host::snapshot::Snapshot;
+use crate::observe::Observation;
 use concern::{Ctx, Run};
-use observe::Observation;
 
 /// Why no plan could be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -51,12 +49,9 @@ pub struct Assessment {
     pub plan: Result<Plan, PlanError>,
     /// Files whose change should trigger a new reconcile.
     pub watch: Vec<PathBuf>,
-}
-
-/// Runs each preflight check of a plan (a capability: it spawns programs).
-pub trait Preflights {
-    /// A note when the candidate passes (or could not be checked), the reason when not.
-    fn run(&self, p: &Preflight) -> Result<String, String>;
+    /// Files that summarise the checks (node labels): planned again after an
+    /// apply changed the node.
+    pub summaries: Vec<PathBuf>,
 }
 
 /// What to assess.
@@ -88,7 +83,7 @@ pub fn assess(
     config: &Config,
     concerns: &[&dyn Run],
     scope: Scope,
-    preflights: Option<&dyn Preflights>,
+    validate: bool,
 ) -> Assessment {
     let keep = match scope {
         Scope::All => vec![true; concerns.len()],
@@ -98,6 +93,7 @@ pub fn assess(
     let mut observations = Vec::new();
     let mut plan = Plan::default();
     let mut watch = Vec::new();
+    let mut summaries = Vec::new();
     let mut blocked: Option<String> = None;
     for (c, _) in concerns.iter().zip(&keep).filter(|(_, k)| **k) {
         if !c.enabled(config) {
@@ -120,6 +116,9 @@ pub fn assess(
                 watch.extend(d.watch);
                 if let Some(why) = d.blocked {
                     blocked.get_or_insert(why);
+                }
+                if c.summarises() {
+                    summaries.extend(d.changes.iter().map(|f| f.path.clone()));
                 }
                 plan.extend(Plan {
                     changes: d.changes,
@@ -144,22 +143,26 @@ pub fn assess(
             }
         }
     }
-    let plan = match (blocked, preflights) {
-        (Some(why), _) => Err(PlanError::Blocked(why)),
-        (None, Some(p)) => run_preflights(plan, p),
-        (None, None) => Ok(plan),
+    let plan = match blocked {
+        Some(why) => Err(PlanError::Blocked(why)),
+        None if validate => run_preflights(plan),
+        None => Ok(plan),
     };
     Assessment {
         checks,
         observations,
         plan,
         watch,
+        summaries,
     }
 }
 
-fn run_preflights(mut plan: Plan, p: &dyn Preflights) -> Result<Plan, PlanError> {
-    for check in &plan.preflight {
-        plan.notes.push(p.run(check).map_err(PlanError::Preflight)?);
+/// Each preflight of the plan (they may spawn programs: only before writing).
+fn run_preflights(mut plan: Plan) -> Result<Plan, PlanError> {
+    let checks = plan.preflight.clone();
+    for check in checks {
+        plan.notes
+            .push(check.check().map_err(PlanError::Preflight)?);
     }
     Ok(plan)
 }
@@ -228,7 +231,7 @@ mod tests {
         let mut writer = fixed(&["w"], Err(GatherError::fail("bad TOML")));
         writer.writes = true;
         let list: [&dyn Run; 4] = [&a, &off, &reader, &writer];
-        let out = assess(&snap, &Config::default(), &list, Scope::All, None);
+        let out = assess(&snap, &Config::default(), &list, Scope::All, false);
         let got: Vec<(&str, Status, &str)> = out
             .checks
             .iter()
@@ -245,9 +248,13 @@ mod tests {
             ]
         );
         // Only a concern that owns files blocks the plan.
-        assert_eq!(out.plan, Err(PlanError::Blocked("bad TOML".into())));
+        assert!(
+            matches!(&out.plan, Err(PlanError::Blocked(m)) if m == "bad TOML"),
+            "{:?}",
+            out.plan
+        );
         let list: [&dyn Run; 2] = [&a, &reader];
-        let out = assess(&snap, &Config::default(), &list, Scope::All, None);
+        let out = assess(&snap, &Config::default(), &list, Scope::All, false);
         assert!(out.plan.is_ok());
     }
 
@@ -261,7 +268,7 @@ mod tests {
         top.needs = &["base"];
         let list: [&dyn Run; 3] = [&base, &other, &top];
         let only = ["top".to_owned()];
-        let out = assess(&snap, &Config::default(), &list, Scope::Only(&only), None);
+        let out = assess(&snap, &Config::default(), &list, Scope::Only(&only), false);
         let ids: Vec<&str> = out.checks.iter().map(|c| c.id.as_str()).collect();
         assert_eq!(ids, ["base", "top"]);
     }

@@ -5,6 +5,8 @@ use std::fmt;
 
 use serde::Serialize;
 
+use super::effect::EffectKey;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ActionStatus {
@@ -41,11 +43,14 @@ impl fmt::Display for ActionStatus {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ActionOutcome {
-    /// The action as people read it (`restart containerd.service`); also the key
-    /// a failing action is deferred by.
+    /// The action as people read it (`restart app.service`).
     pub action: String,
     pub status: ActionStatus,
     pub detail: String,
+    /// The effect's key, which a failing effect is held back by (restarts have
+    /// their own guard: the plan hold).
+    #[serde(skip)]
+    pub key: Option<EffectKey>,
 }
 
 impl ActionOutcome {
@@ -54,6 +59,12 @@ impl ActionOutcome {
             action: action.into(),
             status,
             detail: detail.into(),
+            key: None,
         }
+    }
+
+    pub fn keyed(mut self, key: EffectKey) -> Self {
+        self.key = Some(key);
+        self
     }
 }

@@ -2,9 +2,12 @@
 //! Pure values: concerns produce them, `ledger` carries them out.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use serde::Serialize;
 use similar::TextDiff;
+
+use super::effect::{Effect, EffectKey, Preflight, Probe};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileChange {
@@ -15,7 +18,7 @@ pub struct FileChange {
     /// Wanted bytes; `None` to remove the file.
     pub new: Option<Vec<u8>>,
     pub mode: u32,
-    /// The concern that owns this file (`containerd`, `systemd`, …).
+    /// The concern that owns this file (its ledger owner name).
     pub owner: &'static str,
     pub reason: String,
     /// The units that read this file and must restart to apply it (what
@@ -49,7 +52,7 @@ impl FileChange {
                 .as_deref()
                 .map(String::from_utf8_lossy)
                 .unwrap_or_default();
-            super::redact::redact(&t).into_owned()
+            crate::redact::redact(&t).into_owned()
         };
         let (old, new) = (text(&self.old), text(&self.new));
         let p = self.path.display().to_string();
@@ -71,61 +74,58 @@ impl FileChange {
     }
 }
 
-/// A live action that follows file changes (restarting a unit, switching a kernel mode).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// A live action that follows file changes: a restart of a unit that reads a
+/// changed file (the engine's own), or an effect a concern owns.
+#[derive(Debug, Clone)]
 pub struct Action {
     pub kind: ActionKind,
     pub reason: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "action", rename_all = "snake_case")]
+#[derive(Debug, Clone)]
 pub enum ActionKind {
-    RestartUnit {
-        unit: String,
-    },
-    /// Switch the RDMA subsystem's netns mode over netlink (live host only).
-    SetRdmaNetnsMode {
-        mode: crate::host::netlink::NetnsMode,
-    },
-    /// Rebuild the initramfs so it carries the agent's modprobe.d options.
-    RebuildInitramfs {
-        command: Vec<String>,
-    },
+    RestartUnit { unit: String },
+    Effect(Arc<dyn Effect>),
 }
+
+impl ActionKind {
+    /// One action per key in a plan; a failing effect is held back by it.
+    pub fn key(&self) -> EffectKey {
+        match self {
+            ActionKind::RestartUnit { unit } => EffectKey::new("restart_unit", unit.clone()),
+            ActionKind::Effect(e) => e.key(),
+        }
+    }
+}
+
+impl PartialEq for ActionKind {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl Eq for ActionKind {}
 
 impl std::fmt::Display for ActionKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ActionKind::RestartUnit { unit } => write!(f, "restart {unit}"),
-            ActionKind::SetRdmaNetnsMode { mode } => write!(f, "set the RDMA netns mode to {mode}"),
-            ActionKind::RebuildInitramfs { command } => {
-                write!(f, "rebuild the initramfs ({})", command.join(" "))
-            }
+            ActionKind::Effect(e) => f.write_str(&e.describe()),
         }
     }
 }
 
-/// How to tell that a restarted unit is healthy when "active" is not enough.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verify {
-    /// containerd: its socket answers and its CRI plugin loaded (a base spec CRI
-    /// cannot load leaves containerd active but unable to start pods).
-    Containerd { grpc_address: PathBuf },
-}
-
-/// A check that candidate file contents must pass before anything is written.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Preflight {
-    /// containerd's own parser (`containerd config dump`) on the edited set,
-    /// main file first; `current` is the set as it is, to tell whose fault it is.
-    ContainerdConfig {
-        binary: PathBuf,
-        candidate: Vec<String>,
-        current: Vec<String>,
-        /// The config's `version` (1 to 4).
-        version: u8,
-    },
+impl Serialize for Action {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let key = self.kind.key();
+        let mut m = s.serialize_map(Some(4))?;
+        m.serialize_entry("action", key.kind)?;
+        m.serialize_entry("target", &key.target)?;
+        m.serialize_entry("description", &self.kind.to_string())?;
+        m.serialize_entry("reason", &self.reason)?;
+        m.end()
+    }
 }
 
 /// The agent's own state, written once an apply has converged (never reverted:
@@ -138,15 +138,15 @@ pub struct Record {
     pub note: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct Plan {
     pub changes: Vec<FileChange>,
     pub actions: Vec<Action>,
     /// Things the operator should know that are neither changes nor failures.
     pub notes: Vec<String>,
     /// Per unit, how the executor verifies its restart (default: it is active).
-    pub verify: Vec<(String, Verify)>,
-    pub preflight: Vec<Preflight>,
+    pub verify: Vec<(String, Arc<dyn Probe>)>,
+    pub preflight: Vec<Arc<dyn Preflight>>,
     pub records: Vec<Record>,
 }
 
@@ -222,8 +222,11 @@ impl Plan {
     }
 
     /// How a restart of `unit` is verified.
-    pub fn verify_of(&self, unit: &str) -> Option<&Verify> {
-        self.verify.iter().find(|(u, _)| u == unit).map(|(_, v)| v)
+    pub fn verify_of(&self, unit: &str) -> Option<&dyn Probe> {
+        self.verify
+            .iter()
+            .find(|(u, _)| u == unit)
+            .map(|(_, v)| v.as_ref())
     }
 
     pub fn to_text(&self) -> String {
@@ -297,7 +300,7 @@ mod tests {
     fn one_restart_per_unit() {
         let restart = |reason: &str| Action {
             kind: ActionKind::RestartUnit {
-                unit: "containerd.service".into(),
+                unit: "app.service".into(),
             },
             reason: reason.into(),
         };

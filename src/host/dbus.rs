@@ -6,7 +6,7 @@ use futures_util::StreamExt;
 use zbus::proxy::CacheProperties;
 use zbus::{Connection, OwnedObjectPath, Variant, proxy};
 
-use super::service::{ServiceManager, SystemdError, UnitStatus};
+use super::service::{ServiceManager, SystemdError, UnitState, UnitStatus};
 use super::stop::{self, Stop};
 
 #[proxy(
@@ -250,7 +250,7 @@ impl ServiceManager for Dbus {
                 .filter(|us| *us > 0)
                 .map(|us| UNIX_EPOCH + Duration::from_micros(us));
             Ok(UnitStatus {
-                active_state,
+                active_state: UnitState::parse(&active_state),
                 main_pid,
                 limit_memlock,
                 started,
@@ -351,9 +351,9 @@ impl Dbus {
                 Ok(_) => {}
                 Err(_) => continue,
             }
-            return match u.active_state().await.ok()?.as_str() {
-                "active" => Some("done".into()),
-                "activating" | "reloading" => continue,
+            return match UnitState::parse(&u.active_state().await.ok()?) {
+                UnitState::Active => Some("done".into()),
+                UnitState::Activating | UnitState::Reloading => continue,
                 other => Some(format!("failed ({unit} is {other})")),
             };
         }
@@ -371,7 +371,7 @@ impl Dbus {
             .ok()?;
         let (_, job) = u.job().await.ok()?;
         // A start of a unit that runs is a no-op: it would read nothing new.
-        let running = u.active_state().await.ok()? == "active";
+        let running = UnitState::parse(&u.active_state().await.ok()?) == UnitState::Active;
         if job.as_str() == "/" {
             return None;
         }

@@ -36,10 +36,66 @@ pub enum SystemdError {
     },
 }
 
+/// A unit's `ActiveState`, as systemd names it (org.freedesktop.systemd1(5)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UnitState {
+    Active,
+    Reloading,
+    Inactive,
+    Failed,
+    Activating,
+    Deactivating,
+    Maintenance,
+    Refreshing,
+    /// A state this agent does not know (a newer systemd's).
+    Other(String),
+}
+
+impl UnitState {
+    pub fn parse(s: &str) -> UnitState {
+        match s {
+            "active" => UnitState::Active,
+            "reloading" => UnitState::Reloading,
+            "inactive" => UnitState::Inactive,
+            "failed" => UnitState::Failed,
+            "activating" => UnitState::Activating,
+            "deactivating" => UnitState::Deactivating,
+            "maintenance" => UnitState::Maintenance,
+            "refreshing" => UnitState::Refreshing,
+            other => UnitState::Other(other.to_owned()),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            UnitState::Active => "active",
+            UnitState::Reloading => "reloading",
+            UnitState::Inactive => "inactive",
+            UnitState::Failed => "failed",
+            UnitState::Activating => "activating",
+            UnitState::Deactivating => "deactivating",
+            UnitState::Maintenance => "maintenance",
+            UnitState::Refreshing => "refreshing",
+            UnitState::Other(s) => s,
+        }
+    }
+
+    /// Running, or on its way there: its process reads its config at start.
+    pub fn is_up(&self) -> bool {
+        matches!(self, UnitState::Active | UnitState::Activating)
+    }
+}
+
+impl std::fmt::Display for UnitState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What the agent needs to know of a unit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnitStatus {
-    pub active_state: String,
+    pub active_state: UnitState,
     pub main_pid: u32,
     /// systemd's `LimitMEMLOCK` for the unit (u64::MAX is infinity).
     pub limit_memlock: Option<u64>,

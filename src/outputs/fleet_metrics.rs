@@ -2,8 +2,8 @@
 //! value 1 whose labels carry the facts (low cardinality: a handful of values
 //! per fleet), and each port's persisted link history.
 
-use crate::engine::fleet::Fact;
-use crate::engine::observe::Observation;
+use crate::fleet::Fact;
+use crate::observe::Observation;
 use crate::outputs::exposition::{Families, Kind};
 
 fn facts(seen: &[Observation]) -> impl Iterator<Item = &Fact> {

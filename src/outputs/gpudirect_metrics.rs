@@ -1,15 +1,17 @@
 //! The `gpudirect.path` families of the exposition (see `metrics`).
 
-use crate::engine::observe::Observation;
+use crate::observe::Observation;
 use crate::outputs::exposition::{Families, Kind};
 
 fn bool01(b: bool) -> f64 {
     f64::from(u8::from(b))
 }
 
-/// `gpudirect.path`'s pairs and links. The reason label takes every value of
-/// `Reason::ALL` for every pair (1 present, 0 absent), so alerts need no
-/// `absent()`; a pair whose readiness cannot be told has no `ready` series.
+/// `gpudirect.path`'s pairs and links. A pair has a `problem` series for each
+/// reason it has (value 1), none for the others: `ready` already says 0 or 1
+/// for every pair, and a healthy 8-GPU node then spends no 48 series of zeros
+/// (the node's budget is 150 series). A pair whose readiness cannot be told
+/// has no `ready` series.
 pub(super) fn gpudirect(m: &mut Families, seen: &[Observation]) {
     use crate::concerns::gpudirect::decide::Reason;
     let pairs: Vec<_> = seen
@@ -47,17 +49,17 @@ pub(super) fn gpudirect(m: &mut Families, seen: &[Observation]) {
     let problem = m.family(
         "gpudirect_pair_problem",
         Kind::Gauge,
-        "1 for each reason a GPU-NIC pair is not ready or slowed down (acs_redirect, acs_unknown, link_degraded, distance, no_mechanism, mechanism_unknown), 0 for the others",
+        "1 for each reason a GPU-NIC pair is not ready or slowed down (acs_redirect, acs_unknown, link_degraded, distance, no_mechanism, mechanism_unknown); no series for the reasons it does not have",
     );
     for (gpu, nic, _, _, _, reasons) in &pairs {
-        for r in Reason::ALL {
+        for r in Reason::ALL.iter().filter(|r| reasons.contains(&r.as_str())) {
             problem.sample(
                 vec![
                     ("gpu", (*gpu).clone()),
                     ("nic", (*nic).clone()),
                     ("reason", r.as_str().into()),
                 ],
-                bool01(reasons.contains(&r.as_str())),
+                1.0,
             );
         }
     }

@@ -18,8 +18,6 @@ use crate::outputs::Cycle;
 use crate::outputs::exposition::Format;
 use crate::outputs::metrics::Rendered;
 
-pub use super::listen::{HttpError, Limits, Listen, Listener, bind, connection_limit, serve};
-
 /// What a reconcile publishes for the endpoint.
 pub struct Published {
     pub ready: bool,

@@ -7,7 +7,7 @@
 //! what its values mean. To add a family: one `families(..)` block below.
 
 use crate::engine::check::Status;
-use crate::engine::observe::{Observation, RdmaProblem};
+use crate::observe::{Observation, RdmaProblem};
 use crate::outputs::Cycle;
 use crate::outputs::exposition::{Families, Format, Kind};
 
@@ -268,9 +268,9 @@ mod tests {
             report: Some(Report::new(vec![
                 Check::new("containerd.memlock", Status::Ok, ""),
                 Check::new("pods.memlock", Status::Warn, "")
-                    .with_reason(crate::engine::reason::Reason::MemlockBelowTarget),
+                    .with_reason(crate::reason::Reason::MemlockBelowTarget),
             ])),
-            mode: "enforce",
+            mode: Some(crate::config::Mode::Enforce),
             finished_unix: 1_700_000_000,
             duration_ms: 12,
             trigger: "start".into(),
@@ -308,13 +308,14 @@ mod tests {
         for line in [
             "rdma_node_agent_gpudirect_pair_ready{gpu=\"0000:03:00.0\",nic=\"mlx5_0\",mechanism=\"peermem\",distance=\"PIX\"} 0",
             "rdma_node_agent_gpudirect_pair_problem{gpu=\"0000:03:00.0\",nic=\"mlx5_0\",reason=\"acs_redirect\"} 1",
-            "rdma_node_agent_gpudirect_pair_problem{gpu=\"0000:03:00.0\",nic=\"mlx5_0\",reason=\"mechanism_unknown\"} 0",
             "rdma_node_agent_pcie_link_speed_transfers_per_second{device=\"0000:04:00.0\",which=\"current\"} 16000000000",
             "rdma_node_agent_pcie_link_speed_transfers_per_second{device=\"0000:04:00.0\",which=\"max\"} 32000000000",
             "rdma_node_agent_pcie_link_width_lanes{device=\"0000:04:00.0\",which=\"current\"} 8",
         ] {
             assert!(text.contains(line), "{line} not in\n{text}");
         }
+        // A reason the pair does not have is no series.
+        assert!(!text.contains("reason=\"mechanism_unknown\""));
         // An unreadable maximum is no series, not 0.
         assert!(!text.contains("pcie_link_width_lanes{device=\"0000:04:00.0\",which=\"max\"}"));
     }

@@ -14,16 +14,19 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use crate::config::Mode;
 use crate::engine::check::Report;
-use crate::engine::observe::Observation;
 use crate::engine::outcome::ActionOutcome;
+use crate::observe::Observation;
 
 /// The outcome of one reconcile, as the health outputs show it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Cycle {
     #[serde(flatten)]
     pub report: Option<Report>,
-    pub mode: &'static str,
+    /// `None`: the cycle ended before a config was read (shown as "unknown").
+    #[serde(serialize_with = "mode_or_unknown")]
+    pub mode: Option<Mode>,
     pub finished_unix: u64,
     pub duration_ms: u64,
     pub trigger: String,
@@ -47,7 +50,7 @@ impl Cycle {
     pub fn failed(trigger: String, error: String) -> Cycle {
         Cycle {
             report: None,
-            mode: "unknown",
+            mode: None,
             finished_unix: 0,
             duration_ms: 0,
             trigger,
@@ -57,5 +60,12 @@ impl Cycle {
             observations: Vec::new(),
             stale_mounts: None,
         }
+    }
+}
+
+fn mode_or_unknown<S: serde::Serializer>(m: &Option<Mode>, s: S) -> Result<S::Ok, S::Error> {
+    match m {
+        Some(m) => m.serialize(s),
+        None => s.serialize_str("unknown"),
     }
 }

@@ -5,9 +5,9 @@
 use crate::config::{Config, NfdConfig};
 use crate::engine::check::{Check, Report};
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
-use crate::engine::observe::{Observation, Observations};
 use crate::engine::plan::FileChange;
 use crate::host::snapshot::Snapshot;
+use crate::observe::{Observation, Observations};
 
 /// `feature.node.kubernetes.io/<name>` once NFD picks them up.
 pub fn labels(
@@ -90,6 +90,10 @@ impl Concern for Labels {
     }
 
     fn writes(&self) -> bool {
+        true
+    }
+
+    fn summarises(&self) -> bool {
         true
     }
 

@@ -11,7 +11,7 @@ pub mod run;
 use serde::Serialize;
 
 use crate::concerns::rdma::devices::Device;
-use crate::config::Limit;
+use crate::host::limit::Limit;
 use perftest::{Bandwidth, Failure};
 
 /// 0: every port passed; 1: a port failed; 2: nothing could be tested (no RDMA,

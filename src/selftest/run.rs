@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{RunOutput, Runner, Target};
-use crate::config::Limit;
+use crate::host::limit::Limit;
 
 pub struct Perftest {
     pub binary: PathBuf,

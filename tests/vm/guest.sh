@@ -14,6 +14,9 @@
 #   `dkms install`ed; ends asking for a reboot into that kernel.
 # Boot 3, on the newer kernel: kernel.change, kernel.dkms and kernel.modules
 #   there, before and after the apply that records the change.
+# rdma.link (boots 1 and 2): the daemon counts flaps of rxe0's netdev, by its
+#   reconciles and by rtnetlink events between them, across a daemon restart
+#   and the reboot into boot 2.
 set -u
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 R=/results
@@ -182,6 +185,88 @@ bundle() {
     grep -A3 '"rlimits"' "$dir/config.json"
 }
 
+
+# rdma.link: a daemon of its own (report mode, its own port, a long debounce so
+# that a burst of flaps ends before the reconcile its first link event asks for).
+LCONF=/etc/rdma-node-agent/link.toml
+LADDR=127.0.0.1:9471
+link_config() {
+    mkdir -p "$(dirname "$LCONF")"
+    printf 'mode = "report"\n[daemon]\ninterval_secs = 3600\ndebounce_ms = 3000\n[containerd]\nenabled = false\n[systemd]\nenabled = false\n[kernel]\nenabled = false\n[rdma]\nflap_threshold = 2\nflap_window = "1h"\n' >"$LCONF"
+}
+# GET over loopback HTTP with perl (the image has no curl); the body only.
+http_get() {
+    perl -MIO::Socket::INET -e '
+        my $s = IO::Socket::INET->new(PeerAddr => $ARGV[0], Timeout => 5) or exit 1;
+        print $s "GET $ARGV[1] HTTP/1.0\r\nHost: x\r\n\r\n";
+        local $/; my $r = <$s>; $r =~ s/^.*?\r\n\r\n//s; print $r;' "$LADDR" "$1"
+}
+# A sample's value in /metrics ($1: the series as printed, labels included).
+metric() { http_get /metrics | awk -v m="$1" '$1 == m { print $2 }'; }
+reconciles() { metric rdma_node_agent_reconciles_total; }
+FLAPS='rdma_node_agent_port_flaps_total{device="rxe0",port="1"}'
+link_daemon_start() {
+    link_config
+    "$AGENT" --config "$LCONF" serve --listen "$LADDR" >>"$R/link-daemon.log" 2>&1 &
+    echo $! >/run/link-daemon.pid
+    i=0
+    until [ -n "$(reconciles)" ]; do
+        i=$((i + 1))
+        [ $i -lt 300 ] || { echo "the daemon did not answer in 60 s"; return 1; }
+        sleep 0.2
+    done
+    # The reconcile for its new watches, if any, before anything is flapped.
+    sleep 3
+    http_get /metrics | grep -E '^rdma_node_agent_(port_flaps_total|reconciles_total|port_link_downed_total)'
+}
+link_daemon_stop() {
+    pid=$(cat /run/link-daemon.pid)
+    kill "$pid"
+    wait "$pid" 2>/dev/null
+    rm -f /run/link-daemon.pid
+}
+wait_state() {
+    i=0
+    until grep -q "$1" /sys/class/infiniband/rxe0/ports/1/state 2>/dev/null; do
+        i=$((i + 1))
+        [ $i -lt 100 ] || { echo "rxe0 port 1 not $1 after 20 s"; return 1; }
+        sleep 0.2
+    done
+}
+wait_reconciles_above() {
+    i=0
+    until [ "$(reconciles)" -gt "$1" ] 2>/dev/null; do
+        i=$((i + 1))
+        [ $i -lt 300 ] || { echo "no reconcile after $1 in 60 s"; return 1; }
+        sleep 0.2
+    done
+}
+# N flaps, each seen by a reconcile while the port is DOWN (the one the link
+# event asks for), then up again.
+flap_polled() {
+    for _ in $(seq "$1"); do
+        n=$(reconciles)
+        ip link set veth0 down && wait_state DOWN || return 1
+        wait_reconciles_above "$n" || return 1
+        ip link set veth0 up && wait_state ACTIVE || return 1
+    done
+    metric "$FLAPS"
+}
+# N flaps in a burst, faster than the daemon's debounce: no reconcile sees the
+# port DOWN, only the link events count them.
+flap_burst() {
+    n=$(reconciles)
+    for _ in $(seq "$1"); do
+        ip link set veth0 down && wait_state DOWN || return 1
+        ip link set veth0 up && wait_state ACTIVE || return 1
+    done
+    echo "reconciles during the burst: $(($(reconciles) - n))"
+    wait_reconciles_above "$n" || return 1
+    sleep 1
+    metric "$FLAPS"
+    http_get /status | grep -o '"trigger": *"[^"]*"'
+}
+
 blocked() {
     step "apply-$1" "$AGENT" apply --json --no-restart
     step "netns-$1" "$AGENT" check --json --only rdma.netns
@@ -261,11 +346,29 @@ boot1() {
     kill "$holder"
     wait "$holder" 2>/dev/null
     step settle-fd settle_netns
+    link_flaps
     # Live shared, exclusive persisted: the next boot comes up exclusive from
     # modprobe.d alone.
     sh_step modprobe-persisted "cat /etc/modprobe.d/rdma-node-agent.conf"
     step mode-before-reboot live_mode
     touch "$R/reboot"
+}
+
+# A stopped and started daemon; what it exports then.
+link_restart() {
+    link_daemon_stop
+    link_daemon_start >/dev/null || return 1
+    http_get /metrics | grep -E '^rdma_node_agent_(port_|check_reason)'
+}
+# rdma.link on boot 1: 3 flaps seen by reconciles, 2 more between them, a
+# restarted daemon adds none; the history stays for boot 2.
+link_flaps() {
+    step link-daemon link_daemon_start
+    step link-polled flap_polled 3
+    step link-burst flap_burst 2
+    step link-check "$AGENT" --config "$LCONF" check --json --only rdma.link
+    step link-restart link_restart
+    link_daemon_stop
 }
 
 boot2() {
@@ -280,6 +383,10 @@ boot2() {
     config shared
     step boot2-apply-shared "$AGENT" apply --json --no-restart
     step boot2-mode-after-apply-shared live_mode
+    # rdma.link after the reboot: the history kept, no flap for the reboot.
+    step boot2-link-daemon link_daemon_start
+    step boot2-link-check "$AGENT" --config "$LCONF" check --json --only rdma.link
+    link_daemon_stop
     kernel_gate
 }
 

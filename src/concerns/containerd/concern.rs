@@ -1,15 +1,16 @@
 //! `containerd.memlock` as a concern: the engine's view of this module.
 
-use super::validate::{self, Validation};
+use std::sync::Arc;
+
+use super::effects::{ConfigPreflight, CriProbe};
 use super::{CHECK_ID, Facts, SPEC_OWNER, check, decide, gather};
 use crate::config::Config;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::engine::ledger::Ledger;
-use crate::engine::observe::Observation;
-use crate::engine::plan::{Preflight, Verify};
-use crate::engine::reason::Reason;
 use crate::host::Host;
 use crate::host::snapshot::Snapshot;
+use crate::observe::Observation;
+use crate::reason::Reason;
 
 pub struct Memlock;
 
@@ -69,9 +70,9 @@ impl Concern for Memlock {
             }],
             verify: vec![(
                 f.unit.clone(),
-                Verify::Containerd {
+                Arc::new(CriProbe {
                     grpc_address: f.grpc_address.clone(),
-                },
+                }),
             )],
             ..Decision::default()
         };
@@ -90,7 +91,7 @@ impl Concern for Memlock {
             .iter()
             .any(|c| f.set.files.iter().any(|file| file.path == c.path));
         if touches_config {
-            d.preflight.push(Preflight::ContainerdConfig {
+            d.preflight.push(Arc::new(ConfigPreflight {
                 binary: cfg.binary.clone(),
                 candidate: f
                     .set
@@ -113,35 +114,12 @@ impl Concern for Memlock {
                     .iter()
                     .map(|file| file.original.clone().unwrap_or_default())
                     .collect(),
-                version: f.set.version.number() as u8,
-            });
+                version: f.set.version,
+            }));
         }
         d.changes = decision.plan.changes;
         d.actions = decision.plan.actions;
         d.notes = decision.plan.notes;
         d
-    }
-}
-
-/// containerd's own parser on the candidate files: a note when they pass (or
-/// could not be checked), the reason when they do not.
-pub fn preflight(p: &Preflight) -> Result<String, String> {
-    let Preflight::ContainerdConfig {
-        binary,
-        candidate,
-        current,
-        version,
-    } = p;
-    let Some(version) = super::toml::Version::from_number(i64::from(*version)) else {
-        return Err(format!("unknown containerd config version {version}"));
-    };
-    match validate::validate(binary, candidate, version) {
-        Ok(Validation::Passed(m)) | Ok(Validation::Skipped(m)) => Ok(m),
-        Err(e) => Err(match validate::current_fails(binary, current) {
-            Some(m) => format!(
-                "containerd cannot read the current config either: {m}; fix it first, nothing was written"
-            ),
-            None => e.to_string(),
-        }),
     }
 }

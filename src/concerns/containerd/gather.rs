@@ -12,7 +12,7 @@ use super::{ContainerdError, Facts, Started, validate, view};
 use crate::config::ContainerdConfig;
 use crate::host::procfs;
 use crate::host::runtime::{Discovery, RANCHERS};
-use crate::host::service::ServiceManager;
+use crate::host::service::{ServiceManager, UnitState};
 use crate::host::snapshot::Snapshot;
 
 /// `owned_specs`: spec files the agent created earlier (from its ledger): a handler
@@ -155,7 +155,7 @@ pub fn gather(
     // else its process's start from /proc. Unknown is said, never "not running".
     let containerd_started: Result<Option<Started>, String> = match manager.map(|m| m.status(&unit))
     {
-        Some(Ok(st)) if st.active_state == "active" => match st.started {
+        Some(Ok(st)) if st.active_state == UnitState::Active => match st.started {
             Some(at) => Ok(Some(Started { at, exact: true })),
             None => Err(format!("systemd gives {unit} no start time")),
         },

@@ -13,7 +13,7 @@ use super::view::View;
 use super::{CHECK_ID, ContainerdError, Decision, Facts};
 use crate::config::ContainerdConfig;
 use crate::engine::check::{Check, Status};
-use crate::engine::reason::Reason;
+use crate::reason::Reason;
 
 /// The `containerd.memlock` check from a decision (or the error that prevented one).
 pub fn check(
@@ -249,7 +249,7 @@ fn disagreements(view: &View, facts: &Facts, cfg: &ContainerdConfig) -> Vec<Stri
             Some(Some((soft, _))) if soft < cfg.memlock.0 => out.push(format!(
                 "{name} uses {} with memlock {}",
                 h.base_spec,
-                crate::config::Limit(soft)
+                crate::host::limit::Limit(soft)
             )),
             Some(Some(_)) => {}
         }

@@ -14,6 +14,7 @@
 pub mod concern;
 mod decide;
 pub mod effective;
+pub mod effects;
 mod gather;
 mod judge;
 pub mod layout;
@@ -38,7 +39,7 @@ use crate::host::HostError;
 use spec::SpecError;
 use toml::{ConfigFile, Version};
 
-use crate::engine::reason::Reason;
+use crate::reason::Reason;
 
 pub const CHECK_ID: &str = "containerd.memlock";
 /// The unit of a distribution's own containerd package.

@@ -6,7 +6,8 @@
 
 use serde_json::{Value, json};
 
-use crate::config::{Limit, RlimitName};
+use crate::config::RlimitName;
+use crate::host::limit::Limit;
 
 /// `ctr oci spec` of containerd 1.6.20 with its `RLIMIT_NOFILE 1024` removed: the
 /// default when the installed containerd cannot be asked (a fixture root, no `ctr`).

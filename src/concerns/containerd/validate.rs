@@ -125,6 +125,6 @@ fn dump(binary: &Path, files: &[String]) -> io::Result<Result<String, String>> {
             .trim()
             .replace(dir.path().to_string_lossy().as_ref(), "<candidate>");
         // containerd may quote a line of the file: never a credential.
-        Ok(Err(crate::engine::redact::redact(&msg).into_owned()))
+        Ok(Err(crate::redact::redact(&msg).into_owned()))
     }
 }

@@ -52,8 +52,8 @@ impl Reason {
     }
 
     /// The check's reason code for this pair reason (docs/reasons.md).
-    pub fn code(self) -> crate::engine::reason::Reason {
-        use crate::engine::reason::Reason as R;
+    pub fn code(self) -> crate::reason::Reason {
+        use crate::reason::Reason as R;
         match self {
             Reason::AcsRedirect => R::AcsRedirect,
             Reason::LinkDegraded => R::PcieLinkDegraded,

@@ -19,9 +19,9 @@ use crate::config::Config;
 use crate::config::gpudirect::GpuDirectConfig;
 use crate::engine::check::{Check, Status};
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
-use crate::engine::observe::Observation;
-use crate::engine::reason::Reason;
 use crate::host::snapshot::Snapshot;
+use crate::observe::Observation;
+use crate::reason::Reason;
 use decide::{Pair, View};
 use mechanism::{Kind, Mechanism};
 

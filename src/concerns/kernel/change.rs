@@ -7,8 +7,8 @@ use serde_json::json;
 
 use super::{CHANGE, Facts, KernelState, state_path};
 use crate::engine::check::{Check, Status};
-use crate::engine::reason::Reason;
 use crate::host::{Host, HostError};
+use crate::reason::Reason;
 
 /// Kernel releases in version order: digits compare as numbers (6.8.0-51 > 6.8.0-9).
 pub fn compare_releases(a: &str, b: &str) -> Ordering {

@@ -7,9 +7,9 @@ use super::{
 };
 use crate::config::Config;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
-use crate::engine::observe::Observation;
 use crate::engine::plan::Record;
 use crate::host::snapshot::Snapshot;
+use crate::observe::Observation;
 
 pub struct Kernel;
 

@@ -11,7 +11,7 @@ use serde_json::json;
 use super::{DKMS, Facts, compare_releases};
 use crate::config::KernelConfig;
 use crate::engine::check::{Check, Status};
-use crate::engine::reason::Reason;
+use crate::reason::Reason;
 
 /// A build under /var/lib/dkms/<module>/<version>/<kernel>/<arch>/module.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -7,7 +7,7 @@ use serde_json::json;
 use super::{Facts, MODULES, ModuleTree, Resolved, norm};
 use crate::config::KernelConfig;
 use crate::engine::check::{Check, Status};
-use crate::engine::reason::Reason;
+use crate::reason::Reason;
 
 pub fn check_modules(f: &Facts, cfg: &KernelConfig) -> Check {
     if cfg.required_modules.is_empty() {

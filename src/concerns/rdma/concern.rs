@@ -3,9 +3,9 @@
 use super::{devices, gpudirect, netns};
 use crate::config::Config;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
-use crate::engine::observe::Observation;
 use crate::host::netlink::NetnsMode;
 use crate::host::snapshot::Snapshot;
+use crate::observe::Observation;
 
 pub struct Devices;
 

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::GpuDirectModule;
+use crate::config::rdma::GpuDirectModule;
 use crate::host::HostError;
 use crate::host::snapshot::{self, Snapshot};
 

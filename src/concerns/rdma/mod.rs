@@ -8,8 +8,3 @@ pub mod devices;
 pub mod gpudirect;
 pub mod link;
 pub mod netns;
-
-pub use crate::config::rdma::{
-    ExpectPort, GpuDirectModule, InitramfsPolicy, NetnsSetting, PluginPolicy, RdmaConfig,
-};
-pub use crate::engine::executor::INITRAMFS_UNIT;

@@ -14,9 +14,9 @@ use crate::config::readiness::KubeletConfig;
 use crate::config::{Config, Severity};
 use crate::engine::check::{Check, Status};
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
-use crate::engine::observe::Observation;
-use crate::engine::reason::Reason;
 use crate::host::snapshot::Snapshot;
+use crate::observe::Observation;
+use crate::reason::Reason;
 
 pub const CHECK_ID: &str = "kubelet.devices";
 pub const CHECKPOINT: &str = "kubelet_internal_checkpoint";
@@ -307,7 +307,8 @@ impl Concern for Kubelet {
     }
 
     fn needs(&self) -> &'static [&'static str] {
-        &[crate::concerns::rdma::devices::CHECK_ID]
+        // By check id: concerns meet only through the engine.
+        &["rdma.devices"]
     }
 
     fn enabled(&self, cfg: &Config) -> bool {

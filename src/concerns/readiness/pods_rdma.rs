@@ -11,12 +11,13 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::concerns::pods::{parse_cgroup, parse_shim_id};
-use crate::config::{Config, Limit};
+use crate::config::Config;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
-use crate::engine::observe::{Observation, RdmaProblem};
+use crate::host::kubepods::{parse_cgroup, parse_shim_id};
+use crate::host::limit::Limit;
 use crate::host::procfs;
 use crate::host::snapshot::Snapshot;
+use crate::observe::{Observation, RdmaProblem};
 
 pub const CHECK_ID: &str = "pods.rdma";
 

@@ -3,10 +3,11 @@
 use serde_json::json;
 
 use super::{CHECK_ID, Container, Finding, findings};
-use crate::config::{Limit, Severity};
+use crate::config::Severity;
 use crate::engine::check::{Check, Status};
-use crate::engine::observe::RdmaProblem;
-use crate::engine::reason::Reason;
+use crate::host::limit::Limit;
+use crate::observe::RdmaProblem;
+use crate::reason::Reason;
 
 fn name(f: &Finding) -> String {
     format!(

@@ -3,9 +3,9 @@
 use super::dropin::{CHECK_ID, UnitFacts, check, decide, gather};
 use crate::config::{Config, SystemdConfig};
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
-use crate::engine::reason::Reason;
 use crate::host::runtime::Discovery;
 use crate::host::snapshot::Snapshot;
+use crate::reason::Reason;
 
 pub struct Memlock;
 

@@ -6,15 +6,16 @@ use std::path::PathBuf;
 
 use serde_json::json;
 
-use crate::config::{Limit, SystemdConfig};
+use crate::config::SystemdConfig;
 use crate::engine::check::{Check, Status};
 use crate::engine::plan::{FileChange, Plan};
-use crate::engine::reason::Reason;
 use crate::host::HostError;
+use crate::host::limit::Limit;
 use crate::host::procfs;
 use crate::host::snapshot::Snapshot;
+use crate::reason::Reason;
 
-use crate::host::service::{ServiceManager, UnitStatus};
+use crate::host::service::{ServiceManager, UnitState, UnitStatus};
 
 pub const CHECK_ID: &str = "systemd.memlock";
 
@@ -160,7 +161,7 @@ pub fn check(facts: &[UnitFacts], cfg: &SystemdConfig) -> Check {
                 ));
                 continue;
             }
-            if s.active_state != "active" {
+            if s.active_state != UnitState::Active {
                 problems.push((
                     Status::Warn,
                     Reason::UnitNotActive,
@@ -276,7 +277,7 @@ mod tests {
 
     fn status(limit: u64) -> UnitStatus {
         UnitStatus {
-            active_state: "active".into(),
+            active_state: UnitState::Active,
             main_pid: 42,
             limit_memlock: Some(limit),
             started: None,

@@ -113,8 +113,7 @@ pub struct Hints {
 }
 
 fn is_active(m: &dyn ServiceManager, unit: &str) -> bool {
-    m.status(unit)
-        .is_ok_and(|s| s.active_state == "active" || s.active_state == "activating")
+    m.status(unit).is_ok_and(|s| s.active_state.is_up())
 }
 
 fn distro_of(unit: &str) -> Distro {

@@ -12,10 +12,10 @@ use std::collections::BTreeMap;
 use serde_json::json;
 
 use super::{Device, Kind, Port, Problem};
-use crate::concerns::rdma::RdmaConfig;
 use crate::concerns::rdma::gpudirect::Finding;
+use crate::config::rdma::RdmaConfig;
 use crate::engine::check::{Check, Status};
-use crate::engine::reason::Reason;
+use crate::reason::Reason;
 
 pub const CHECK_ID: &str = "rdma.devices";
 /// Errors listed in the message; the rest are in `details`.

@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::concerns::rdma::gpudirect::Finding;
-use crate::concerns::rdma::{ExpectPort, RdmaConfig};
+use crate::config::rdma::{ExpectPort, RdmaConfig};
 use crate::engine::check::Status;
 
 fn t(s: &str) -> Read {

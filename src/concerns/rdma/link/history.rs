@@ -19,6 +19,9 @@ pub const KEEP: usize = 64;
 /// A port gone from sysfs (driver reload, VF removed) keeps its history this long.
 pub const FORGET_AFTER_SECS: u64 = 7 * 86400;
 pub const VERSION: u32 = 1;
+/// How stale `seen` may be before it is refreshed: the file is rewritten only
+/// when something changed, not at every reconcile.
+pub const SEEN_EVERY_SECS: u64 = 3600;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -44,6 +47,10 @@ pub struct PortHistory {
     /// The daemon's link-down events for this port's netdev last counted.
     #[serde(default)]
     pub events: u64,
+    /// Downs the last reading saw by polling before the daemon's tally had
+    /// them: their events, when they come, are not counted again.
+    #[serde(default)]
+    pub credit: u64,
     pub flaps_total: u64,
     pub link_downed_total: u64,
     pub link_error_recovery_total: u64,
@@ -117,7 +124,13 @@ pub fn update(old: &History, r: &Readings) -> History {
             // First sight, or a new boot: the baseline.
             None => baseline(reading, r.now),
             Some(last) if new_boot => rebaseline(last, reading, r.now),
-            Some(last) => step(last, reading, r.now, same_events),
+            Some(last) => step(
+                last,
+                reading,
+                r.now,
+                same_events,
+                r.events_instance.is_some(),
+            ),
         };
         ports.insert(name.clone(), p);
     }
@@ -157,7 +170,13 @@ fn rebaseline(last: &PortHistory, r: &Reading, now: u64) -> PortHistory {
     }
 }
 
-fn step(last: &PortHistory, r: &Reading, now: u64, same_events: bool) -> PortHistory {
+fn step(
+    last: &PortHistory,
+    r: &Reading,
+    now: u64,
+    same_events: bool,
+    event_source: bool,
+) -> PortHistory {
     let downed = delta(last.link_downed, r.link_downed);
     let recovery = delta(last.link_error_recovery, r.link_error_recovery);
     let left_active = u64::from(last.active == Some(true) && r.active == Some(false));
@@ -167,6 +186,13 @@ fn step(last: &PortHistory, r: &Reading, now: u64, same_events: bool) -> PortHis
     } else {
         r.events
     };
+    // A down the last poll counted before its event was tallied: that event
+    // is in this interval's, and counted already.
+    let events = if same_events {
+        events.saturating_sub(last.credit)
+    } else {
+        events
+    };
     // A poll that sees the port down again after events saw it go down counts those.
     let observed = left_active.max(events);
     let flaps = observed.max(downed);
@@ -175,11 +201,20 @@ fn step(last: &PortHistory, r: &Reading, now: u64, same_events: bool) -> PortHis
         link_downed: r.link_downed.or(last.link_downed),
         link_error_recovery: r.link_error_recovery.or(last.link_error_recovery),
         events: r.events,
+        credit: if event_source {
+            left_active.saturating_sub(events)
+        } else {
+            0
+        },
         flaps_total: last.flaps_total + flaps,
         link_downed_total: last.link_downed_total + downed,
         link_error_recovery_total: last.link_error_recovery_total + recovery,
         flaps: last.flaps.clone(),
-        seen: now,
+        seen: if now.saturating_sub(last.seen) < SEEN_EVERY_SECS {
+            last.seen
+        } else {
+            now
+        },
     };
     if flaps > 0 {
         p.flaps.push(Flap {

@@ -165,3 +165,45 @@ fn a_port_gone_keeps_its_history_for_a_while() {
     h = update(&h, &empty(FORGET_AFTER_SECS + 1));
     assert!(h.ports.is_empty());
 }
+
+#[test]
+fn nothing_new_is_the_same_history_so_nothing_is_written() {
+    let h = update(
+        &History::default(),
+        &at(100, "b", reading(Some(true), Some(1))),
+    );
+    let same = update(&h, &at(160, "b", reading(Some(true), Some(1))));
+    assert_eq!(same, h);
+    // `seen` is refreshed hourly, not at every reading.
+    let later = update(
+        &h,
+        &at(100 + SEEN_EVERY_SECS, "b", reading(Some(true), Some(1))),
+    );
+    assert_eq!(port(&later).seen, 100 + SEEN_EVERY_SECS);
+}
+
+#[test]
+fn a_down_polled_before_its_event_is_tallied_is_counted_once() {
+    let read = |active, events, now| Readings {
+        events_instance: Some("d1".into()),
+        ..at(
+            now,
+            "b",
+            Reading {
+                events,
+                ..reading(Some(active), None)
+            },
+        )
+    };
+    let mut h = update(&History::default(), &read(true, 0, 0));
+    // The poll sees the port down; the daemon has not tallied its event yet.
+    h = update(&h, &read(false, 0, 60));
+    assert_eq!(port(&h).flaps_total, 1);
+    // The event comes: the same down, not a second one.
+    h = update(&h, &read(false, 1, 120));
+    assert_eq!(port(&h).flaps_total, 1);
+    // The next down is counted again.
+    h = update(&h, &read(true, 1, 180));
+    h = update(&h, &read(false, 2, 240));
+    assert_eq!(port(&h).flaps_total, 2);
+}

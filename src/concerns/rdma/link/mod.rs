@@ -21,11 +21,11 @@ use serde_json::json;
 use crate::config::Config;
 use crate::engine::check::{Check, Status};
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
-use crate::engine::fleet::Fact;
-use crate::engine::observe::Observation;
 use crate::engine::plan::Record;
-use crate::engine::reason::Reason;
+use crate::fleet::Fact;
 use crate::host::snapshot::Snapshot;
+use crate::observe::Observation;
+use crate::reason::Reason;
 use history::{History, Reading, Readings};
 
 pub const CHECK_ID: &str = "rdma.link";
@@ -92,6 +92,10 @@ impl Concern for Link {
             .map_err(GatherError::unknown)?;
         for dev in devices {
             let base = Path::new(CLASS).join(&dev);
+            // An SR-IOV VF's port follows its PF's link: its flaps are the PF's.
+            if host.exists(&base.join("device/physfn")) {
+                continue;
+            }
             let ports = match host.list_dir(&base.join("ports")) {
                 Ok(p) => p,
                 Err(e) => {
@@ -159,16 +163,19 @@ impl Concern for Link {
                 }))
             })
             .collect();
-        let mut bytes = serde_json::to_vec_pretty(&next).expect("history serializes");
-        bytes.push(b'\n');
-        observations.push(Observation::Fleet(Fact::Persist {
-            record: Record {
-                path: HISTORY_PATH.into(),
-                bytes,
-                note: None,
-            },
-            check: CHECK_ID,
-        }));
+        // Written only when it changed: most reconciles see nothing new.
+        if f.history.as_ref() != Ok(&next) {
+            let mut bytes = serde_json::to_vec_pretty(&next).expect("history serializes");
+            bytes.push(b'\n');
+            observations.push(Observation::Fleet(Fact::Persist {
+                record: Record {
+                    path: HISTORY_PATH.into(),
+                    bytes,
+                    note: None,
+                },
+                check: CHECK_ID,
+            }));
+        }
         Decision {
             checks: vec![check(
                 &next,

@@ -1,7 +1,7 @@
 //! rdma.netns: the decision (pure).
 
 use super::*;
-use crate::engine::reason::Reason;
+use crate::reason::Reason;
 
 pub struct Decision {
     pub check: Check,
@@ -134,7 +134,10 @@ pub fn decide(f: &Facts, cfg: &RdmaConfig) -> Decision {
         Live::Mode(m) if *m == want => format!("{want} (live)"),
         Live::Mode(m) if f.namespaces.is_empty() => {
             plan.actions.push(Action {
-                kind: ActionKind::SetRdmaNetnsMode { mode: want },
+                kind: ActionKind::Effect(Arc::new(effects::SetMode {
+                    mode: want,
+                    cfg: cfg.clone(),
+                })),
                 reason: format!("live mode is {m}"),
             });
             problems.push(format!("live mode is {m}, want {want}"));
@@ -180,9 +183,9 @@ pub fn decide(f: &Facts, cfg: &RdmaConfig) -> Decision {
             match cfg.initramfs {
                 InitramfsPolicy::Rebuild => {
                     plan.actions.push(Action {
-                        kind: ActionKind::RebuildInitramfs {
+                        kind: ActionKind::Effect(Arc::new(effects::RebuildInitramfs {
                             command: i.rebuild.clone(),
-                        },
+                        })),
                         reason: format!("ib_core loads from the initramfs, which lacks {file}"),
                     });
                     // Shown until a rebuild succeeds, so a failing one is not silent.

@@ -9,11 +9,12 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::json;
 
-use super::{InitramfsPolicy, PluginPolicy, RdmaConfig};
+use crate::config::rdma::{InitramfsPolicy, PluginPolicy, RdmaConfig};
 use crate::engine::check::{Check, Status};
 use crate::engine::outcome::ActionStatus;
 use crate::engine::plan::{Action, ActionKind, FileChange, Plan};
@@ -89,6 +90,7 @@ pub struct Facts {
 }
 
 mod decide;
+pub mod effects;
 mod gather;
 mod initramfs;
 mod live;

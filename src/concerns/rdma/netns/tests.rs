@@ -1,6 +1,7 @@
 //! rdma.netns: parsers, decisions and the live switch against a fake kernel.
 use super::*;
-use crate::concerns::rdma::NetnsSetting;
+use crate::config::rdma::NetnsSetting;
+use crate::engine::effect::EffectKey;
 use nix::errno::Errno;
 use std::os::unix::fs::symlink;
 
@@ -104,10 +105,8 @@ fn switches_live_when_nothing_blocks() {
         Some("options ib_core netns_mode=0")
     );
     assert_eq!(
-        d.plan.actions[0].kind,
-        ActionKind::SetRdmaNetnsMode {
-            mode: NetnsMode::Exclusive
-        }
+        d.plan.actions[0].kind.to_string(),
+        "set the RDMA netns mode to exclusive"
     );
     assert!(d.reboot_reason.is_none());
 }
@@ -225,10 +224,10 @@ fn initramfs_and_cmdline() {
         ..cfg(NetnsSetting::Exclusive)
     };
     let d = decide(&f, &rebuild);
-    assert!(matches!(
-        d.plan.actions[0].kind,
-        ActionKind::RebuildInitramfs { .. }
-    ));
+    assert_eq!(
+        d.plan.actions[0].kind.key(),
+        EffectKey::new("rebuild_initramfs", "")
+    );
     // Until a rebuild succeeds the check says so: a failing one is not silent.
     assert_eq!(d.check.status, Status::Warn);
     assert!(
@@ -383,5 +382,32 @@ fn bind_mounted_namespaces_are_named_by_their_mount_point() {
     assert_eq!(
         nsfs_net_mounts("1 1 0:4 net:[1] /a\\777 rw - nsfs nsfs rw")[0].0,
         "/a\\777"
+    );
+}
+
+#[test]
+fn initramfs_rebuild_runs_as_a_transient_unit() {
+    use crate::engine::effect::Effect;
+    use crate::engine::fakes::{FakeHost, FakeManager};
+    use crate::host::stop::Stop;
+    let stop = Stop::new();
+    let m = FakeManager::new(&[], &stop);
+    let host = FakeHost::default();
+    let cx = crate::engine::effect::LiveCtx {
+        host: &host,
+        manager: Some(&m),
+        stop: &stop,
+    };
+    let e = effects::RebuildInitramfs {
+        command: vec!["update-initramfs".into(), "-u".into()],
+    };
+    let (status, _) = e.run(&cx);
+    assert_eq!(status, ActionStatus::Done);
+    assert_eq!(
+        m.calls(),
+        [format!(
+            "run {}: /usr/sbin/update-initramfs -u",
+            effects::INITRAMFS_UNIT
+        )]
     );
 }

@@ -64,8 +64,8 @@ pub enum Observation {
         width: Option<u32>,
         max_width: Option<u32>,
     },
-    /// Fleet comparison facts, link history, and state to keep (`engine::fleet`).
-    Fleet(super::fleet::Fact),
+    /// Fleet comparison facts, link history, and state to keep (`crate::fleet`).
+    Fleet(crate::fleet::Fact),
     /// A device-plugin resource the kubelet has registered, with its healthy devices.
     KubeletResource {
         name: String,

@@ -1,7 +1,9 @@
-//! `rdma.link` through the real binary: `serve` on a sample node whose port
-//! state (and `link_downed` counter) is edited between reconciles counts the
-//! flaps in /metrics, /status and `check --json`, keeps them across a daemon
-//! restart without a false flap, and takes a reboot's counter reset as a reset.
+//! What a node exports for a fleet, through the real binary's `serve`:
+//! `rdma.link` on a sample node whose port state (and `link_downed` counter) is
+//! edited between reconciles counts the flaps in /metrics, /status and `check
+//! --json`, keeps them across a daemon restart without a false flap, and takes
+//! a reboot's counter reset as a reset; and the series a node with 8 ports
+//! exports stay within the budget of 150.
 
 mod support;
 
@@ -221,5 +223,67 @@ fn flaps_are_counted_kept_across_restarts_and_reboots() {
     assert!(
         s.metrics()
             .contains("rdma_node_agent_port_link_downed_total{device=\"mlx5_0\",port=\"1\"} 4\n")
+    );
+}
+
+/// The series of one exposition, by family (sample lines, not comments).
+fn series_by_family(text: &str) -> std::collections::BTreeMap<String, usize> {
+    let mut by = std::collections::BTreeMap::new();
+    for l in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let name = l.split(['{', ' ']).next().unwrap().to_owned();
+        *by.entry(name).or_default() += 1;
+    }
+    by
+}
+
+#[test]
+fn a_gpu_node_with_eight_ports_exports_at_most_150_series() {
+    // The A100 sample node (its GPUs, modules, kernel) with its RDMA devices
+    // replaced by 8 RoCE functions of one port each, all ACTIVE (the
+    // synthetic mlx5 layout of tests/support/sysfs.rs).
+    let t = node("a100");
+    let root = t.path();
+    std::fs::remove_dir_all(root.join("sys/class/infiniband")).unwrap();
+    sysfs::sriov_tree(root, 8, 0);
+    write(
+        root,
+        "/etc/rdma-node-agent/config.toml",
+        "mode = \"report\"\n[daemon]\ninterval_secs = 3600\n",
+    );
+    let s = Serve::start(root);
+    let text = s.metrics();
+    let by = series_by_family(&text);
+    let total: usize = by.values().sum();
+    let ports = by
+        .get("rdma_node_agent_port_info")
+        .copied()
+        .unwrap_or_default();
+    eprintln!("{total} series with {ports} ports:");
+    for (name, n) in &by {
+        eprintln!("  {n:4} {name}");
+    }
+    assert_eq!(ports, 8, "{text}");
+    // The sample is not healthy everywhere: some checks are not ok and its
+    // GPU-NIC pairs are not ready (no config space for ACS, no GPUDirect
+    // mechanism). These families have series only for problems; a healthy
+    // node has none of them, so it exports the rest.
+    let problems_only = [
+        "rdma_node_agent_check_reason",
+        "rdma_node_agent_gpudirect_pair_problem",
+        "rdma_node_agent_port_last_flap_timestamp_seconds",
+    ];
+    let for_problems: usize = problems_only
+        .iter()
+        .map(|f| by.get(*f).copied().unwrap_or_default())
+        .sum();
+    let healthy = total - for_problems;
+    eprintln!("{healthy} series when healthy ({for_problems} for this sample's problems)");
+    assert!(by["rdma_node_agent_gpudirect_pair_ready"] == 8, "{text}");
+    assert!(
+        healthy <= 150,
+        "{healthy} series on a healthy node (budget 150):\n{text}"
     );
 }

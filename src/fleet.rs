@@ -3,7 +3,7 @@
 //! the metrics; and the agent state a concern asks the daemon to keep every
 //! cycle, whatever the mode (a history of the host, not a change to it).
 
-use super::plan::Record;
+use crate::engine::plan::Record;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Fact {
