@@ -78,7 +78,7 @@ complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand fleet" -
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand fleet" -l node-label -d 'The label naming a node; series without it are named by `instance`' -r
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand fleet" -l timeout -d 'How long each query may take (connect included)' -r
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand fleet" -l flap-window -d 'The window in which flaps are counted; also how far back a node that stopped reporting is remembered' -r
-complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand fleet" -l flap-threshold -d 'A port with at least this many flaps within --flap-window is a flapper' -r
+complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand fleet" -l flap-threshold -d 'A port with more flaps than this within --flap-window is a flapper (the rule of the rdma.link check and the RDMALinkFlapping alert)' -r
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand fleet" -l root -d 'Act on the tree under DIR instead of the live host (like `systemctl --root`)' -r -F
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand fleet" -l config -d 'The agent\'s config, resolved under --root [default: /etc/rdma-node-agent/config.toml, which may be absent (built-in defaults); a FILE given here must exist]' -r -F
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand fleet" -l insecure-skip-verify -d 'Do not check the server\'s certificate (a test server; never across a network you do not own)'
