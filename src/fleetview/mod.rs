@@ -45,42 +45,51 @@ pub struct Input {
     pub last_flap: Vec<Sample>,
 }
 
-/// The queries, by the `Input` field each fills. Instant queries of the
+/// Where a query's answer goes.
+type Field = fn(&mut Input) -> &mut Vec<Sample>;
+
+/// The queries, each with the `Input` field it fills. Instant queries of the
 /// agents' series only, so any Prometheus-compatible API answers them.
-pub fn queries(window: Duration, threshold: f64) -> [(&'static str, String); 12] {
+pub fn queries(window: Duration, threshold: f64) -> [(Field, String); 12] {
     let w = duration::promql(window);
     [
-        ("ready", "rdma_node_agent_ready".into()),
+        (|i| &mut i.ready, "rdma_node_agent_ready".into()),
         (
-            "gone",
+            |i| &mut i.gone,
             format!("max_over_time(rdma_node_agent_ready[{w}]) unless rdma_node_agent_ready"),
         ),
         // Only what a reason belongs to: ok and skipped checks give no reason.
         (
-            "status",
+            |i| &mut i.status,
             "rdma_node_agent_check_status{status=~\"warn|fail|unknown\"} == 1".into(),
         ),
-        ("reasons", "rdma_node_agent_check_reason == 1".into()),
-        ("devices", "rdma_node_agent_device_info".into()),
-        ("port_info", "rdma_node_agent_port_info".into()),
-        ("port_active", "rdma_node_agent_port_active".into()),
         (
-            "port_rate",
+            |i| &mut i.reasons,
+            "rdma_node_agent_check_reason == 1".into(),
+        ),
+        (|i| &mut i.devices, "rdma_node_agent_device_info".into()),
+        (|i| &mut i.port_info, "rdma_node_agent_port_info".into()),
+        (|i| &mut i.port_active, "rdma_node_agent_port_active".into()),
+        (
+            |i| &mut i.port_rate,
             "rdma_node_agent_port_rate_bytes_per_second".into(),
         ),
-        ("node_info", "rdma_node_agent_node_info".into()),
-        ("kubelet", "rdma_node_agent_kubelet_resource_devices".into()),
+        (|i| &mut i.node_info, "rdma_node_agent_node_info".into()),
+        (
+            |i| &mut i.kubelet,
+            "rdma_node_agent_kubelet_resource_devices".into(),
+        ),
         // The counter's rise since the window's oldest sample: exact, where
         // increase() extrapolates 4 flaps to 4.5 on a young series. Only the
         // flappers: a fleet's every port would be most of the answer.
         (
-            "flaps",
+            |i| &mut i.flaps,
             format!(
                 "(rdma_node_agent_port_flaps_total - min_over_time(rdma_node_agent_port_flaps_total[{w}])) > {threshold}"
             ),
         ),
         (
-            "last_flap",
+            |i| &mut i.last_flap,
             "rdma_node_agent_port_last_flap_timestamp_seconds".into(),
         ),
     ]
@@ -103,22 +112,7 @@ pub fn ask(prom: &Prometheus, set: &Settings) -> Result<(Input, Duration), PromE
     });
     let mut input = Input::default();
     for ((field, _), r) in qs.iter().zip(results) {
-        let v = r?;
-        match *field {
-            "ready" => input.ready = v,
-            "gone" => input.gone = v,
-            "status" => input.status = v,
-            "reasons" => input.reasons = v,
-            "devices" => input.devices = v,
-            "port_info" => input.port_info = v,
-            "port_active" => input.port_active = v,
-            "port_rate" => input.port_rate = v,
-            "node_info" => input.node_info = v,
-            "kubelet" => input.kubelet = v,
-            "flaps" => input.flaps = v,
-            "last_flap" => input.last_flap = v,
-            other => unreachable!("query {other} has no field"),
-        }
+        *field(&mut input) = r?;
     }
     Ok((input, start.elapsed()))
 }
@@ -225,5 +219,67 @@ impl Report {
         } else {
             EXIT_PROBLEM
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_query_fills_a_field_of_its_own_with_the_window_and_threshold_in_it() {
+        let qs = queries(Duration::from_secs(5400), 2.5);
+        let mut input = Input::default();
+        for (k, (field, _)) in qs.iter().enumerate() {
+            field(&mut input).push(Sample {
+                labels: Default::default(),
+                value: k as f64,
+            });
+        }
+        let Input {
+            ready,
+            gone,
+            status,
+            reasons,
+            devices,
+            port_info,
+            port_active,
+            port_rate,
+            node_info,
+            kubelet,
+            flaps,
+            last_flap,
+        } = input;
+        let mut seen: Vec<f64> = [
+            ready,
+            gone,
+            status,
+            reasons,
+            devices,
+            port_info,
+            port_active,
+            port_rate,
+            node_info,
+            kubelet,
+            flaps,
+            last_flap,
+        ]
+        .iter()
+        .map(|v| {
+            assert_eq!(v.len(), 1, "a field filled twice or never");
+            v[0].value
+        })
+        .collect();
+        seen.sort_by(f64::total_cmp);
+        assert_eq!(seen, (0..12).map(f64::from).collect::<Vec<_>>());
+        let flaps = &qs
+            .iter()
+            .find(|(_, q)| q.contains("flaps_total"))
+            .unwrap()
+            .1;
+        assert!(
+            flaps.contains("[5400s]") && flaps.ends_with(") > 2.5"),
+            "{flaps}"
+        );
     }
 }
