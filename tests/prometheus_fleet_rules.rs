@@ -340,3 +340,62 @@ fn the_fleet_rules_use_only_exported_metrics() {
         );
     }
 }
+
+/// Every `expr` of the Grafana dashboard parses as PromQL (promtool checks it as
+/// a recording rule's); tests/fleet.rs runs each on a real Prometheus.
+#[test]
+fn the_dashboard_is_json_and_promtool_parses_its_every_expression() {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/grafana/rdma-node-agent-fleet.json");
+    let dash: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap())
+        .expect("the dashboard is JSON");
+    fn exprs(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::Object(m) => m.iter().for_each(|(k, x)| match (k.as_str(), x) {
+                ("expr", Value::String(e)) => out.push(e.clone()),
+                _ => exprs(x, out),
+            }),
+            Value::Array(a) => a.iter().for_each(|x| exprs(x, out)),
+            _ => {}
+        }
+    }
+    let mut all = Vec::new();
+    exprs(&dash, &mut all);
+    assert!(all.len() >= 14, "{all:?}");
+    let rules: Vec<Value> = all
+        .iter()
+        .enumerate()
+        .map(|(i, e)| json!({"record": format!("dashboard:expr{i}"), "expr": e}))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dashboard.yml");
+    std::fs::write(
+        &file,
+        json!({"groups": [{"name": "dashboard", "rules": rules}]}).to_string(),
+    )
+    .unwrap();
+    let o = Command::new("promtool")
+        .args(["check", "rules"])
+        .arg(&file)
+        .output()
+        .expect("promtool");
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // Every recorded series it reads is one the fleet rules record.
+    let recorded = std::fs::read_to_string(rules_file()).unwrap();
+    for e in &all {
+        for name in e
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+            .filter(|w| w.starts_with("rdma:"))
+        {
+            assert!(
+                recorded.contains(&format!("record: {name}\n")),
+                "the dashboard reads {name}, which no fleet rule records"
+            );
+        }
+    }
+}
