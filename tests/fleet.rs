@@ -627,3 +627,35 @@ fn dashboard_exprs(v: &Value) -> Vec<String> {
     }
     out
 }
+
+/// A Prometheus that scrapes no agent: nothing to judge is not "every node is
+/// fine" (exit 2, said on stderr, and as {"error"} with --json).
+#[test]
+#[ignore = "a real Prometheus (Debian's prometheus package): run by scripts/test.sh"]
+fn a_prometheus_without_agents_is_not_a_healthy_fleet() {
+    let dir = tempfile::tempdir().unwrap();
+    let creds = Credentials::new(dir.path());
+    let prom = Prometheus::start(
+        dir.path(),
+        "global:\n  scrape_interval: 1s\nscrape_configs: []\n",
+        &creds,
+    );
+    let o = fleet(&prom, &creds, true, true, &[]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("has no rdma_node_agent_ready series") && e.contains(&prom.url),
+        "{e}"
+    );
+    assert!(o.stdout.is_empty());
+    let o = fleet(&prom, &creds, true, true, &["--json"]);
+    assert_eq!(o.status.code(), Some(2));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("scrapes no rdma-node-agent"),
+        "{v}"
+    );
+}
