@@ -9,6 +9,7 @@ pub mod analyse;
 pub mod cli;
 pub mod cohort;
 pub mod duration;
+pub mod outliers;
 pub mod render;
 
 use std::time::{Duration, Instant};
