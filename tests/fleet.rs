@@ -6,16 +6,18 @@
 //! Grafana dashboard must run. Prints the figures docs/fleet.md quotes (run with
 //! `--nocapture` to see them).
 
+#[path = "fleet/report.rs"]
+mod report;
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::fleet::{Fault, plant, set_port, template};
+use support::agents::{Agents, InotifyLimit, eight_port_series, get, series, serve, wait_until};
+use support::fleet::{Fault, dashboard_exprs, plant, set_port, template};
 use support::prometheus::{Credentials, Prometheus};
 
 const NODES: usize = 200;
@@ -57,91 +59,6 @@ fn planted(faults: &[Fault]) -> BTreeSet<String> {
         .collect()
 }
 
-/// One plain HTTP GET to an agent; the body of a 200.
-fn get(addr: &str, path: &str) -> Option<String> {
-    let mut s = std::net::TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut b = String::new();
-    s.read_to_string(&mut b).ok()?;
-    b.starts_with("HTTP/1.1 200")
-        .then(|| b.split_once("\r\n\r\n").unwrap().1.to_owned())
-}
-
-/// Each agent's process; all stopped on drop.
-struct Agents(Vec<Option<Child>>);
-
-impl Drop for Agents {
-    fn drop(&mut self) {
-        for c in self.0.iter_mut().flatten() {
-            let _ = c.kill();
-        }
-        for c in self.0.iter_mut().flatten() {
-            let _ = c.wait();
-        }
-    }
-}
-
-/// Each `serve` holds an inotify instance, and a user has 128 by default (as root,
-/// every test of the suite shares them): raised for the test, put back after.
-struct InotifyLimit(Option<String>);
-
-const INOTIFY: &str = "/proc/sys/fs/inotify/max_user_instances";
-
-impl InotifyLimit {
-    fn raise(by: usize) -> InotifyLimit {
-        let old = std::fs::read_to_string(INOTIFY).unwrap();
-        let n: usize = old.trim().parse().unwrap();
-        if n >= 4 * by {
-            return InotifyLimit(None);
-        }
-        std::fs::write(INOTIFY, format!("{}\n", n + by + 64))
-            .expect("raising fs.inotify.max_user_instances needs root: run scripts/test.sh");
-        InotifyLimit(Some(old))
-    }
-}
-
-impl Drop for InotifyLimit {
-    fn drop(&mut self) {
-        if let Some(old) = &self.0 {
-            let _ = std::fs::write(INOTIFY, old);
-        }
-    }
-}
-
-fn serve(root: &Path, addr: &str, log: &Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_rdma-node-agent"))
-        .arg("--root")
-        .arg(root)
-        .args(["serve", "--listen", addr])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .unwrap()
-}
-
-fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(
-            start.elapsed() < limit,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-/// Series (sample lines) in an exposition.
-fn series(text: &str) -> usize {
-    text.lines()
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .count()
-}
-
 /// `fleet` against the test's Prometheus, with the basic auth user and its
 /// password file (`auth`) and the test CA (`ca`), and `extra` arguments.
 fn fleet(
@@ -165,33 +82,6 @@ fn fleet(
         c.arg("--ca-file").arg(&creds.ca);
     }
     c.args(extra).output().unwrap()
-}
-
-/// The healthy node, with eight ports (eight single-port RoCE functions of
-/// tests/support/sysfs.rs) instead of the sample's two: the series a big node exports.
-fn eight_port_series(dir: &Path, log: &Path) -> (usize, usize) {
-    support::copy_tree(&support::fixtures().join("nodes/v100"), dir);
-    std::fs::remove_dir_all(dir.join("sys")).unwrap();
-    std::fs::remove_dir_all(dir.join("proc/4301")).unwrap();
-    support::sysfs::sriov_tree(dir, 8, 0);
-    support::fleet::put(dir, "/sys/module/ib_core/parameters/netns_mode", "Y\n");
-    support::fleet::put(
-        dir,
-        "/etc/rdma-node-agent/config.toml",
-        "mode = \"report\"\n[containerd]\nenabled = false\n[systemd]\nenabled = false\n[gpudirect]\nenabled = false\n",
-    );
-    let addr = support::free_addr();
-    let _a = Agents(vec![Some(serve(dir, &addr, log))]);
-    let mut text = String::new();
-    wait_until("the 8-port agent", Duration::from_secs(30), || {
-        get(&addr, "/metrics").map(|t| text = t).is_some()
-    });
-    assert!(
-        text.contains("rdma_node_agent_ready 1\n"),
-        "the 8-port node is not ready:\n{text}"
-    );
-    assert_eq!(text.matches("rdma_node_agent_port_active{").count(), 8);
-    (series(&text), text.len())
 }
 
 /// Each alert's nodes (label `node`), of alerts firing now.
@@ -376,7 +266,7 @@ fn fleet_and_the_alerts_name_exactly_the_planted_nodes_of_200() {
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    check_report(&serde_json::from_slice(&o.stdout).unwrap());
+    report::check(&serde_json::from_slice(&o.stdout).unwrap());
 
     // For people: the table docs/fleet.md prints; and how long fleet takes.
     let mut times = Vec::new();
@@ -475,157 +365,6 @@ fn fleet_and_the_alerts_name_exactly_the_planted_nodes_of_200() {
     drop(agents);
     drop(base);
     println!("  teardown {:.1} s", teardown.elapsed().as_secs_f64());
-}
-
-/// The `--json` report names exactly the planted nodes, under the planted reasons.
-fn check_report(r: &Value) {
-    let names = |v: &Value| -> BTreeSet<String> {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|x| {
-                x.as_str()
-                    .map_or_else(|| x["node"].as_str().unwrap().to_owned(), str::to_owned)
-            })
-            .collect()
-    };
-    let groups = |v: &Value| -> BTreeMap<String, (BTreeSet<String>, BTreeSet<String>)> {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|g| {
-                (
-                    g["reason"].as_str().unwrap().to_owned(),
-                    (names(&g["checks"]), names(&g["nodes"])),
-                )
-            })
-            .collect()
-    };
-    let checks = |c: &[&str]| c.iter().map(|s| (*s).to_owned()).collect::<BTreeSet<_>>();
-    assert_eq!(r["nodes"], NODES - 1, "{r:#}");
-    assert_eq!(
-        r["ready"],
-        NODES - 1 - planted(&[Fault::PortDown]).len(),
-        "{r:#}"
-    );
-    assert_eq!(
-        groups(&r["not_ready"]),
-        BTreeMap::from([(
-            "port_down".to_owned(),
-            (checks(&["rdma.devices"]), planted(&[Fault::PortDown]))
-        )]),
-        "{r:#}"
-    );
-    assert_eq!(
-        groups(&r["warnings"]),
-        BTreeMap::from([
-            (
-                "cri_disabled".to_owned(),
-                (
-                    checks(&["containerd.memlock"]),
-                    // The mixed node is not ready: its warnings are not listed apart.
-                    planted(&[Fault::CriDisabled])
-                        .into_iter()
-                        .filter(|n| !planted(&[Fault::PortDown]).contains(n))
-                        .collect()
-                )
-            ),
-            (
-                "kubelet_resources_zero".to_owned(),
-                (checks(&["kubelet.devices"]), planted(&[Fault::KubeletZero]))
-            ),
-            (
-                "link_flapping".to_owned(),
-                (checks(&["rdma.link"]), planted(&[Fault::Flapping]))
-            ),
-        ]),
-        "{r:#}"
-    );
-    assert_eq!(names(&r["not_reporting"]), planted(&[Fault::Gone]));
-    let outliers = |key: &str, want: &[Fault], field: &str, value: &str| {
-        let v = r[key].as_array().unwrap();
-        assert_eq!(names(&r[key]), planted(want), "{key}: {v:#?}");
-        assert!(
-            v.iter()
-                .all(|o| o[field].to_string().trim_matches('"') == value),
-            "{key}: {v:#?}"
-        );
-    };
-    outliers(
-        "firmware_minority",
-        &[Fault::Firmware],
-        "fw_ver",
-        "12.27.1016",
-    );
-    outliers(
-        "ports_below_cohort_rate",
-        &[Fault::SlowPort],
-        "rate_gbps",
-        "56.0",
-    );
-    outliers("mtu_mismatch", &[Fault::Mtu], "mtu", "4092");
-    let settings: BTreeSet<(String, String, String)> = r["setting_minority"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|o| {
-            let f = |k: &str| o[k].as_str().unwrap().to_owned();
-            (f("node"), f("setting"), f("value"))
-        })
-        .collect();
-    let want: BTreeSet<(String, String, String)> = [
-        (Fault::Netns, "netns_mode", "exclusive"),
-        (Fault::Memlock, "memlock_target", "64GiB"),
-        (Fault::GpuDriver, "gpu_driver", "570.86.15"),
-    ]
-    .into_iter()
-    .flat_map(|(f, k, v)| {
-        planted(&[f])
-            .into_iter()
-            .map(move |n| (n, k.to_owned(), v.to_owned()))
-    })
-    .collect();
-    assert_eq!(settings, want);
-    outliers(
-        "kubelet_rdma_zero",
-        &[Fault::KubeletZero],
-        "active_ports",
-        "2",
-    );
-    outliers("link_flapping", &[Fault::Flapping], "device", "mlx5_0");
-    // Exactly the four flaps made, not an extrapolation of them.
-    outliers("link_flapping", &[Fault::Flapping], "flaps", "4.0");
-    let all: BTreeSet<String> = planted(&[
-        Fault::PortDown,
-        Fault::Firmware,
-        Fault::Mtu,
-        Fault::SlowPort,
-        Fault::Flapping,
-        Fault::Netns,
-        Fault::Memlock,
-        Fault::GpuDriver,
-        Fault::KubeletZero,
-        Fault::Gone,
-    ]);
-    assert_eq!(names(&r["problem_nodes"]), all, "{r:#}");
-}
-
-/// Every `expr` of the dashboard's panels' targets.
-fn dashboard_exprs(v: &Value) -> Vec<String> {
-    let mut out = Vec::new();
-    match v {
-        Value::Object(m) => {
-            for (k, x) in m {
-                match (k.as_str(), x) {
-                    ("expr", Value::String(e)) => out.push(e.clone()),
-                    _ => out.extend(dashboard_exprs(x)),
-                }
-            }
-        }
-        Value::Array(a) => a.iter().for_each(|x| out.extend(dashboard_exprs(x))),
-        _ => {}
-    }
-    out
 }
 
 /// A Prometheus that scrapes no agent: nothing to judge is not "every node is

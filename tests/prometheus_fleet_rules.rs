@@ -349,18 +349,7 @@ fn the_dashboard_is_json_and_promtool_parses_its_every_expression() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/grafana/rdma-node-agent-fleet.json");
     let dash: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap())
         .expect("the dashboard is JSON");
-    fn exprs(v: &Value, out: &mut Vec<String>) {
-        match v {
-            Value::Object(m) => m.iter().for_each(|(k, x)| match (k.as_str(), x) {
-                ("expr", Value::String(e)) => out.push(e.clone()),
-                _ => exprs(x, out),
-            }),
-            Value::Array(a) => a.iter().for_each(|x| exprs(x, out)),
-            _ => {}
-        }
-    }
-    let mut all = Vec::new();
-    exprs(&dash, &mut all);
+    let all = support::fleet::dashboard_exprs(&dash);
     assert!(all.len() >= 14, "{all:?}");
     let rules: Vec<Value> = all
         .iter()

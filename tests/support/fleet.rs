@@ -13,6 +13,8 @@
 use std::fs;
 use std::path::Path;
 
+use serde_json::Value;
+
 use super::{copy_tree, fixtures};
 
 /// What is wrong with a node, and what `fleet` must say about it.
@@ -140,4 +142,22 @@ pub fn plant(root: &Path, fault: Fault) {
         }
     }
     put(root, "/etc/rdma-node-agent/config.toml", &config);
+}
+
+/// Every `expr` of the dashboard's panels' targets.
+pub fn dashboard_exprs(v: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                match (k.as_str(), x) {
+                    ("expr", Value::String(e)) => out.push(e.clone()),
+                    _ => out.extend(dashboard_exprs(x)),
+                }
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|x| out.extend(dashboard_exprs(x))),
+        _ => {}
+    }
+    out
 }

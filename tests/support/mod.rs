@@ -4,6 +4,7 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 pub mod abuse;
+pub mod agents;
 pub mod artefacts;
 pub mod containerd;
 pub mod cri;
