@@ -2,19 +2,26 @@
 //! Parsed strictly: an unknown key is an error naming the key, line and column.
 //! Every key and default is documented in `etc/rdma-node-agent/config.toml`.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 
 use crate::host::{Host, HostError};
 
+mod containerd;
 pub mod globs;
 pub mod gpudirect;
 pub mod rdma;
 pub mod readiness;
+pub mod section;
+mod sections;
 
-use crate::host::limit::Limit;
+pub use containerd::{ContainerdConfig, RlimitName};
+pub use sections::{
+    DEFAULT_LISTEN, DaemonConfig, HttpConfig, KernelConfig, NfdConfig, SystemdConfig,
+};
+
+use section::Section;
 
 pub const DEFAULT_PATH: &str = "/etc/rdma-node-agent/config.toml";
 
@@ -50,67 +57,6 @@ pub struct Config {
     pub warnings: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct NfdConfig {
-    pub enabled: bool,
-    /// A feature file in NFD's local source directory.
-    pub path: PathBuf,
-}
-
-impl Default for NfdConfig {
-    fn default() -> Self {
-        NfdConfig {
-            enabled: false,
-            path: "/etc/kubernetes/node-feature-discovery/features.d/rdma-node-agent".into(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct HttpConfig {
-    pub enabled: bool,
-    /// `host:port` (loopback by default: nothing here is for the network) or `unix:/path`.
-    pub listen: String,
-    /// Connections beyond this are closed at once.
-    pub max_connections: usize,
-}
-
-impl Default for HttpConfig {
-    fn default() -> Self {
-        HttpConfig {
-            enabled: true,
-            listen: DEFAULT_LISTEN.into(),
-            max_connections: 4096,
-        }
-    }
-}
-
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:9470";
-
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct KernelConfig {
-    pub enabled: bool,
-    /// Modules that must be loaded, with their files matching the running kernel.
-    pub required_modules: Vec<String>,
-    /// DKMS modules the RDMA stack needs; empty: every module registered in /var/lib/dkms.
-    pub dkms_modules: Vec<String>,
-}
-
-impl Default for KernelConfig {
-    fn default() -> Self {
-        KernelConfig {
-            enabled: true,
-            required_modules: ["ib_core", "ib_uverbs", "mlx5_core", "mlx5_ib", "rdma_ucm"]
-                .map(String::from)
-                .to_vec(),
-            dkms_modules: Vec::new(),
-        }
-    }
-}
-
 /// What `serve` does with what it finds: converge, or only report (never writes).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -118,104 +64,6 @@ pub enum Mode {
     #[default]
     Enforce,
     Report,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct SystemdConfig {
-    pub enabled: bool,
-    /// No longer read (the drop-in goes to the unit that runs containerd): an
-    /// old config still loads, with a warning (`Config::warnings`).
-    pub units: Option<Vec<String>>,
-    pub memlock: Limit,
-    /// The drop-in's file name under /etc/systemd/system/<unit>.d/.
-    pub dropin: String,
-}
-
-impl Default for SystemdConfig {
-    fn default() -> Self {
-        SystemdConfig {
-            enabled: true,
-            units: None,
-            memlock: Limit::UNLIMITED,
-            dropin: "50-rdma-node-agent.conf".into(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct DaemonConfig {
-    /// Full reconcile at least this often, besides file changes and SIGHUP.
-    pub interval_secs: u64,
-    /// How long file-change events are gathered before one reconcile.
-    pub debounce_ms: u64,
-    /// How long a restarted unit has to become active and answer.
-    pub restart_timeout_secs: u64,
-}
-
-impl Default for DaemonConfig {
-    fn default() -> Self {
-        DaemonConfig {
-            interval_secs: 300,
-            debounce_ms: 200,
-            restart_timeout_secs: 60,
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ContainerdConfig {
-    pub enabled: bool,
-    /// The config containerd reads, when the agent must not find it itself;
-    /// unset: found from the unit that runs containerd (host::runtime).
-    pub config_path: Option<PathBuf>,
-    pub memlock: Limit,
-    /// Runtime handlers that get the base spec; empty = every CRI handler plus the default.
-    pub handlers: Vec<String>,
-    /// Where the agent writes its base spec for handlers that have none of their own.
-    pub base_spec_path: PathBuf,
-    /// Other rlimits to set in the base spec (soft = hard), e.g. `RLIMIT_NOFILE = 1048576`.
-    /// Unlisted rlimits are inherited from containerd, as without a base spec.
-    pub rlimits: BTreeMap<RlimitName, Limit>,
-    /// The containerd binary used to validate an edited config (`containerd config dump`).
-    pub binary: PathBuf,
-    /// The systemd unit that runs containerd; unset: detected (containerd.service,
-    /// k3s/k3s-agent, rke2-server/rke2-agent, microk8s's snap service).
-    pub unit: Option<String>,
-    /// The installed containerd's major version (1 or 2), when the agent cannot ask
-    /// it: it decides how imported files merge. Unset: `containerd --version`.
-    pub daemon_version: Option<u32>,
-    /// A node without containerd fails `containerd.memlock` instead of skipping it.
-    pub required: bool,
-}
-
-impl ContainerdConfig {
-    /// What this section says about where containerd is, for its discovery.
-    pub fn hints(&self) -> crate::host::runtime::Hints {
-        crate::host::runtime::Hints {
-            config_path: self.config_path.clone(),
-            unit: self.unit.clone(),
-        }
-    }
-}
-
-impl Default for ContainerdConfig {
-    fn default() -> Self {
-        ContainerdConfig {
-            enabled: true,
-            config_path: None,
-            memlock: Limit::UNLIMITED,
-            handlers: Vec::new(),
-            base_spec_path: "/etc/containerd/rdma-node-agent/base-spec.json".into(),
-            rlimits: BTreeMap::new(),
-            binary: "containerd".into(),
-            unit: None,
-            daemon_version: None,
-            required: false,
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -242,53 +90,6 @@ impl Default for PodsConfig {
 pub enum Severity {
     Warn,
     Fail,
-}
-
-/// The rlimits an OCI spec may carry, other than RLIMIT_MEMLOCK (which has its own key).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct RlimitName(String);
-
-const RLIMITS: &[&str] = &[
-    "RLIMIT_AS",
-    "RLIMIT_CORE",
-    "RLIMIT_CPU",
-    "RLIMIT_DATA",
-    "RLIMIT_FSIZE",
-    "RLIMIT_LOCKS",
-    "RLIMIT_MSGQUEUE",
-    "RLIMIT_NICE",
-    "RLIMIT_NOFILE",
-    "RLIMIT_NPROC",
-    "RLIMIT_RSS",
-    "RLIMIT_RTPRIO",
-    "RLIMIT_RTTIME",
-    "RLIMIT_SIGPENDING",
-    "RLIMIT_STACK",
-];
-
-impl RlimitName {
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl<'de> Deserialize<'de> for RlimitName {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        if s == "RLIMIT_MEMLOCK" {
-            return Err(serde::de::Error::custom(
-                "set RLIMIT_MEMLOCK with containerd.memlock, not in containerd.rlimits",
-            ));
-        }
-        if RLIMITS.contains(&s.as_str()) {
-            Ok(RlimitName(s))
-        } else {
-            Err(serde::de::Error::custom(format!(
-                "unknown rlimit {s:?}; expected one of {}",
-                RLIMITS.join(", ")
-            )))
-        }
-    }
 }
 
 impl Config {
@@ -321,7 +122,32 @@ impl Config {
             }
         })?;
         cfg.migrate(shown_path);
+        cfg.validate(text, shown_path)?;
         Ok(cfg)
+    }
+
+    /// Every section's own checks, in the file's order of sections.
+    fn validate(&self, text: &str, shown_path: &Path) -> Result<(), ConfigError> {
+        fn one<S: Section>(s: &S, text: &str, path: &Path) -> Result<(), ConfigError> {
+            s.validate().map_err(|(key, why)| {
+                let (line, column) = section::locate(text, S::NAME, key);
+                ConfigError::Invalid {
+                    path: path.to_owned(),
+                    line,
+                    column,
+                    message: format!("{key} under [{}]: {why}", S::NAME),
+                }
+            })
+        }
+        one(&self.containerd, text, shown_path)?;
+        one(&self.systemd, text, shown_path)?;
+        one(&self.daemon, text, shown_path)?;
+        one(&self.http, text, shown_path)?;
+        one(&self.nfd, text, shown_path)?;
+        one(&self.rdma, text, shown_path)?;
+        one(&self.gpudirect, text, shown_path)?;
+        one(&self.kernel, text, shown_path)?;
+        one(&self.kubelet, text, shown_path)
     }
 
     /// `[systemd] units` named the unit that runs containerd a second time, and
@@ -360,6 +186,7 @@ pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::host::limit::Limit;
 
     #[test]
     fn limits_parse() {
@@ -427,5 +254,60 @@ below_target = "fail"
         .unwrap_err()
         .to_string();
         assert!(e.contains("containerd.memlock"), "{e}");
+    }
+
+    #[test]
+    fn each_section_refuses_values_it_cannot_use() {
+        let err = |text: &str| {
+            Config::parse(text, Path::new("c.toml"))
+                .unwrap_err()
+                .to_string()
+        };
+        let cases = [
+            (
+                "[daemon]\ninterval_secs = 0\n",
+                "c.toml:2:1: interval_secs under [daemon]",
+            ),
+            (
+                "[rdma]\n  modprobe_file = \"/etc/modprobe.d/rdma\"\n",
+                "c.toml:2:3: modprobe_file under [rdma]: /etc/modprobe.d/rdma must end in .conf",
+            ),
+            (
+                "[systemd]\ndropin = \"50-x\"\n",
+                "c.toml:2:1: dropin under [systemd]",
+            ),
+            (
+                "[http]\nlisten = \"localhost\"\n",
+                "c.toml:2:1: listen under [http]",
+            ),
+            (
+                "[nfd]\npath = \"features.d/x\"\n",
+                "c.toml:2:1: path under [nfd]",
+            ),
+            (
+                "[containerd]\nunit = \"containerd\"\n",
+                "c.toml:2:1: unit under [containerd]",
+            ),
+            (
+                "[kernel]\nrequired_modules = [\"ib core\"]\n",
+                "c.toml:2:1: required_modules under [kernel]",
+            ),
+            (
+                "[gpudirect]\nrequired_gpus = [\"0000:1B:00.0\"]\n",
+                "c.toml:2:1: required_gpus under [gpudirect]",
+            ),
+            (
+                "[kubelet]\ndevice_plugins_dir = \"plugins\"\n",
+                "c.toml:2:1: device_plugins_dir under [kubelet]",
+            ),
+        ];
+        for (text, want) in cases {
+            let e = err(text);
+            assert!(e.starts_with(want), "{text:?}: {e}");
+        }
+        // The shipped defaults pass every section's checks.
+        Config::parse("", Path::new("c.toml")).unwrap();
+        let ok = "[gpudirect]\nrequired_gpus = [\"0000:1b:00.0\"]\n[http]\nlisten = \"unix:/run/x.sock\"\n";
+        Config::parse(ok, Path::new("c.toml")).unwrap();
     }
 }

@@ -26,7 +26,9 @@ pub mod lock;
 pub mod netlink;
 pub mod procfs;
 pub mod prometheus;
+pub mod read;
 mod resolve;
+pub mod rt;
 pub mod rtnetlink;
 pub mod runtime;
 pub mod service;
@@ -147,6 +149,11 @@ impl Host {
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// This host, readable only (what a concern's gather gets).
+    pub fn reader(&self) -> read::ReadHost {
+        read::ReadHost::new(self.clone())
     }
 
     /// True when the agent acts on the running machine, not on a tree under `--root`.

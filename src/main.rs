@@ -240,16 +240,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 listen.clone(),
             );
             // One thread serves every request from cached bytes; reconciles run on
-            // the blocking pool, so a slow one never delays a probe.
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .context("cannot start the async runtime")?;
-            let result = rt.block_on(daemon.run());
-            // A reconcile that did not return after SIGTERM is not waited for:
-            // its writes are atomic and the stop budget is short.
-            rt.shutdown_timeout(std::time::Duration::from_millis(100));
-            result?;
+            // their own thread, so a slow one never delays a probe. The runtime is
+            // the process's one (D-Bus and CRI clients use it too) and is never
+            // dropped: a reconcile that did not return after SIGTERM is not
+            // waited for, its writes are atomic and the stop budget is short.
+            let rt = rdma_node_agent::host::rt::shared().map_err(anyhow::Error::msg)?;
+            rt.block_on(daemon.run())?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Revert { json, force } => {
@@ -351,7 +347,7 @@ fn selftest(
     let host = Host::new(&cli.root);
     cli.check_config_exists(&host)?;
     let config = Config::load(&host, &cli.config_path()).context("invalid agent config")?;
-    let devs: Vec<devices::Device> = devices::gather(&host)
+    let devs: Vec<devices::Device> = devices::gather(&host.reader())
         .context("cannot read the RDMA devices")?
         .into_iter()
         .map(devices::parse)

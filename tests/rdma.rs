@@ -326,7 +326,7 @@ fn a_thousand_sriov_devices() {
     eprintln!("generated the tree in {:?}", start.elapsed());
     let host = rdma_node_agent::host::Host::new(t.path());
     let start = Instant::now();
-    let devices: Vec<_> = rdma_node_agent::concerns::rdma::devices::gather(&host)
+    let devices: Vec<_> = rdma_node_agent::concerns::rdma::devices::gather(&host.reader())
         .unwrap()
         .into_iter()
         .map(rdma_node_agent::concerns::rdma::devices::parse)

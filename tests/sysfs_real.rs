@@ -261,7 +261,7 @@ fn no_rdma_device_at_all_is_skipped_or_fails_when_expected() {
 #[test]
 fn the_library_reads_the_same_tree() {
     let host = rdma_node_agent::host::Host::new(fixtures().join("sysfs/procfs"));
-    let devices: Vec<_> = devices::gather(&host)
+    let devices: Vec<_> = devices::gather(&host.reader())
         .unwrap()
         .into_iter()
         .map(devices::parse)

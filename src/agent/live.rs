@@ -47,37 +47,58 @@ impl crate::host::files::Chown for SystemdChown {
 /// Said once per process: a daemon would repeat it every cycle.
 static NO_SYSTEMD_SAID: AtomicBool = AtomicBool::new(false);
 
-/// Connects to the live host: systemd over D-Bus when its bus answers (without
-/// it restarts are reported as pending and checks rely on files and /proc).
-/// Without it, also why, for the checks to say what they could not ask.
-pub fn connect(host: &Host) -> (Live, Option<String>) {
-    let (manager, error): (Option<Arc<dyn ServiceManager>>, _) = match Dbus::system() {
-        Ok(d) => (Some(Arc::new(d)), None),
-        Err(e) => {
-            // PID 1 says why: most often not systemd at all (containers, VMs
-            // with their own init).
-            let pid1 = host
-                .read_string(Path::new("/proc/1/comm"))
-                .ok()
-                .flatten()
-                .map(|c| c.trim().to_owned())
-                .filter(|c| c != "systemd")
-                .map(|c| format!("PID 1 is {c}, not systemd; "))
-                .unwrap_or_default();
-            let why = format!("cannot ask systemd: {pid1}{e}");
-            if NO_SYSTEMD_SAID.swap(true, Ordering::Relaxed) {
-                tracing::debug!("{why}");
-            } else {
-                tracing::warn!("{why}; unit states are not asked and restarts are left pending");
+/// The live host's capabilities, made once and kept: the daemon's cycles share
+/// one bus connection (it reconnects itself when dbus restarts).
+#[derive(Clone)]
+pub struct Connection {
+    pub live: Arc<Live>,
+    /// Why systemd could not be asked, for the checks to say what they could not ask.
+    pub error: Option<String>,
+}
+
+impl Connection {
+    /// Connects to the live host: systemd over D-Bus when its bus answers
+    /// (without it restarts are reported as pending and checks rely on files
+    /// and /proc).
+    pub fn open(host: &Host) -> Connection {
+        let (manager, error): (Option<Arc<dyn ServiceManager>>, _) = match Dbus::system() {
+            Ok(d) => (Some(Arc::new(d)), None),
+            Err(e) => {
+                // PID 1 says why: most often not systemd at all (containers, VMs
+                // with their own init).
+                let pid1 = host
+                    .read_string(Path::new("/proc/1/comm"))
+                    .ok()
+                    .flatten()
+                    .map(|c| c.trim().to_owned())
+                    .filter(|c| c != "systemd")
+                    .map(|c| format!("PID 1 is {c}, not systemd; "))
+                    .unwrap_or_default();
+                let why = format!("cannot ask systemd: {pid1}{e}");
+                if NO_SYSTEMD_SAID.swap(true, Ordering::Relaxed) {
+                    tracing::debug!("{why}");
+                } else {
+                    tracing::warn!(
+                        "{why}; unit states are not asked and restarts are left pending"
+                    );
+                }
+                (None, Some(why))
             }
-            (None, Some(why))
+        };
+        let live = Live {
+            manager,
+            host: Box::new(System { host: host.clone() }),
+        };
+        Connection {
+            live: Arc::new(live),
+            error,
         }
-    };
-    let live = Live {
-        manager,
-        host: Box::new(System { host: host.clone() }),
-    };
-    (live, error)
+    }
+
+    /// Whether systemd answered: a connection without it is tried again.
+    pub fn has_manager(&self) -> bool {
+        self.live.manager.is_some()
+    }
 }
 
 impl LiveHost for System {

@@ -4,6 +4,9 @@
 
 mod live;
 
+pub use live::Connection;
+
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::concerns;
@@ -29,7 +32,7 @@ pub struct Agent {
     pub host: Host,
     pub config: Config,
     /// The live host's capabilities; `None` for a tree under `--root`.
-    pub live: Option<Live>,
+    pub live: Option<Arc<Live>>,
     /// Set when the daemon is asked to stop: waits end, files stay consistent.
     pub stop: Stop,
     /// Why systemd could not be asked, on a live host without its bus.
@@ -48,22 +51,26 @@ impl Agent {
         }
     }
 
-    /// On the live host: with systemd, containerd's CRI probe and RDMA netlink.
+    /// On the live host: with systemd, RDMA netlink and host programs.
     pub fn live(host: Host, config: Config) -> Self {
-        let (live, manager_error) = live::connect(&host);
+        let c = Connection::open(&host);
+        Agent::connected(host, config, &c)
+    }
+
+    /// On the live host, through a connection kept across cycles (the daemon's:
+    /// one bus connection for its whole life).
+    pub fn connected(host: Host, config: Config, c: &Connection) -> Self {
         // Where this process may not chown (the unit), systemd does it.
-        let host = match (&live.manager, host.which("chown")) {
-            (Some(m), Some(chown)) => {
-                host.with_chown_helper(std::sync::Arc::new(live::SystemdChown {
-                    manager: m.clone(),
-                    chown,
-                }))
-            }
+        let host = match (&c.live.manager, host.which("chown")) {
+            (Some(m), Some(chown)) => host.with_chown_helper(Arc::new(live::SystemdChown {
+                manager: m.clone(),
+                chown,
+            })),
             _ => host,
         };
         Agent {
-            live: Some(live),
-            manager_error,
+            live: Some(c.live.clone()),
+            manager_error: c.error.clone(),
             ..Agent::new(host, config)
         }
     }
@@ -71,7 +78,7 @@ impl Agent {
     /// With the given capabilities (a test's fakes, on a tree).
     pub fn with_live(host: Host, config: Config, live: Live) -> Self {
         Agent {
-            live: Some(live),
+            live: Some(Arc::new(live)),
             ..Agent::new(host, config)
         }
     }
@@ -117,7 +124,7 @@ impl Agent {
     fn executor(&self) -> Executor<'_> {
         Executor {
             host: &self.host,
-            live: self.live.as_ref(),
+            live: self.live.as_deref(),
             restart_timeout: Duration::from_secs(self.config.daemon.restart_timeout_secs),
             stop: &self.stop,
             legacy_readers: concerns::legacy_readers,

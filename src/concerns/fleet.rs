@@ -37,7 +37,7 @@ impl Concern for Export {
     }
 
     fn gather(&self, snap: &Snapshot, _cfg: &Config) -> Result<Facts, GatherError> {
-        let host = snap.host();
+        let host = snap;
         let text = |p: &Path| {
             host.read_string(p)
                 .ok()

@@ -23,3 +23,30 @@ impl Default for GpuDirectConfig {
         }
     }
 }
+
+impl super::section::Section for GpuDirectConfig {
+    const NAME: &'static str = "gpudirect";
+    fn validate(&self) -> Result<(), (&'static str, String)> {
+        // Compared with sysfs' names: the full, lowercase form, or never matched.
+        let full = |g: &str| {
+            let b = g.as_bytes();
+            b.len() == 12
+                && [4, 7].iter().all(|&i| b[i] == b':')
+                && b[10] == b'.'
+                && (b'0'..=b'7').contains(&b[11])
+                && b.iter()
+                    .enumerate()
+                    .filter(|(i, _)| ![4, 7, 10, 11].contains(i))
+                    .all(|(_, c)| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
+        };
+        match self.required_gpus.iter().find(|g| !full(g)) {
+            Some(g) => Err((
+                "required_gpus",
+                format!(
+                    "{g:?} is not a PCI address as sysfs writes it: domain:bus:device.function in lowercase hex, e.g. \"0000:1b:00.0\""
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+}

@@ -165,3 +165,28 @@ impl GpuDirectModule {
         }
     }
 }
+
+impl super::section::Section for RdmaConfig {
+    const NAME: &'static str = "rdma";
+    fn validate(&self) -> Result<(), (&'static str, String)> {
+        super::section::absolute("modprobe_file", &self.modprobe_file)?;
+        // modprobe reads only *.conf under modprobe.d (modprobe.d(5)): any
+        // other name would persist nothing, silently.
+        if self.modprobe_file.extension().is_none_or(|e| e != "conf") {
+            return Err((
+                "modprobe_file",
+                format!(
+                    "{} must end in .conf: modprobe reads no other file in modprobe.d",
+                    self.modprobe_file.display()
+                ),
+            ));
+        }
+        if let Some(p) = self.expect_port.iter().find(|p| p.device.is_empty()) {
+            return Err((
+                "expect_port",
+                format!("an entry has no device (port {:?})", p.port),
+            ));
+        }
+        Ok(())
+    }
+}

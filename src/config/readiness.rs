@@ -40,3 +40,10 @@ impl Default for KubeletConfig {
         }
     }
 }
+
+impl super::section::Section for KubeletConfig {
+    const NAME: &'static str = "kubelet";
+    fn validate(&self) -> Result<(), (&'static str, String)> {
+        super::section::absolute("device_plugins_dir", &self.device_plugins_dir)
+    }
+}

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use super::ReconcileOut;
 use super::state_copy::{StateCopy, WriteBack};
-use crate::agent::{Agent, AgentError};
+use crate::agent::{Agent, AgentError, Connection};
 use crate::config::{Config, Mode};
 use crate::engine::Scope;
 use crate::engine::check::Report;
@@ -19,15 +19,30 @@ use crate::host::Host;
 use crate::host::stop::Stop;
 use crate::outputs::Cycle;
 
+/// What outlives a cycle, kept by the daemon.
+pub(super) struct Life<'a> {
+    /// The last config that loaded.
+    pub last_good: &'a Mutex<Option<Config>>,
+    /// The state directory's files, written back if it is removed.
+    pub state: &'a StateCopy,
+    /// The live host's capabilities: made at the first cycle on the live host,
+    /// made again only while systemd did not answer.
+    pub live: &'a Mutex<Option<Connection>>,
+}
+
 pub(super) fn reconcile_once(
     root: PathBuf,
     config_path: PathBuf,
     trigger: String,
     holds: Holds,
     stop: Stop,
-    last_good: &Mutex<Option<Config>>,
-    state: &StateCopy,
+    life: Life,
 ) -> ReconcileOut {
+    let Life {
+        last_good,
+        state,
+        live,
+    } = life;
     let host = Host::new(&root);
     let mut written_back = None;
     match state.write_back(&host) {
@@ -90,7 +105,12 @@ pub(super) fn reconcile_once(
     // The daemon acts on the host it runs on (`--root` only in tests, then with
     // no live action).
     let mut agent = if host.is_live() {
-        Agent::live(host, config)
+        let mut kept = live.lock().expect("live lock");
+        if !kept.as_ref().is_some_and(Connection::has_manager) {
+            *kept = Some(Connection::open(&host));
+        }
+        let c = kept.as_ref().expect("just made");
+        Agent::connected(host, config, c)
     } else {
         Agent::new(host, config)
     };

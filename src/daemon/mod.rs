@@ -21,6 +21,7 @@ mod machine;
 mod persist;
 mod state_copy;
 
+use crate::agent::Connection;
 use crate::config::Config;
 use crate::engine::holds::Holds;
 use crate::host::Host;
@@ -66,6 +67,8 @@ pub struct Daemon {
     /// The last config that loaded: while a later edit does not, the checks
     /// go on with it (reporting only) instead of defaults.
     last_good: Arc<Mutex<Option<Config>>>,
+    /// The live host's capabilities, one bus connection for the daemon's life.
+    live: Arc<Mutex<Option<Connection>>>,
 }
 
 /// After SIGTERM, how long the daemon waits for a running reconcile to return
@@ -93,6 +96,7 @@ impl Daemon {
             stop: Stop::new(),
             state: Arc::default(),
             last_good: Arc::default(),
+            live: Arc::default(),
         }
     }
 
@@ -333,11 +337,17 @@ impl Daemon {
         let stop = self.stop.clone();
         let last_good = self.last_good.clone();
         let state = self.state.clone();
+        let live = self.live.clone();
         let started = Instant::now();
         self.busy_since.store(unix_now(), Ordering::Relaxed);
         let out = worker
             .run(move || {
-                cycle::reconcile_once(root, config_path, trigger, holds, stop, &last_good, &state)
+                let life = cycle::Life {
+                    last_good: &last_good,
+                    state: &state,
+                    live: &live,
+                };
+                cycle::reconcile_once(root, config_path, trigger, holds, stop, life)
             })
             .await;
         self.busy_since.store(0, Ordering::Relaxed);

@@ -156,7 +156,7 @@ impl Executor<'_> {
             ));
         }
         let now = SystemTime::now();
-        let mut ledger = Ledger::load(self.host)?;
+        let mut ledger = Ledger::load(&self.host.reader())?;
         ledger.apply(self.host, plan)?;
 
         let mut actions = Vec::new();
@@ -184,29 +184,12 @@ impl Executor<'_> {
                     continue;
                 }
             };
-            let manager = match (self.live, self.manager()) {
-                (None, _) => {
-                    actions.push(outcome(ActionStatus::Skipped, self.not_live(&a.reason)));
+            let manager = match self.restarter(unit, &a.reason, restart) {
+                Ok(m) => m,
+                Err((status, detail)) => {
+                    actions.push(outcome(status, detail));
                     continue;
                 }
-                _ if !restart => {
-                    actions.push(outcome(
-                        ActionStatus::Skipped,
-                        format!("--no-restart: restart it to take effect ({})", a.reason),
-                    ));
-                    continue;
-                }
-                (Some(_), None) => {
-                    actions.push(outcome(
-                        ActionStatus::Pending,
-                        format!(
-                            "systemd is not reachable over D-Bus: run `systemctl daemon-reload && systemctl restart {unit}` ({})",
-                            a.reason
-                        ),
-                    ));
-                    continue;
-                }
-                (Some(_), Some(m)) => m,
             };
             if !reloaded {
                 manager.reload()?;
@@ -260,6 +243,30 @@ impl Executor<'_> {
             actions,
             notes,
         })
+    }
+
+    /// systemd, to restart `unit` now; or the outcome that says why it is not
+    /// restarted (not the live host, `--no-restart`, no bus) and what to run.
+    fn restarter(
+        &self,
+        unit: &str,
+        reason: &str,
+        restart: bool,
+    ) -> Result<&dyn ServiceManager, (ActionStatus, String)> {
+        match (self.live, self.manager()) {
+            (None, _) => Err((ActionStatus::Skipped, self.not_live(reason))),
+            _ if !restart => Err((
+                ActionStatus::Skipped,
+                format!("--no-restart: restart it to take effect ({reason})"),
+            )),
+            (Some(_), None) => Err((
+                ActionStatus::Pending,
+                format!(
+                    "systemd is not reachable over D-Bus: run `systemctl daemon-reload && systemctl restart {unit}` ({reason})"
+                ),
+            )),
+            (Some(_), Some(m)) => Ok(m),
+        }
     }
 
     /// A concern's effect, on the live host only. Returns (status, detail).
@@ -326,7 +333,7 @@ impl Executor<'_> {
             Path::new(lock::LOCK_PATH),
             Duration::from_secs(10),
         )?;
-        let ledger = Ledger::load(self.host)?;
+        let ledger = Ledger::load(&self.host.reader())?;
         let readers: Vec<(PathBuf, Vec<String>)> = ledger
             .files
             .iter()
@@ -344,15 +351,10 @@ impl Executor<'_> {
         let mut reloaded = false;
         for unit in units {
             let action = format!("restart {unit}");
-            let (status, detail) = match (self.live, self.manager()) {
-                (None, _) => (ActionStatus::Skipped, "not the live host".to_owned()),
-                (Some(_), None) => (
-                    ActionStatus::Pending,
-                    format!(
-                        "systemd is not reachable: run `systemctl daemon-reload && systemctl restart {unit}`"
-                    ),
-                ),
-                (Some(_), Some(m)) => {
+            let why = "it read a restored file";
+            let (status, detail) = match self.restarter(&unit, why, true) {
+                Err(not_now) => not_now,
+                Ok(m) => {
                     let reload = if reloaded {
                         Ok(())
                     } else {

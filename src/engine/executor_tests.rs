@@ -81,7 +81,7 @@ fn restart_ok_restarts_the_reader_once_after_one_reload() {
     assert_eq!(out.actions[0].action, "restart app.service");
     assert_eq!(m.calls(), ["reload", "restart app.service"]);
     // The ledger knows who reads the file, for revert.
-    let ledger = Ledger::load(&s.host).unwrap();
+    let ledger = Ledger::load(&s.host.reader()).unwrap();
     assert_eq!(
         ledger.files[Path::new(CONFIG)].readers(Path::new(CONFIG), |_, _| Vec::new()),
         [UNIT]

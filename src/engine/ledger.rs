@@ -14,9 +14,10 @@ use sha2::{Digest, Sha256};
 
 use crate::engine::plan::{FileChange, Plan};
 use crate::host::files::Ownership;
+use crate::host::read::ReadHost;
 use crate::host::{Host, HostError};
 
-pub const STATE_DIR: &str = "/var/lib/rdma-node-agent";
+use crate::host::state::STATE_DIR;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
@@ -124,7 +125,7 @@ fn now() -> u64 {
 }
 
 impl Ledger {
-    pub fn load(host: &Host) -> Result<Ledger, LedgerError> {
+    pub fn load(host: &ReadHost) -> Result<Ledger, LedgerError> {
         let p = state_path("ledger.json");
         match host.state_read(&p)? {
             None => Ok(Ledger::default()),
@@ -370,11 +371,11 @@ mod tests {
             ],
             ..Plan::default()
         };
-        let mut l = Ledger::load(&host).unwrap();
+        let mut l = Ledger::load(&host.reader()).unwrap();
         l.apply(&host, &plan).unwrap();
         // A second apply of the same plan must not overwrite the saved original.
         l.apply(&host, &plan).unwrap();
-        let l = Ledger::load(&host).unwrap();
+        let l = Ledger::load(&host.reader()).unwrap();
         assert_eq!(l.files.len(), 2);
         let out = l.revert(&host, false).unwrap();
         assert_eq!(out.restored, vec![PathBuf::from("/etc/a.toml")]);
@@ -420,7 +421,10 @@ mod tests {
         );
         assert!(!host.exists(Path::new("/etc/d")));
         // Revert still knows the very first original.
-        let out = Ledger::load(&host).unwrap().revert(&host, false).unwrap();
+        let out = Ledger::load(&host.reader())
+            .unwrap()
+            .revert(&host, false)
+            .unwrap();
         assert_eq!(out.restored, vec![PathBuf::from("/etc/a")]);
         assert_eq!(
             host.read(Path::new("/etc/a")).unwrap().unwrap().bytes,
@@ -443,12 +447,18 @@ mod tests {
         )
         .unwrap();
         host.write_atomic(Path::new("/etc/a"), b"3", 0o644).unwrap();
-        let out = Ledger::load(&host).unwrap().revert(&host, false).unwrap();
+        let out = Ledger::load(&host.reader())
+            .unwrap()
+            .revert(&host, false)
+            .unwrap();
         assert_eq!(out.kept.len(), 1);
         assert!(out.kept[0].1.contains("changed since the agent wrote it"));
         assert_eq!(host.read(Path::new("/etc/a")).unwrap().unwrap().bytes, b"3");
         // --force restores the original anyway.
-        let out = Ledger::load(&host).unwrap().revert(&host, true).unwrap();
+        let out = Ledger::load(&host.reader())
+            .unwrap()
+            .revert(&host, true)
+            .unwrap();
         assert_eq!(out.restored.len(), 1);
         assert_eq!(host.read(Path::new("/etc/a")).unwrap().unwrap().bytes, b"1");
     }
@@ -484,7 +494,10 @@ mod tests {
         let spec = &l.files[Path::new("/etc/cm/new/spec.json")];
         assert_eq!(spec.created_dirs, vec![PathBuf::from("/opt/cm-etc/new")]);
         assert_eq!(l.files[Path::new("/etc/c.toml")].link.as_deref(), Some(cm));
-        let out = Ledger::load(&host).unwrap().revert(&host, false).unwrap();
+        let out = Ledger::load(&host.reader())
+            .unwrap()
+            .revert(&host, false)
+            .unwrap();
         assert_eq!((out.restored.len(), out.removed.len()), (1, 1));
         let d = host.read(cm).unwrap().unwrap();
         assert_eq!((d.bytes.as_slice(), d.mode), (&b"v1"[..], 0o640));

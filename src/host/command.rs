@@ -1,7 +1,9 @@
 //! Running a host program with a deadline: a hung `dkms status` (a lock held by
-//! a stuck build, a slow NFS /usr/src) must not hold up a reconcile.
+//! a stuck build, a slow NFS /usr/src) must not hold up a reconcile. And a
+//! program's own parser on candidate files, in a private directory.
 
 use std::io::{self, Read};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -89,6 +91,37 @@ impl Host {
             stderr: err.join().unwrap_or_default(),
         }))
     }
+}
+
+/// The placeholder for the private directory in `run_on_copies`' texts and arguments.
+pub const SCRATCH: &str = "{scratch}";
+
+/// Runs `program` on copies of `texts`, written as `0.toml`, `1.toml`, … in a
+/// private directory that is removed afterwards (`SCRATCH` in a text or an
+/// argument names it; in the output it reads `<candidate>`). Nothing of the
+/// host is written: this is how a program's own parser judges candidate files.
+pub fn run_on_copies(program: &Path, texts: &[String], args: &[&str]) -> io::Result<Output> {
+    let dir = tempfile::tempdir()?;
+    let shown = dir.path().to_string_lossy().into_owned();
+    for (i, text) in texts.iter().enumerate() {
+        std::fs::write(
+            dir.path().join(format!("{i}.toml")),
+            text.replace(SCRATCH, &shown),
+        )?;
+    }
+    let args: Vec<String> = args.iter().map(|a| a.replace(SCRATCH, &shown)).collect();
+    let mut out = Command::new(program)
+        .args(&args)
+        .stdin(Stdio::null())
+        .output()?;
+    let hide = |b: &[u8]| {
+        String::from_utf8_lossy(b)
+            .replace(&shown, "<candidate>")
+            .into_bytes()
+    };
+    out.stdout = hide(&out.stdout);
+    out.stderr = hide(&out.stderr);
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -39,11 +39,6 @@ impl super::Host {
         }
         let socket = socket.to_owned();
         let shown = socket.display().to_string();
-        // Its own small runtime: a cycle's gather is synchronous.
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| format!("cannot start a runtime to ask {shown}: {e}"))?;
         let ask = async move {
             let channel = Endpoint::try_from("http://[::]")
                 .map_err(|e| e.to_string())?
@@ -74,7 +69,8 @@ impl super::Host {
                 .remove("config")
                 .ok_or_else(|| "CRI Status (verbose) returned no `config`".to_owned())
         };
-        rt.block_on(async { tokio::time::timeout(TIMEOUT, ask).await })
+        super::rt::block_on(async { tokio::time::timeout(TIMEOUT, ask).await })
+            .map_err(|e| format!("cannot ask {shown}: {e}"))?
             .map_err(|_| format!("{shown}: no CRI answer within {} s", TIMEOUT.as_secs()))?
             .map_err(|e| format!("{shown}: {e}"))
     }

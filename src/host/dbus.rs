@@ -75,10 +75,10 @@ trait Service {
     fn exec_main_start_timestamp(&self) -> zbus::Result<u64>;
 }
 
-/// A connection to the system bus with its own small runtime, so that the
-/// synchronous core (the CLI, the daemon's blocking reconcile) can use it.
+/// A connection to the system bus, used from the synchronous core (the CLI,
+/// the daemon's reconcile thread) through the process's one runtime.
 pub struct Dbus {
-    rt: tokio::runtime::Runtime,
+    rt: &'static tokio::runtime::Runtime,
     /// Replaced when the bus restarts (dbus.service restarted under us).
     conn: std::sync::Mutex<Connection>,
 }
@@ -106,10 +106,7 @@ impl Dbus {
 
     /// Connects to the system bus (`DBUS_SYSTEM_BUS_ADDRESS` or the default socket).
     pub fn system() -> Result<Dbus, SystemdError> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| SystemdError::Connect(e.to_string()))?;
+        let rt = super::rt::shared().map_err(SystemdError::Connect)?;
         let conn = rt
             .block_on(Connection::system())
             .map_err(|e| SystemdError::Connect(e.to_string()))?;

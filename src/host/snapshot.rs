@@ -8,6 +8,7 @@ use std::ops::Deref;
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use super::read::ReadHost;
 use super::service::{ServiceManager, SystemdError, UnitStatus};
 use super::stop::Stop;
 use super::{Host, HostError};
@@ -19,7 +20,7 @@ pub type ProcFile = &'static str;
 type Cache<K> = Mutex<HashMap<K, Option<Arc<str>>>>;
 
 pub struct Snapshot {
-    host: Host,
+    host: ReadHost,
     /// systemd, on the live host: unit states are read once per cycle too.
     manager: Option<Cached>,
     /// Why systemd could not be asked, on a live host without its bus.
@@ -43,9 +44,10 @@ pub type ProcRead = Result<Option<Arc<str>>, String>;
 /// `socket:[123]`, …); `Err` says why they could not be read (permission).
 pub type FdTargets = Result<Arc<[String]>, String>;
 
+/// Concerns read the host through the snapshot; they cannot write to it.
 impl Deref for Snapshot {
-    type Target = Host;
-    fn deref(&self) -> &Host {
+    type Target = ReadHost;
+    fn deref(&self) -> &ReadHost {
         &self.host
     }
 }
@@ -61,7 +63,7 @@ pub const OFED_INFO: &str = "/usr/bin/ofed_info";
 impl Snapshot {
     pub fn new(host: Host) -> Self {
         Snapshot {
-            host,
+            host: ReadHost::new(host),
             manager: None,
             manager_error: None,
             pids: OnceLock::new(),
@@ -92,18 +94,9 @@ impl Snapshot {
         self.manager_error.as_deref()
     }
 
-    pub fn host(&self) -> &Host {
-        &self.host
-    }
-
     /// systemd, when the agent acts on the live host and its bus answered.
     pub fn manager(&self) -> Option<&dyn ServiceManager> {
         self.manager.as_ref().map(|m| m as &dyn ServiceManager)
-    }
-
-    /// Live actions can follow from this cycle's decisions (systemd is there).
-    pub fn is_live(&self) -> bool {
-        self.manager.is_some()
     }
 
     /// Which containerd runs here (its unit, the config it reads, its process),

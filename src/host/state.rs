@@ -19,6 +19,9 @@ use nix::unistd::{UnlinkatFlags, unlinkat};
 
 use super::{Host, HostError, Result};
 
+/// The agent's own state: its ledger, journal, records and caches.
+pub const STATE_DIR: &str = "/var/lib/rdma-node-agent";
+
 /// See `Host::state_dir`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StateDir {

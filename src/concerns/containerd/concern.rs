@@ -7,7 +7,7 @@ use super::{CHECK_ID, Facts, SPEC_OWNER, check, decide, gather};
 use crate::config::Config;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::engine::ledger::Ledger;
-use crate::host::Host;
+use crate::host::read::ReadHost;
 use crate::host::snapshot::Snapshot;
 use crate::observe::Observation;
 use crate::reason::Reason;
@@ -17,7 +17,7 @@ pub struct Memlock;
 pub struct Gathered {
     facts: Facts,
     /// For paths in messages only (where a file is under `--root`).
-    host: Host,
+    host: ReadHost,
 }
 
 impl Concern for Memlock {
@@ -48,7 +48,7 @@ impl Concern for Memlock {
             })?;
         Ok(Gathered {
             facts,
-            host: snap.host().clone(),
+            host: (*snap).clone(),
         })
     }
 

@@ -91,7 +91,7 @@ pub fn gather(
             .iter()
             .map(|f| f.original.clone().unwrap_or_default())
             .collect();
-        Some(validate::view(&cfg.binary, &texts))
+        Some(validate::view(host, &cfg.binary, &texts))
     };
     if let Some(Ok(v)) = &dump_view {
         spec_paths_from_view(v, &mut referenced);
@@ -143,7 +143,7 @@ pub fn gather(
         specs.insert(p, entry);
     }
 
-    let (template_spec, template_source) = match host.run("ctr", &["oci", "spec"]) {
+    let (template_spec, template_source) = match host.query("ctr", &["oci", "spec"]) {
         Some(Ok(out)) if out.status.success() => match spec::template_from_ctr(&out.stdout) {
             Some(t) => (t, "ctr oci spec".to_owned()),
             None => builtin_template(),

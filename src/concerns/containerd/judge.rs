@@ -21,9 +21,6 @@ pub fn check(
     decision: &Result<Decision, &ContainerdError>,
     cfg: &ContainerdConfig,
 ) -> Check {
-    if !cfg.enabled {
-        return Check::new(CHECK_ID, Status::Skipped, "disabled in the agent config");
-    }
     let d = match decision {
         Err(e) => {
             return Check::new(CHECK_ID, e.status(cfg.required), e.to_string())

@@ -10,8 +10,9 @@ use super::effective::Effective;
 use super::toml::{ConfigFile, Version};
 use super::{ConfigSet, ContainerdError};
 use crate::config::ContainerdConfig;
+use crate::host::HostError;
+use crate::host::read::ReadHost;
 use crate::host::runtime::Distro;
-use crate::host::{Host, HostError};
 
 /// containerd ≥ 2.2 imports these by default when config.toml names no imports.
 const DEFAULT_V3_IMPORTS: &str = "/etc/containerd/conf.d/*.toml";
@@ -48,7 +49,11 @@ const BUNDLED: &[(&str, &str)] = &[
 /// The installed containerd's major version: `--version` of the containerd that
 /// runs here on the live host (a distribution's bundled one first), else the
 /// Debian package's version recorded under the root.
-pub(super) fn daemon_major(host: &Host, cfg: &ContainerdConfig, layout: &Layout) -> Option<u32> {
+pub(super) fn daemon_major(
+    host: &ReadHost,
+    cfg: &ContainerdConfig,
+    layout: &Layout,
+) -> Option<u32> {
     if let Some(v) = cfg.daemon_version {
         return Some(v);
     }
@@ -64,7 +69,7 @@ pub(super) fn daemon_major(host: &Host, cfg: &ContainerdConfig, layout: &Layout)
         .map(|(_, p)| (*p).to_owned())
         .chain(std::iter::once(binary));
     for bin in candidates {
-        if let Some(Ok(out)) = host.run(&bin, &["--version"]) {
+        if let Some(Ok(out)) = host.query(&bin, &["--version"]) {
             if out.status.success() {
                 // "containerd github.com/containerd/containerd 1.6.20~ds1 <commit>"
                 let text = String::from_utf8_lossy(&out.stdout);
@@ -84,7 +89,7 @@ fn major_of(v: &str) -> Option<u32> {
     v.split('.').next()?.parse().ok()
 }
 
-fn read_file(host: &Host, path: &Path) -> Result<ConfigFile, ContainerdError> {
+fn read_file(host: &ReadHost, path: &Path) -> Result<ConfigFile, ContainerdError> {
     // It names the files the agent edits and the spec paths it writes.
     let data = host.read_trusted(path, "a containerd config file")?;
     let (text, mode, modified) = match data {
@@ -119,7 +124,7 @@ pub fn version_of(file: &ConfigFile, shown: &Path) -> Result<Version, Containerd
 }
 
 /// The main file and, breadth-first as containerd loads them, its imports.
-pub fn load_set(host: &Host, main_path: &Path) -> Result<ConfigSet, ContainerdError> {
+pub fn load_set(host: &ReadHost, main_path: &Path) -> Result<ConfigSet, ContainerdError> {
     let mut main = read_file(host, main_path)?;
     if main.original.is_none() {
         // A new file must say its version: without one containerd reads version 1.
@@ -192,7 +197,7 @@ fn is_glob(s: &str) -> bool {
 /// the agent cannot edit: once an admin has added the spec to every handler in
 /// it by hand (so config.toml has it too), the agent only maintains the spec file.
 pub(super) fn load_rancher_template(
-    host: &Host,
+    host: &ReadHost,
     set: &ConfigSet,
     spec_path: &Path,
 ) -> Result<Option<ConfigSet>, ContainerdError> {
@@ -244,7 +249,7 @@ pub(super) fn load_rancher_template(
 
 /// microk8s's template: plain TOML whose `${SNAP_DATA}`-style placeholders are
 /// filled in by sed at each start of its containerd service.
-pub(super) fn load_microk8s_template(host: &Host) -> Result<ConfigSet, ContainerdError> {
+pub(super) fn load_microk8s_template(host: &ReadHost) -> Result<ConfigSet, ContainerdError> {
     let tmpl = Path::new(MICROK8S_DIR).join("containerd-template.toml");
     if !host.exists(&tmpl) {
         return Err(ContainerdError::Rancher(format!(

@@ -3,12 +3,13 @@
 
 use std::io;
 use std::path::Path;
-use std::process::Command;
 
 use toml_edit::{Array, DocumentMut, value};
 
 use super::ContainerdError;
 use super::toml::Version;
+use crate::host::command::{SCRATCH, run_on_copies};
+use crate::host::read::ReadHost;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Validation {
@@ -66,8 +67,9 @@ pub fn current_fails(binary: &Path, files: &[String]) -> Option<String> {
 
 /// containerd's own view of the files as they are (main first, in load order):
 /// `containerd config dump` by the installed containerd, parsed.
-pub fn view(binary: &Path, files: &[String]) -> Result<super::view::View, String> {
-    match dump(binary, files) {
+pub fn view(host: &ReadHost, binary: &Path, files: &[String]) -> Result<super::view::View, String> {
+    let run = |p: &Path, t: &[String], a: &[&str]| host.query_on_copies(p, t, a);
+    match dump_with(&run, binary, files) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Err(format!(
             "no containerd binary ({}) to run `config dump` with: install containerd or set `binary` under [containerd] in the agent config",
             binary.display()
@@ -84,46 +86,42 @@ pub fn view(binary: &Path, files: &[String]) -> Result<super::view::View, String
     }
 }
 
+/// How the dump runs: through the read-only view during a gather, directly
+/// (before a write) in the preflight.
+type Runner<'a> = &'a dyn Fn(&Path, &[String], &[&str]) -> io::Result<std::process::Output>;
+
 fn dump(binary: &Path, files: &[String]) -> io::Result<Result<String, String>> {
-    let dir = tempfile::tempdir()?;
+    dump_with(&run_on_copies, binary, files)
+}
+
+fn dump_with(run: Runner, binary: &Path, files: &[String]) -> io::Result<Result<String, String>> {
     let names: Vec<String> = (0..files.len())
-        .map(|i| {
-            dir.path()
-                .join(format!("{i}.toml"))
-                .to_string_lossy()
-                .into_owned()
+        .map(|i| format!("{SCRATCH}/{i}.toml"))
+        .collect();
+    let texts: Vec<String> = files
+        .iter()
+        .enumerate()
+        .map(|(i, text)| match text.parse::<DocumentMut>() {
+            // Let containerd report the syntax error in its own words.
+            Err(_) => text.clone(),
+            Ok(mut doc) => {
+                if doc.contains_key("imports") || i == 0 {
+                    let imports: Array = if i == 0 {
+                        names[1..].iter().map(String::as_str).collect()
+                    } else {
+                        Array::new()
+                    };
+                    doc["imports"] = value(imports);
+                }
+                doc.to_string()
+            }
         })
         .collect();
-    for (i, text) in files.iter().enumerate() {
-        let mut doc: DocumentMut = match text.parse() {
-            Ok(d) => d,
-            // Let containerd report the syntax error in its own words.
-            Err(_) => {
-                std::fs::write(&names[i], text)?;
-                continue;
-            }
-        };
-        if doc.contains_key("imports") || i == 0 {
-            let imports: Array = if i == 0 {
-                names[1..].iter().map(String::as_str).collect()
-            } else {
-                Array::new()
-            };
-            doc["imports"] = value(imports);
-        }
-        std::fs::write(&names[i], doc.to_string())?;
-    }
-    let out = Command::new(binary)
-        .arg("--config")
-        .arg(&names[0])
-        .args(["config", "dump"])
-        .output()?;
+    let out = run(binary, &texts, &["--config", &names[0], "config", "dump"])?;
     if out.status.success() {
         Ok(Ok(String::from_utf8_lossy(&out.stdout).into_owned()))
     } else {
-        let msg = String::from_utf8_lossy(&out.stderr)
-            .trim()
-            .replace(dir.path().to_string_lossy().as_ref(), "<candidate>");
+        let msg = String::from_utf8_lossy(&out.stderr).trim().to_owned();
         // containerd may quote a line of the file: never a credential.
         Ok(Err(crate::redact::redact(&msg).into_owned()))
     }

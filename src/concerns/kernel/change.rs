@@ -5,9 +5,8 @@ use std::cmp::Ordering;
 
 use serde_json::json;
 
-use super::{CHANGE, Facts, KernelState, state_path};
+use super::{CHANGE, Facts, KernelState};
 use crate::engine::check::{Check, Status};
-use crate::host::{Host, HostError};
 use crate::reason::Reason;
 
 /// Kernel releases in version order: digits compare as numbers (6.8.0-51 > 6.8.0-9).
@@ -135,11 +134,4 @@ pub fn check_change(f: &Facts) -> Check {
         Some(_) => Check::new(CHANGE, Status::Ok, format!("kernel {release}, unchanged")),
     }
     .with_details(details)
-}
-
-/// Records the kernel and boot the agent last ran on (atomic; the agent's own state).
-pub fn record(host: &Host, state: &KernelState) -> Result<(), HostError> {
-    let mut bytes = serde_json::to_vec_pretty(state).expect("state serializes");
-    bytes.push(b'\n');
-    host.state_write(&state_path(), &bytes, 0o644)
 }

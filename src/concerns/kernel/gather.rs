@@ -10,7 +10,8 @@ use super::{
     state_path,
 };
 use crate::config::KernelConfig;
-use crate::host::{Host, HostError};
+use crate::host::HostError;
+use crate::host::read::ReadHost;
 
 const MODULES: &str = "/lib/modules";
 const DKMS_TREE: &str = "/var/lib/dkms";
@@ -21,7 +22,7 @@ pub(crate) const DKMS_DESTS: &[&str] = &["updates/dkms", "updates", "extra"];
 /// /usr/src). `ofed_info` gets the same bound.
 const DKMS_STATUS_TIMEOUT: Duration = Duration::from_secs(10);
 
-pub fn gather(host: &Host, cfg: &KernelConfig) -> Result<Facts, HostError> {
+pub fn gather(host: &ReadHost, cfg: &KernelConfig) -> Result<Facts, HostError> {
     let trimmed = |p: &str| -> Result<Option<String>, HostError> {
         Ok(host
             .read_string(Path::new(p))?
@@ -84,7 +85,7 @@ pub fn gather(host: &Host, cfg: &KernelConfig) -> Result<Facts, HostError> {
 
     let (dkms_modules, dkms) = dkms_tree(host)?;
     let dkms_status = host
-        .run_bounded("dkms", &["status"], DKMS_STATUS_TIMEOUT)
+        .query_bounded("dkms", &["status"], DKMS_STATUS_TIMEOUT)
         .map(|r| match r {
             Ok(out) if out.status.success() => {
                 Ok(parse_dkms_status(&String::from_utf8_lossy(&out.stdout)))
@@ -97,7 +98,7 @@ pub fn gather(host: &Host, cfg: &KernelConfig) -> Result<Facts, HostError> {
             Err(e) => Err(e.to_string()),
         });
 
-    let driver = match host.run_bounded("ofed_info", &["-s"], DKMS_STATUS_TIMEOUT) {
+    let driver = match host.query_bounded("ofed_info", &["-s"], DKMS_STATUS_TIMEOUT) {
         Some(Ok(out)) if out.status.success() => Some(
             String::from_utf8_lossy(&out.stdout)
                 .trim()
@@ -139,7 +140,7 @@ const BUILTIN_INTERFACES: &[(&str, &str)] = &[
 /// Why the running kernel shows module `m` as built in, if it does: a
 /// /sys/module directory without `initstate` (a loaded module has one), or an
 /// interface only it provides. Only asked for modules not in /proc/modules.
-fn builtin_evidence(host: &Host, m: &str) -> Option<String> {
+fn builtin_evidence(host: &ReadHost, m: &str) -> Option<String> {
     let dir = Path::new("/sys/module").join(m);
     if host.is_dir(&dir) && !host.exists(&dir.join("initstate")) {
         return Some(format!("{} has no initstate", dir.display()));
@@ -152,7 +153,7 @@ fn builtin_evidence(host: &Host, m: &str) -> Option<String> {
 }
 
 fn module_tree(
-    host: &Host,
+    host: &ReadHost,
     release: &str,
     required: &BTreeSet<String>,
 ) -> Result<ModuleTree, HostError> {
@@ -229,7 +230,7 @@ type Added = BTreeMap<String, BTreeSet<String>>;
 /// added; `<m>/<v>/<k>/<arch>/module/*.ko*` once built; the link
 /// `<m>/kernel-<k>-<arch>` → `<v>/<k>/<arch>` once installed, its files copied
 /// to /lib/modules/<k>/<dest>/ (compared here as `dkms status` does).
-fn dkms_tree(host: &Host) -> Result<(Added, Vec<DkmsBuild>), HostError> {
+fn dkms_tree(host: &ReadHost) -> Result<(Added, Vec<DkmsBuild>), HostError> {
     let mut added = BTreeMap::new();
     let mut builds = Vec::new();
     for module in host.list_dir(Path::new(DKMS_TREE))? {
@@ -283,7 +284,7 @@ fn dkms_tree(host: &Host) -> Result<(Added, Vec<DkmsBuild>), HostError> {
 
 /// Installed: every built file has a byte-identical copy in the kernel's tree.
 fn compare_installed(
-    host: &Host,
+    host: &ReadHost,
     built: &Path,
     kernel: &str,
     files: &[String],

@@ -24,9 +24,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::ledger::STATE_DIR;
+use crate::host::state::STATE_DIR;
 
-pub use change::{changed_from, check_change, compare_releases, next_state, record};
+pub use change::{changed_from, check_change, compare_releases, next_state};
 pub use dkms::{
     BuildState, DkmsBuild, DkmsLine, DkmsState, check_dkms, hold_back_reasons, parse_dkms_status,
 };

@@ -294,7 +294,7 @@ fn corrupt_state_is_unknown_not_a_first_run() {
     let state = host.path(&super::state_path());
     std::fs::create_dir_all(state.parent().unwrap()).unwrap();
     std::fs::write(&state, "{\"release\": \"6.8.0-31-gen").unwrap();
-    let f = super::gather::gather(&host, &KernelConfig::default()).unwrap();
+    let f = super::gather::gather(&host.reader(), &KernelConfig::default()).unwrap();
     let c = check_change(&f);
     assert_eq!(c.status, Status::Unknown, "{}", c.message);
     assert!(

@@ -131,9 +131,6 @@ pub fn decide(facts: &[UnitFacts], cfg: &SystemdConfig) -> Plan {
 }
 
 pub fn check(facts: &[UnitFacts], cfg: &SystemdConfig) -> Check {
-    if !cfg.enabled {
-        return Check::new(CHECK_ID, Status::Skipped, "disabled in the agent config");
-    }
     let want = content(cfg.memlock);
     let mut problems: Vec<(Status, Reason, String)> = Vec::new();
     for f in facts {

@@ -331,7 +331,7 @@ fn dropins(f: &UnitFile) -> String {
 
 /// The installed containerd package (`containerd` or `containerd.io`) and its
 /// version, from the dpkg database under the root.
-pub fn dpkg_containerd(host: &super::Host) -> Option<(String, String)> {
+pub fn dpkg_containerd(host: &super::read::ReadHost) -> Option<(String, String)> {
     let status = host.read_string(Path::new("/var/lib/dpkg/status")).ok()??;
     status.split("\n\n").find_map(|stanza| {
         let field = |name: &str| {

@@ -6,7 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::host::{Dir, Host, HostError};
+use crate::host::read::ReadHost;
+use crate::host::{Dir, HostError};
 
 const CLASS: &str = "/sys/class/infiniband";
 
@@ -73,7 +74,7 @@ fn read(dir: &Dir, rel: &str) -> Read {
 
 /// Every device under /sys/class/infiniband (none when the class is absent:
 /// no RDMA driver loaded). Each device's problems stay with it.
-pub fn gather(host: &Host) -> Result<Vec<RawDevice>, HostError> {
+pub fn gather(host: &ReadHost) -> Result<Vec<RawDevice>, HostError> {
     let names = host.list_dir(Path::new(CLASS))?;
     if names.is_empty() {
         return Ok(Vec::new());
@@ -115,7 +116,7 @@ pub fn gather(host: &Host) -> Result<Vec<RawDevice>, HostError> {
 /// Below this many devices per thread, starting threads costs more than it saves.
 const DEVICES_PER_WORKER: usize = 128;
 
-fn gather_device(host: &Host, class: Option<&Dir>, name: String) -> RawDevice {
+fn gather_device(host: &ReadHost, class: Option<&Dir>, name: String) -> RawDevice {
     let mut raw = RawDevice::new(name);
     // Opened once: the files below are read relative to it, not re-walked from the root.
     let dir = match class.and_then(|c| c.open_link(&raw.name, None)) {
@@ -197,7 +198,7 @@ fn on_pci(p: &Path) -> bool {
 }
 
 /// The PCI function behind `device` (a link), when it has no `net/`.
-fn gather_function(host: &Host, device: &Path, raw: &mut RawDevice) {
+fn gather_function(host: &ReadHost, device: &Path, raw: &mut RawDevice) {
     match host.open_dir(device) {
         Ok(Ok(dev)) if on_pci(dev.path()) => {
             raw.pci = dev

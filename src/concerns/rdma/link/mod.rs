@@ -64,7 +64,7 @@ impl Concern for Link {
     }
 
     fn gather(&self, snap: &Snapshot, _cfg: &Config) -> Result<Facts, GatherError> {
-        let host = snap.host();
+        let host = snap;
         let history = match host.state_read(Path::new(HISTORY_PATH)) {
             Ok(None) => Ok(History::default()),
             Ok(Some(b)) => serde_json::from_slice::<History>(&b)

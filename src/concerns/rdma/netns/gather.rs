@@ -105,7 +105,7 @@ pub fn namespaces(host: &Snapshot) -> Result<Vec<Namespace>, HostError> {
     Ok(out)
 }
 
-fn plugin_sockets(host: &Host, patterns: &[String]) -> Result<Vec<PathBuf>, HostError> {
+fn plugin_sockets(host: &ReadHost, patterns: &[String]) -> Result<Vec<PathBuf>, HostError> {
     let patterns: Vec<glob::Pattern> = patterns
         .iter()
         .filter_map(|p| glob::Pattern::new(p).ok())

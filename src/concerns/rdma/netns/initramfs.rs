@@ -8,7 +8,6 @@
 use serde::{Deserialize, Serialize};
 
 use super::*;
-use crate::engine::ledger::STATE_DIR;
 use crate::host::state::FileStamp;
 
 /// One answer per host: the running kernel's image.
@@ -24,16 +23,12 @@ struct Listed {
     has_agent_file: bool,
 }
 
-fn cache_path() -> PathBuf {
-    Path::new(STATE_DIR).join(CACHE_FILE)
-}
-
 /// Lists the initramfs of the running kernel with the tool of the distribution
 /// whose image is there (initramfs-tools or dracut). `Err`: the tool failed, so
 /// whether ib_core loads from it is unknown. `Ok(None)`: not the live host (a
 /// tree's tools cannot be trusted to match it), no image or no tool.
 pub(super) fn initramfs(
-    host: &Host,
+    host: &ReadHost,
     release: &str,
     agent_file: &Path,
 ) -> Result<Option<Initramfs>, String> {
@@ -41,14 +36,14 @@ pub(super) fn initramfs(
         return Ok(None);
     }
     listed(host, release, agent_file, &|tool, image| {
-        host.run(tool, &[image])
+        host.query(tool, &[image])
     })
 }
 
 type Run<'a> = dyn Fn(&str, &str) -> Option<std::io::Result<std::process::Output>> + 'a;
 
 fn listed(
-    host: &Host,
+    host: &ReadHost,
     release: &str,
     agent_file: &Path,
     run: &Run,
@@ -116,7 +111,7 @@ fn listed(
             };
             // A cache: a state directory that cannot be written only costs the next listing.
             if let Ok(bytes) = serde_json::to_vec_pretty(&listed) {
-                if let Err(e) = host.state_write(&cache_path(), &bytes, 0o600) {
+                if let Err(e) = host.cache_put(CACHE_FILE, &bytes) {
                     tracing::debug!("initramfs listing not cached: {e}");
                 }
             }
@@ -128,14 +123,14 @@ fn listed(
 
 /// The cached answer for this image, tool and agent file, if the image is the one listed.
 fn cached(
-    host: &Host,
+    host: &ReadHost,
     tool: &str,
     image: &str,
     stamp: Option<&FileStamp>,
     agent_file: &Path,
 ) -> Option<Listed> {
     let stamp = stamp?;
-    let bytes = host.state_read(&cache_path()).ok().flatten()?;
+    let bytes = host.cache_get(CACHE_FILE).ok().flatten()?;
     let listed: Listed = serde_json::from_slice(&bytes).ok()?;
     (listed.tool == tool
         && listed.image == image
@@ -156,12 +151,12 @@ mod tests {
     const AGENT: &str = "/etc/modprobe.d/rdma-node-agent.conf";
 
     /// A node tree with an initramfs image, and a listing tool that counts its runs.
-    fn node() -> (tempfile::TempDir, Host, PathBuf) {
+    fn node() -> (tempfile::TempDir, ReadHost, PathBuf) {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("boot")).unwrap();
         let image = dir.path().join(format!("boot/initrd.img-{RELEASE}"));
         std::fs::write(&image, "one").unwrap();
-        let host = Host::new(dir.path());
+        let host = crate::host::Host::new(dir.path()).reader();
         (dir, host, image)
     }
 
@@ -242,7 +237,7 @@ mod tests {
         );
         listed(&host, RELEASE, agent, &fails).unwrap_err();
         assert_eq!(runs.get(), 2, "a failure is asked again");
-        assert!(host.state_read(&cache_path()).unwrap().is_none());
+        assert!(host.cache_get(CACHE_FILE).unwrap().is_none());
     }
 
     #[test]

@@ -18,10 +18,11 @@ use crate::config::rdma::{InitramfsPolicy, PluginPolicy, RdmaConfig};
 use crate::engine::check::{Check, Status};
 use crate::engine::outcome::ActionStatus;
 use crate::engine::plan::{Action, ActionKind, FileChange, Plan};
+use crate::host::HostError;
 use crate::host::netlink::{NetlinkError, NetnsMode, RdmaNetlink};
 use crate::host::procfs;
+use crate::host::read::ReadHost;
 use crate::host::snapshot::Snapshot;
-use crate::host::{Host, HostError};
 
 pub const CHECK_ID: &str = "rdma.netns";
 pub const OWNER: &str = "rdma-netns";

@@ -309,7 +309,7 @@ fn proc_node() -> tempfile::TempDir {
 #[test]
 fn live_set_outcomes() {
     let t = proc_node();
-    let host = Snapshot::new(Host::new(t.path()));
+    let host = Snapshot::new(crate::host::Host::new(t.path()));
     let c = cfg(NetnsSetting::Exclusive);
     let run = |set| {
         set_live(
@@ -372,7 +372,7 @@ fn bind_mounted_namespaces_are_named_by_their_mount_point() {
     // the process: only the Docker-style mount is added.
     let t = proc_node();
     std::fs::write(t.path().join("proc/1/mountinfo"), mountinfo).unwrap();
-    let host = Snapshot::new(Host::new(t.path()));
+    let host = Snapshot::new(crate::host::Host::new(t.path()));
     assert_eq!(
         describe(&namespaces(&host).unwrap()),
         "net:[4026532451] (pid 4301 ib_write_bw in cri-containerd-0f3a.scope); \
