@@ -29,6 +29,10 @@ declare -A packages=(
     [depmod]=kmod
     [dkms]=dkms
     [promtool]=prometheus
+    # tests/fleet.rs: a real Prometheus scraping 200 agents, its API behind TLS
+    # (a test CA made with openssl) and basic auth.
+    [prometheus]=prometheus
+    [openssl]=openssl
     [prometheus-node-exporter]=prometheus-node-exporter
     # tests/only_scope.rs proves `check --only` on the binary's system calls.
     [strace]=strace

@@ -13,6 +13,7 @@ pub mod config;
 pub mod daemon;
 pub mod engine;
 pub mod fleet;
+pub mod fleetview;
 pub mod host;
 pub mod observe;
 pub mod outputs;

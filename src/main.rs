@@ -87,9 +87,12 @@ enum Command {
         #[arg(long)]
         no_control: bool,
     },
+    Fleet(rdma_node_agent::fleetview::cli::FleetArgs),
     /// Write the man page and shell completions generated from this CLI into DIR (for packaging).
     #[command(hide = true)]
-    GenerateAssets { dir: PathBuf },
+    GenerateAssets {
+        dir: PathBuf,
+    },
     /// Restore every file the agent changed to its original bytes and remove what it created.
     Revert {
         #[arg(long)]
@@ -213,6 +216,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             generate_assets(dir)?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Fleet(args) => Ok(ExitCode::from(rdma_node_agent::fleetview::cli::run(args))),
         Command::Status { json, listen } => status(&cli, *json, listen.as_deref()),
         Command::Selftest {
             device,
@@ -300,7 +304,7 @@ fn status(cli: &Cli, json: bool, listen: Option<&str>) -> anyhow::Result<ExitCod
         anyhow::bail!("status speaks TCP only; query {addr} with `curl --unix-socket`");
     }
     let url = format!("http://{addr}/status");
-    let client = reqwest::blocking::Client::builder()
+    let client = rdma_node_agent::host::http_client::blocking_builder()
         .timeout(std::time::Duration::from_secs(5))
         .build()?;
     let resp = client.get(&url).send().with_context(|| {

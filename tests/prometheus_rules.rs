@@ -9,49 +9,12 @@ mod support;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::*;
 
 fn rules_file() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/prometheus/rdma-node-agent-rules.yml")
-}
-
-/// `serve` on a tree; the text exposition of its first reconcile.
-fn scrape(root: &Path) -> String {
-    let addr = free_addr();
-    let mut d = Command::new(env!("CARGO_BIN_EXE_rdma-node-agent"))
-        .arg("--root")
-        .arg(root)
-        .args(["serve", "--listen", &addr])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    let metrics = loop {
-        let got = std::net::TcpStream::connect(&addr).ok().and_then(|mut s| {
-            use std::io::Read;
-            write!(
-                s,
-                "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-            )
-            .ok()?;
-            let mut b = String::new();
-            s.read_to_string(&mut b).ok()?;
-            b.starts_with("HTTP/1.1 200")
-                .then(|| b.split_once("\r\n\r\n").unwrap().1.to_owned())
-        });
-        if let Some(m) = got {
-            break m;
-        }
-        assert!(start.elapsed() < Duration::from_secs(10), "no /metrics");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let _ = d.kill();
-    let _ = d.wait();
-    metrics
 }
 
 fn promtool(args: &[&str], stdin: &str) -> std::process::Output {
@@ -97,7 +60,7 @@ fn broken() -> tempfile::TempDir {
 #[test]
 fn promtool_check_metrics_is_clean() {
     for t in [healthy(), broken(), node("v100")] {
-        let text = scrape(t.path());
+        let text = scrape_metrics(t.path());
         let o = promtool(&["check", "metrics"], &text);
         assert!(
             o.status.success() && o.stdout.is_empty() && o.stderr.is_empty(),
@@ -180,12 +143,12 @@ fn promtool_test_rules_fire_on_trouble_and_stay_silent_when_healthy() {
             .clone()
     };
     let (ok, bad) = (healthy(), broken());
-    let mut input = series(&scrape(ok.path()), "ok-node", false);
-    input.extend(series(&scrape(bad.path()), "bad-node", false));
-    input.extend(series(&scrape(ok.path()), "stuck-node", true));
+    let mut input = series(&scrape_metrics(ok.path()), "ok-node", false);
+    input.extend(series(&scrape_metrics(bad.path()), "bad-node", false));
+    input.extend(series(&scrape_metrics(ok.path()), "stuck-node", true));
     // A healthy node whose next kernel lacks its DKMS install (the one value changed).
     input.extend(series_with(
-        &scrape(ok.path()),
+        &scrape_metrics(ok.path()),
         "held-node",
         false,
         &[("rdma_node_agent_reboot_held_back", "1")],
@@ -257,7 +220,7 @@ fn rules_use_only_exported_metrics() {
         .output()
         .expect("promtool");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
-    let metrics = scrape(node("v100").path());
+    let metrics = scrape_metrics(node("v100").path());
     let mut alerts = 0;
     for line in rules
         .lines()

@@ -22,6 +22,9 @@ _rdma__node__agent() {
             rdma__node__agent,check)
                 cmd="rdma__node__agent__subcmd__check"
                 ;;
+            rdma__node__agent,fleet)
+                cmd="rdma__node__agent__subcmd__fleet"
+                ;;
             rdma__node__agent,generate-assets)
                 cmd="rdma__node__agent__subcmd__generate__subcmd__assets"
                 ;;
@@ -48,6 +51,9 @@ _rdma__node__agent() {
                 ;;
             rdma__node__agent__subcmd__help,check)
                 cmd="rdma__node__agent__subcmd__help__subcmd__check"
+                ;;
+            rdma__node__agent__subcmd__help,fleet)
+                cmd="rdma__node__agent__subcmd__help__subcmd__fleet"
                 ;;
             rdma__node__agent__subcmd__help,generate-assets)
                 cmd="rdma__node__agent__subcmd__help__subcmd__generate__subcmd__assets"
@@ -77,7 +83,7 @@ _rdma__node__agent() {
 
     case "${cmd}" in
         rdma__node__agent)
-            opts="-h -V --root --config --help --version check plan apply serve status selftest generate-assets revert help"
+            opts="-h -V --root --config --help --version check plan apply serve status selftest fleet generate-assets revert help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -146,6 +152,64 @@ _rdma__node__agent() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        rdma__subcmd__node__subcmd__agent__subcmd__fleet)
+            opts="-h --prometheus --bearer-token-file --basic-auth-user --basic-auth-password-file --ca-file --insecure-skip-verify --node-label --json --timeout --flap-window --flap-threshold --root --config --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --prometheus)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --bearer-token-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --basic-auth-user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --basic-auth-password-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --node-label)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --flap-window)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --flap-threshold)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --root)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         rdma__subcmd__node__subcmd__agent__subcmd__generate__subcmd__assets)
             opts="-h --root --config --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -169,7 +233,7 @@ _rdma__node__agent() {
             return 0
             ;;
         rdma__subcmd__node__subcmd__agent__subcmd__help)
-            opts="check plan apply serve status selftest generate-assets revert help"
+            opts="check plan apply serve status selftest fleet generate-assets revert help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -197,6 +261,20 @@ _rdma__node__agent() {
             return 0
             ;;
         rdma__subcmd__node__subcmd__agent__subcmd__help__subcmd__check)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        rdma__subcmd__node__subcmd__agent__subcmd__help__subcmd__fleet)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

@@ -4,11 +4,14 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 pub mod abuse;
+pub mod agents;
 pub mod artefacts;
 pub mod containerd;
 pub mod cri;
+pub mod fleet;
 pub mod nspawn;
 pub mod pcie;
+pub mod prometheus;
 pub mod service;
 pub mod sysfs;
 
@@ -16,7 +19,8 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 pub fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
@@ -162,4 +166,41 @@ pub fn free_addr() -> String {
 /// A finished process's exit code (tests never see one killed by a signal).
 pub fn code(o: &Output) -> i32 {
     o.status.code().unwrap()
+}
+
+/// `serve` on a tree; the text exposition of its first reconcile.
+pub fn scrape_metrics(root: &Path) -> String {
+    use std::io::Write;
+    let addr = free_addr();
+    let mut d = Command::new(env!("CARGO_BIN_EXE_rdma-node-agent"))
+        .arg("--root")
+        .arg(root)
+        .args(["serve", "--listen", &addr])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let metrics = loop {
+        let got = std::net::TcpStream::connect(&addr).ok().and_then(|mut s| {
+            use std::io::Read;
+            write!(
+                s,
+                "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            )
+            .ok()?;
+            let mut b = String::new();
+            s.read_to_string(&mut b).ok()?;
+            b.starts_with("HTTP/1.1 200")
+                .then(|| b.split_once("\r\n\r\n").unwrap().1.to_owned())
+        });
+        if let Some(m) = got {
+            break m;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "no /metrics");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let _ = d.kill();
+    let _ = d.wait();
+    metrics
 }

@@ -1,0 +1,324 @@
+//! The table `fleet` prints for people; `--json` prints the `Report` itself.
+
+use std::fmt::Write;
+use std::time::Duration;
+
+use super::{Report, Settings, duration};
+
+/// Columns padded to their widest cell, two spaces apart, indented.
+fn table(out: &mut String, head: &[&str], rows: &[Vec<String>]) {
+    let mut w: Vec<usize> = head.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            w[i] = w[i].max(c.chars().count());
+        }
+    }
+    let line = |out: &mut String, cells: &[String]| {
+        let mut l = String::from("  ");
+        for (i, c) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                l.push_str(c);
+            } else {
+                let _ = write!(l, "{c:<width$}  ", width = w[i]);
+            }
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(
+        out,
+        &head.iter().map(|h| (*h).to_owned()).collect::<Vec<_>>(),
+    );
+    for r in rows {
+        line(out, r);
+    }
+}
+
+fn section(out: &mut String, title: &str, head: &[&str], rows: Vec<Vec<String>>) {
+    let _ = writeln!(
+        out,
+        "\n{title}:{}",
+        if rows.is_empty() { " none" } else { "" }
+    );
+    if !rows.is_empty() {
+        table(out, head, &rows);
+    }
+}
+
+fn gbps(v: f64) -> String {
+    if v.fract() == 0.0 {
+        format!("{v:.0} Gb/s")
+    } else {
+        format!("{v:.1} Gb/s")
+    }
+}
+
+/// "12m ago" from Unix seconds.
+fn ago(ts: f64, now: f64) -> String {
+    let s = (now - ts).max(0.0) as u64;
+    match s {
+        s if s < 120 => format!("{s}s ago"),
+        s if s < 7200 => format!("{}m ago", s / 60),
+        s if s < 172_800 => format!("{}h ago", s / 3600),
+        s => format!("{}d ago", s / 86_400),
+    }
+}
+
+/// At most `max` names, then how many more (the JSON has them all).
+fn names(v: &[String], max: usize) -> String {
+    if v.len() <= max {
+        v.join(", ")
+    } else {
+        format!("{}, … {} more", v[..max].join(", "), v.len() - max)
+    }
+}
+
+/// The whole report; `now` (Unix seconds) dates the last flaps.
+pub fn text(r: &Report, url: &str, set: &Settings, took: Duration, now: f64) -> String {
+    let mut out = String::new();
+    let window = duration::show(set.flap_window);
+    let _ = writeln!(
+        out,
+        "{} node(s) report to {url}: {} ready, {} not ready, {} not reporting ({:.2} s)",
+        r.nodes,
+        r.ready,
+        r.nodes - r.ready,
+        r.not_reporting.len(),
+        took.as_secs_f64()
+    );
+    let group_rows = |groups: &[super::ReasonGroup], max: usize| {
+        groups
+            .iter()
+            .map(|g| {
+                vec![
+                    g.reason.clone(),
+                    g.checks.join(","),
+                    g.count.to_string(),
+                    names(&g.nodes, max),
+                ]
+            })
+            .collect::<Vec<_>>()
+    };
+    section(
+        &mut out,
+        "Not ready, by reason",
+        &["REASON", "CHECKS", "NODES", "NAMES"],
+        group_rows(&r.not_ready, usize::MAX),
+    );
+    section(
+        &mut out,
+        &format!("Not reporting (a sample within {window}, none now)"),
+        &["NODE"],
+        r.not_reporting.iter().map(|n| vec![n.clone()]).collect(),
+    );
+    section(
+        &mut out,
+        "Firmware minority, per board id",
+        &["NODE", "DEVICE", "BOARD_ID", "FW_VER", "MAJORITY"],
+        r.firmware_minority
+            .iter()
+            .map(|o| {
+                vec![
+                    o.node.clone(),
+                    o.device.clone(),
+                    o.board_id.clone(),
+                    o.fw_ver.clone(),
+                    o.majority.join(" | "),
+                ]
+            })
+            .collect(),
+    );
+    section(
+        &mut out,
+        "Ports below their cohort's rate (median of ACTIVE ports of the board id and link layer)",
+        &[
+            "NODE",
+            "DEVICE",
+            "PORT",
+            "BOARD_ID",
+            "LINK_LAYER",
+            "RATE",
+            "COHORT",
+        ],
+        r.ports_below_cohort_rate
+            .iter()
+            .map(|p| {
+                vec![
+                    p.node.clone(),
+                    p.device.clone(),
+                    p.port.clone(),
+                    p.board_id.clone(),
+                    p.link_layer.clone(),
+                    gbps(p.rate_gbps),
+                    gbps(p.cohort_gbps),
+                ]
+            })
+            .collect(),
+    );
+    section(
+        &mut out,
+        "MTU differing within a fabric",
+        &[
+            "NODE", "DEVICE", "PORT", "FABRIC", "MTU", "VALUE", "MAJORITY",
+        ],
+        r.mtu_mismatch
+            .iter()
+            .map(|o| {
+                vec![
+                    o.node.clone(),
+                    o.device.clone(),
+                    o.port.clone(),
+                    o.fabric.clone(),
+                    o.which.clone(),
+                    o.mtu.clone(),
+                    o.majority.join(" | "),
+                ]
+            })
+            .collect(),
+    );
+    section(
+        &mut out,
+        "Settings differing from the fleet's majority",
+        &["NODE", "SETTING", "VALUE", "MAJORITY"],
+        r.setting_minority
+            .iter()
+            .map(|o| {
+                vec![
+                    o.node.clone(),
+                    o.setting.clone(),
+                    o.value.clone(),
+                    o.majority.join(" | "),
+                ]
+            })
+            .collect(),
+    );
+    section(
+        &mut out,
+        "Kubelet advertises no RDMA device while ports are ACTIVE",
+        &["NODE", "ACTIVE_PORTS"],
+        r.kubelet_rdma_zero
+            .iter()
+            .map(|k| vec![k.node.clone(), k.active_ports.to_string()])
+            .collect(),
+    );
+    section(
+        &mut out,
+        &format!(
+            "Link flapping (more than {} flaps in {window})",
+            set.flap_threshold
+        ),
+        &["NODE", "DEVICE", "PORT", "FLAPS", "LAST_FLAP"],
+        r.link_flapping
+            .iter()
+            .map(|f| {
+                vec![
+                    f.node.clone(),
+                    f.device.clone(),
+                    f.port.clone(),
+                    format!("{:.0}", f.flaps),
+                    f.last_flap_timestamp_seconds
+                        .map_or("-".into(), |t| ago(t, now)),
+                ]
+            })
+            .collect(),
+    );
+    if !r.warnings.is_empty() {
+        section(
+            &mut out,
+            "Warnings on ready nodes (not counted as problems)",
+            &["REASON", "CHECKS", "NODES", "NAMES"],
+            group_rows(&r.warnings, 5),
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n{}",
+        if r.problem_nodes.is_empty() {
+            format!("Every node is fine ({} node(s)).", r.nodes)
+        } else {
+            format!(
+                "{} node(s) need attention: {}",
+                r.problem_nodes.len(),
+                r.problem_nodes.join(", ")
+            )
+        }
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleetview::{Flapper, ReasonGroup};
+
+    #[test]
+    fn the_table_names_every_problem_and_says_none_for_empty_sections() {
+        let r = Report {
+            nodes: 3,
+            ready: 2,
+            not_ready: vec![ReasonGroup {
+                reason: "port_down".into(),
+                checks: vec!["rdma.devices".into()],
+                count: 1,
+                nodes: vec!["node-7".into()],
+            }],
+            not_reporting: vec![],
+            firmware_minority: vec![],
+            ports_below_cohort_rate: vec![],
+            mtu_mismatch: vec![],
+            setting_minority: vec![],
+            kubelet_rdma_zero: vec![],
+            link_flapping: vec![Flapper {
+                node: "node-12".into(),
+                device: "mlx5_0".into(),
+                port: "1".into(),
+                flaps: 4.02,
+                last_flap_timestamp_seconds: Some(1000.0),
+            }],
+            warnings: vec![],
+            problem_nodes: vec!["node-7".into(), "node-12".into()],
+        };
+        let set = Settings {
+            node_label: "node".into(),
+            flap_threshold: 3.0,
+            flap_window: Duration::from_secs(3600),
+        };
+        let t = text(
+            &r,
+            "http://p:9090/",
+            &set,
+            Duration::from_millis(120),
+            1600.0,
+        );
+        assert!(t.starts_with(
+            "3 node(s) report to http://p:9090/: 2 ready, 1 not ready, 0 not reporting (0.12 s)\n"
+        ));
+        assert!(t.contains(
+            "Not ready, by reason:\n  REASON     CHECKS        NODES  NAMES\n  port_down  rdma.devices  1      node-7\n"
+        ), "{t}");
+        assert!(
+            t.contains("\nFirmware minority, per board id: none\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("Link flapping (more than 3 flaps in 1h):\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("  node-12  mlx5_0  1     4      10m ago\n"),
+            "{t}"
+        );
+        assert!(
+            t.ends_with("\n2 node(s) need attention: node-7, node-12\n"),
+            "{t}"
+        );
+        assert!(!t.contains("Warnings"));
+    }
+
+    #[test]
+    fn long_name_lists_are_cut_only_where_asked() {
+        let v: Vec<String> = (1..=7).map(|i| format!("n{i}")).collect();
+        assert_eq!(names(&v, 5), "n1, n2, n3, n4, n5, … 2 more");
+        assert_eq!(names(&v, usize::MAX), v.join(", "));
+    }
+}
