@@ -2,7 +2,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rdma_node_agent::concerns::pods;
+use rdma_node_agent::host::kubepods;
 use rdma_node_agent::host::limit::Limit;
 use rdma_node_agent::host::procfs;
 
@@ -13,6 +13,6 @@ fuzz_target!(|data: &[u8]| {
     let _ = procfs::parse_limit(text, procfs::MEMLOCK_ROW);
     let _ = procfs::parse_start_ticks(text);
     let _ = procfs::parse_boot_time(text);
-    let _ = pods::parse_cgroup(text);
+    let _ = kubepods::parse_cgroup(text);
     let _ = Limit::parse(text);
 });
