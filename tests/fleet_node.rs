@@ -10,36 +10,33 @@ mod support;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use support::serve::Serve;
 use support::*;
 
 const STATE: &str = "sys/class/infiniband/mlx5_0/ports/1/state";
 const DOWNED: &str = "sys/class/infiniband/mlx5_0/ports/1/counters/link_downed";
 const BOOT_ID: &str = "proc/sys/kernel/random/boot_id";
 
-struct Serve {
-    child: Child,
-    addr: String,
+/// `serve` on the tree, once its first reconcile is published.
+fn serve(root: &Path) -> Serve {
+    let s = Serve::start(root);
+    s.wait_reconciles(1);
+    s
 }
 
-impl Serve {
-    fn start(root: &Path) -> Serve {
-        let addr = free_addr();
-        let child = Command::new(env!("CARGO_BIN_EXE_rdma-node-agent"))
-            .arg("--root")
-            .arg(root)
-            .args(["serve", "--listen", &addr])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let s = Serve { child, addr };
-        s.wait_reconciles(1);
-        s
-    }
+/// What these tests ask of the daemon besides starting it.
+trait Daemon {
+    fn metrics(&self) -> String;
+    fn reconciles(&self) -> u64;
+    fn wait_reconciles(&self, n: u64);
+    fn reconcile(&self);
+    fn flaps(&self) -> u64;
+}
 
+impl Daemon for Serve {
     fn metrics(&self) -> String {
         get(&self.addr, "/metrics")
     }
@@ -93,13 +90,6 @@ impl Serve {
     }
 }
 
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn get(addr: &str, path: &str) -> String {
     // Not listening yet: nothing to read.
     let Ok(mut s) = TcpStream::connect(addr) else {
@@ -144,7 +134,7 @@ fn flaps_are_counted_kept_across_restarts_and_reboots() {
     );
     set(root, BOOT_ID, "1b5a3c0e-0000-4000-8000-000000000001\n");
     set(root, DOWNED, "5\n");
-    let s = Serve::start(root);
+    let s = serve(root);
     // The first reading is the baseline: a counter already at 5 is no flap.
     assert_eq!(s.flaps(), 0);
     let m = s.metrics();
@@ -199,7 +189,7 @@ fn flaps_are_counted_kept_across_restarts_and_reboots() {
 
     // A restarted daemon reads the history: no flap at its first poll.
     drop(s);
-    let s = Serve::start(root);
+    let s = serve(root);
     assert_eq!(s.flaps(), 4);
     // `check` reads the same history (and writes nothing).
     let history = read(root, "/var/lib/rdma-node-agent/link-history.json");
@@ -214,7 +204,7 @@ fn flaps_are_counted_kept_across_restarts_and_reboots() {
     drop(s);
     set(root, BOOT_ID, "1b5a3c0e-0000-4000-8000-000000000002\n");
     set(root, DOWNED, "1\n");
-    let s = Serve::start(root);
+    let s = serve(root);
     assert_eq!(s.flaps(), 4);
     // The new boot's counter counts from its own baseline.
     set(root, DOWNED, "2\n");
@@ -256,7 +246,7 @@ fn a_gpu_node_with_eight_ports_exports_at_most_150_series() {
         "/etc/rdma-node-agent/config.toml",
         "mode = \"report\"\n[daemon]\ninterval_secs = 3600\n",
     );
-    let s = Serve::start(root);
+    let s = serve(root);
     let text = s.metrics();
     let by = series_by_family(&text);
     let total: usize = by.values().sum();

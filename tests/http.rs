@@ -7,47 +7,11 @@ mod support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use support::serve::Serve;
 use support::*;
-
-struct Serve {
-    child: Child,
-    addr: String,
-}
-
-impl Serve {
-    fn start(root: &Path) -> Serve {
-        let addr = free_addr();
-        let child = Command::new(env!("CARGO_BIN_EXE_rdma-node-agent"))
-            .arg("--root")
-            .arg(root)
-            .args(["serve", "--listen", &addr])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let s = Serve { child, addr };
-        let start = Instant::now();
-        while get(&s.addr, "/healthz").0 != 200 {
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "daemon did not come up"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        s
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// A plain HTTP/1.1 request; returns the status code and the body.
 fn request(addr: &str, method: &str, path: &str) -> (u16, String) {

@@ -7,49 +7,15 @@ mod support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::abuse::{self, Abuse, anon_kib, rss_kib};
+use support::serve::Serve;
 use support::*;
 
 /// The target: after abuse, RSS is back to at most twice idle within this.
 const SETTLE: Duration = Duration::from_secs(60);
 const ROUNDS: usize = 5;
-
-struct Serve {
-    child: Child,
-    addr: String,
-}
-
-impl Serve {
-    fn start(root: &Path) -> Serve {
-        let addr = free_addr();
-        let child = Command::new(env!("CARGO_BIN_EXE_rdma-node-agent"))
-            .arg("--root")
-            .arg(root)
-            .args(["serve", "--listen", &addr])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let s = Serve { child, addr };
-        let start = Instant::now();
-        while send(&s.addr, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n") != Some(200) {
-            assert!(start.elapsed() < Duration::from_secs(10), "no daemon");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        s
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Sends `request` whole (or until the server stops reading) and returns the
 /// status code of the answer.

@@ -12,6 +12,7 @@ pub mod fleet;
 pub mod nspawn;
 pub mod pcie;
 pub mod prometheus;
+pub mod serve;
 pub mod service;
 pub mod sysfs;
 
