@@ -177,21 +177,7 @@ fn alert(doc: &Value, name: &str, labels: Labels, value: &str) -> Value {
 }
 
 fn promtool_test(tests: Value) {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(rules_file(), dir.path().join("rules.yml")).unwrap();
-    let test = json!({"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": tests});
-    std::fs::write(dir.path().join("test.yml"), test.to_string()).unwrap();
-    let o = Command::new("promtool")
-        .current_dir(dir.path())
-        .args(["test", "rules", "test.yml"])
-        .output()
-        .expect("promtool (Debian's prometheus package): run scripts/test.sh");
-    assert!(
-        o.status.success(),
-        "promtool test rules:\n{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    support::prometheus::promtool_test(&rules_file(), tests);
 }
 
 const ALERTS: [&str; 10] = [

@@ -193,22 +193,7 @@ fn promtool_test_rules_fire_on_trouble_and_stay_silent_when_healthy() {
             {"eval_time": at, "alertname": "RDMANodeAgentReconcileErrors", "exp_alerts": []},
         ],
     }]);
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(rules_file(), dir.path().join("rules.yml")).unwrap();
-    // JSON is YAML: promtool reads it as its test file.
-    let test = json!({"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": tests});
-    std::fs::write(dir.path().join("test.yml"), test.to_string()).unwrap();
-    let o = Command::new("promtool")
-        .current_dir(dir.path())
-        .args(["test", "rules", "test.yml"])
-        .output()
-        .expect("promtool (Debian's prometheus package): run scripts/test.sh");
-    assert!(
-        o.status.success(),
-        "promtool test rules:\n{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    support::prometheus::promtool_test(&rules_file(), tests);
 }
 
 #[test]

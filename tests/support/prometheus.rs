@@ -21,6 +21,26 @@ pub struct Credentials {
     hash: String,
 }
 
+/// `promtool test rules` of `tests` (promtool's test-file `tests` list, as
+/// JSON, which is YAML) against the rules file; fails with promtool's output.
+pub fn promtool_test(rules: &Path, tests: Value) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(rules, dir.path().join("rules.yml")).unwrap();
+    let test = serde_json::json!({"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": tests});
+    std::fs::write(dir.path().join("test.yml"), test.to_string()).unwrap();
+    let o = Command::new("promtool")
+        .current_dir(dir.path())
+        .args(["test", "rules", "test.yml"])
+        .output()
+        .expect("promtool (Debian's prometheus package): run scripts/test.sh");
+    assert!(
+        o.status.success(),
+        "promtool test rules:\n{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
 fn run(cmd: &mut Command) -> String {
     let o = cmd.output().unwrap_or_else(|e| {
         panic!("{cmd:?}: {e} (openssl, python3: scripts/test.sh installs them)")
