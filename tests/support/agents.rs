@@ -1,25 +1,11 @@
 //! Many agents at once for the fleet test: each `serve` on its own tree and
 //! loopback port, asked over plain HTTP, stopped on drop.
 
-use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// One plain HTTP GET to an agent; the body of a 200.
-pub fn get(addr: &str, path: &str) -> Option<String> {
-    let mut s = std::net::TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut b = String::new();
-    s.read_to_string(&mut b).ok()?;
-    b.starts_with("HTTP/1.1 200")
-        .then(|| b.split_once("\r\n\r\n").unwrap().1.to_owned())
-}
+use super::serve::get;
 
 /// Each agent's process; all stopped on drop.
 pub struct Agents(pub Vec<Option<Child>>);

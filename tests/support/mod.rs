@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 pub fn fixtures() -> PathBuf {
@@ -171,37 +171,13 @@ pub fn code(o: &Output) -> i32 {
 
 /// `serve` on a tree; the text exposition of its first reconcile.
 pub fn scrape_metrics(root: &Path) -> String {
-    use std::io::Write;
-    let addr = free_addr();
-    let mut d = Command::new(env!("CARGO_BIN_EXE_rdma-node-agent"))
-        .arg("--root")
-        .arg(root)
-        .args(["serve", "--listen", &addr])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let d = serve::Serve::start(root);
     let start = Instant::now();
-    let metrics = loop {
-        let got = std::net::TcpStream::connect(&addr).ok().and_then(|mut s| {
-            use std::io::Read;
-            write!(
-                s,
-                "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-            )
-            .ok()?;
-            let mut b = String::new();
-            s.read_to_string(&mut b).ok()?;
-            b.starts_with("HTTP/1.1 200")
-                .then(|| b.split_once("\r\n\r\n").unwrap().1.to_owned())
-        });
-        if let Some(m) = got {
-            break m;
+    loop {
+        if let Some(m) = serve::get(&d.addr, "/metrics") {
+            return m;
         }
         assert!(start.elapsed() < Duration::from_secs(10), "no /metrics");
         std::thread::sleep(Duration::from_millis(20));
-    };
-    let _ = d.kill();
-    let _ = d.wait();
-    metrics
+    }
 }

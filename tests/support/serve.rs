@@ -43,6 +43,22 @@ impl Drop for Serve {
     }
 }
 
+/// One plain HTTP GET; the body of a 200 (`None` for anything else, or while
+/// nothing answers).
+pub fn get(addr: &str, path: &str) -> Option<String> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut b = String::new();
+    s.read_to_string(&mut b).ok()?;
+    b.starts_with("HTTP/1.1 200")
+        .then(|| b.split_once("\r\n\r\n").unwrap().1.to_owned())
+}
+
 /// The status code of a GET, `None` while nothing answers.
 fn status_code(addr: &str, path: &str) -> Option<u16> {
     let mut s = TcpStream::connect(addr).ok()?;
