@@ -127,6 +127,12 @@ pub fn collect(
         match ty {
             NLMSG_DONE => {
                 let error = u32_at(payload, 0).map_or(0, |e| e as i32);
+                if error == i32::MIN {
+                    // Its negation overflows: no errno the kernel would send.
+                    return Err(NetlinkError::Malformed(format!(
+                        "dump ended with error code {error}, not a negative errno"
+                    )));
+                }
                 if error < 0 {
                     return Err(kernel_error(-error, None));
                 }

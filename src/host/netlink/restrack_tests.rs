@@ -89,6 +89,9 @@ fn errors_end_the_dump_clearly() {
     // A dump that failed midway: NLMSG_DONE carries the errno.
     let e = collect(&done(2, -(Errno::EOPNOTSUPP as i32)), CTX.cmd, 2, &mut got).unwrap_err();
     assert!(matches!(e, NetlinkError::NotSupported(None)), "{e:?}");
+    // i32::MIN has no negation (found by the netlink_decode fuzzer): malformed, no panic.
+    let e = collect(&done(2, i32::MIN), CTX.cmd, 2, &mut got).unwrap_err();
+    assert!(matches!(e, NetlinkError::Malformed(_)), "{e:?}");
     // Refused before it began (a kernel without the command): NLMSG_ERROR.
     let mut err = (-(Errno::EINVAL as i32)).to_ne_bytes().to_vec();
     err.extend(encode_dump(2, CTX.cmd, Some(3)));
