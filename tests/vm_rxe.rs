@@ -33,6 +33,9 @@ mod link;
 // pods.rdma found by the kernel's RDMA resource tracking.
 #[path = "vm/restrack.rs"]
 mod restrack;
+// memlock_via = "nri": the agent's NRI plugin on containerd 2.1, with ib_write_bw.
+#[path = "vm/nri.rs"]
+mod nri;
 
 const MODPROBE: &str = "/etc/modprobe.d/rdma-node-agent.conf";
 
@@ -83,6 +86,7 @@ fn run() -> Result<PathBuf, String> {
     fs::copy(&bin, payload.path().join("rdma-node-agent"))
         .map_err(|e| format!("the agent binary {}: {e}", bin.display()))?;
     fs::copy(here.join("guest.sh"), payload.path().join("guest.sh")).map_err(|e| e.to_string())?;
+    nri::payload(payload.path())?;
     // The last run's records stay for a human (and for refreshing the fixtures).
     let results = cache.join("last-results");
     if results.exists() {

@@ -24,11 +24,28 @@ use tonic::transport::{Channel, Endpoint, Uri};
 pub const BUSYBOX_IMAGE: &str = "localhost/test/busybox:1";
 pub const PAUSE_IMAGE: &str = "localhost/test/pause:1";
 const IMAGE_CACHE: &str = "/var/cache/rdma-node-agent/test-images";
-/// Every wait on containerd is bounded: a hung daemon fails the test, never stalls it.
-const CRI_TIMEOUT: Duration = Duration::from_secs(30);
-const START_TIMEOUT: Duration = Duration::from_secs(20);
-const EXIT_TIMEOUT: Duration = Duration::from_secs(20);
-const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+// Every wait on containerd is bounded: a hung daemon fails the test, never stalls it.
+// RDMA_AGENT_TIMEOUT_SCALE stretches them all, for the VM tier's guest (TCG, one vCPU).
+fn scaled(secs: u64) -> Duration {
+    let scale = std::env::var("RDMA_AGENT_TIMEOUT_SCALE")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or(1)
+        .max(1);
+    Duration::from_secs(secs * scale)
+}
+fn cri_timeout() -> Duration {
+    scaled(30)
+}
+fn start_timeout() -> Duration {
+    scaled(20)
+}
+fn exit_timeout() -> Duration {
+    scaled(20)
+}
+fn stop_timeout() -> Duration {
+    scaled(10)
+}
 /// kubelet's cgroupfs layout for best-effort pods; `pods.memlock` looks for `kubepods`.
 const POD_CGROUPS: &str = "kubepods/besteffort";
 
@@ -65,6 +82,14 @@ fn is_dynamic_elf(bytes: &[u8]) -> bool {
     })
 }
 
+/// The static busybox the images are made of: /bin/busybox (busybox-static), or
+/// RDMA_AGENT_BUSYBOX (the VM tier's guest gets the host's in its payload).
+fn busybox_path() -> PathBuf {
+    std::env::var_os("RDMA_AGENT_BUSYBOX")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| "/bin/busybox".into())
+}
+
 /// Fails loudly when a real-component prerequisite is missing: these tests are
 /// only run on purpose (`--include-ignored`), so a missing tool is an error.
 pub fn require_root_and_tools() {
@@ -88,12 +113,14 @@ pub fn require_root_and_tools() {
             "{tool} is not installed: run scripts/test.sh"
         );
     }
-    let busybox = fs::read("/bin/busybox")
-        .unwrap_or_else(|e| panic!("/bin/busybox ({e}): install busybox-static"));
+    let path = busybox_path();
+    let busybox = fs::read(&path)
+        .unwrap_or_else(|e| panic!("{} ({e}): install busybox-static", path.display()));
     // A dynamic busybox would need a libc in the image: containers would fail to exec.
     assert!(
         !is_dynamic_elf(&busybox),
-        "/bin/busybox is dynamically linked: install busybox-static"
+        "{} is dynamically linked: install busybox-static",
+        path.display()
     );
 }
 
@@ -129,7 +156,7 @@ fn mkdirs(root: &Path, rel: &Path) {
 /// docker-archive tarballs of a busybox image and a pause image, built once per
 /// busybox binary and cached outside the checkout.
 pub fn images() -> (PathBuf, PathBuf) {
-    let busybox = fs::read("/bin/busybox").expect("busybox-static");
+    let busybox = fs::read(busybox_path()).expect("busybox-static");
     let dir = Path::new(IMAGE_CACHE).join(&sha256_hex(&busybox)[..16]);
     let (bb, pause) = (dir.join("busybox.tar"), dir.join("pause.tar"));
     // Tests of one binary run in parallel threads: one builds, the others wait.
@@ -163,7 +190,7 @@ pub fn images() -> (PathBuf, PathBuf) {
     )
     .unwrap();
     // `--list-full` gives each applet's path (bin/, sbin/, usr/bin/, usr/sbin/).
-    for applet in run(Command::new("/bin/busybox").arg("--list-full")).lines() {
+    for applet in run(Command::new(busybox_path()).arg("--list-full")).lines() {
         let p = rootfs.join(applet);
         if p.exists() {
             continue;
@@ -398,9 +425,10 @@ impl Containerd {
                 self.child = None;
                 panic!("containerd exited ({status}):\n{}", self.log_tail());
             }
-            if start.elapsed() > START_TIMEOUT {
+            if start.elapsed() > start_timeout() {
                 panic!(
-                    "containerd's CRI was not ready within {START_TIMEOUT:?}:\n{}",
+                    "containerd's CRI was not ready within {:?}:\n{}",
+                    start_timeout(),
                     self.log_tail()
                 );
             }
@@ -443,7 +471,7 @@ impl Containerd {
                 break;
             }
             assert!(
-                start.elapsed() < START_TIMEOUT,
+                start.elapsed() < start_timeout(),
                 "containerd did not answer:\n{}",
                 self.log_tail()
             );
@@ -511,12 +539,13 @@ impl Containerd {
     ) -> T {
         match self
             .rt
-            .block_on(async { tokio::time::timeout(CRI_TIMEOUT, fut).await })
+            .block_on(async { tokio::time::timeout(cri_timeout(), fut).await })
         {
             Ok(Ok(r)) => r.into_inner(),
             Ok(Err(s)) => panic!("{what}: {s}\n{}", self.log_tail()),
             Err(_) => panic!(
-                "{what}: no answer within {CRI_TIMEOUT:?}\n{}",
+                "{what}: no answer within {:?}\n{}",
+                cri_timeout(),
                 self.log_tail()
             ),
         }
@@ -536,7 +565,7 @@ impl Containerd {
             let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGTERM);
             let start = Instant::now();
             while c.try_wait().ok().flatten().is_none() {
-                if start.elapsed() > STOP_TIMEOUT {
+                if start.elapsed() > stop_timeout() {
                     let _ = c.kill();
                     let _ = c.wait();
                     break;
@@ -654,26 +683,29 @@ impl Containerd {
     /// returns its stdout.
     pub fn output(&mut self, name: &str, handler: &str, script: &str) -> String {
         let (_, id) = self.container(name, handler, script, true);
+        let (code, log) = self.wait_exit(name, &id, exit_timeout());
+        assert_eq!(code, 0, "{name} on {handler} exited {code}:\n{log}");
+        cri_log_stream(&log, "stdout")
+    }
+
+    /// Waits up to `limit` for container `id` (named `name`) to exit; its exit
+    /// code and its CRI log as containerd wrote it.
+    pub fn wait_exit(&mut self, name: &str, id: &str, limit: Duration) -> (i32, String) {
         let start = Instant::now();
         let status = loop {
-            let (s, _) = self.status(&id);
+            let (s, _) = self.status(id);
             if s.state == ContainerState::ContainerExited as i32 {
                 break s;
             }
             assert!(
-                start.elapsed() < EXIT_TIMEOUT,
-                "{name} did not exit within {EXIT_TIMEOUT:?}"
+                start.elapsed() < limit,
+                "{name} did not exit within {limit:?}"
             );
             std::thread::sleep(Duration::from_millis(10));
         };
         let log = self.log_dir(name).join(format!("{name}.log"));
         let log = fs::read_to_string(&log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
-        assert_eq!(
-            status.exit_code, 0,
-            "{name} on {handler} exited {}:\n{log}",
-            status.exit_code
-        );
-        cri_log_stream(&log, "stdout")
+        (status.exit_code, log)
     }
 
     /// Starts a container running `script` on `handler` and returns it once it runs.
@@ -708,8 +740,9 @@ impl Containerd {
                 s.exit_code
             );
             assert!(
-                start.elapsed() < EXIT_TIMEOUT,
-                "{name} did not run within {EXIT_TIMEOUT:?}"
+                start.elapsed() < exit_timeout(),
+                "{name} did not run within {:?}",
+                exit_timeout()
             );
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -787,18 +820,18 @@ impl Containerd {
         };
         self.rt.block_on(async {
             let list = c.list_pod_sandbox(ListPodSandboxRequest { filter: None });
-            let Ok(Ok(list)) = tokio::time::timeout(CRI_TIMEOUT, list).await else {
+            let Ok(Ok(list)) = tokio::time::timeout(cri_timeout(), list).await else {
                 return;
             };
             for pod in list.into_inner().items {
                 let stop = StopPodSandboxRequest {
                     pod_sandbox_id: pod.id.clone(),
                 };
-                let _ = tokio::time::timeout(CRI_TIMEOUT, c.stop_pod_sandbox(stop)).await;
+                let _ = tokio::time::timeout(cri_timeout(), c.stop_pod_sandbox(stop)).await;
                 let remove = RemovePodSandboxRequest {
                     pod_sandbox_id: pod.id,
                 };
-                let _ = tokio::time::timeout(CRI_TIMEOUT, c.remove_pod_sandbox(remove)).await;
+                let _ = tokio::time::timeout(cri_timeout(), c.remove_pod_sandbox(remove)).await;
             }
         });
     }
@@ -842,7 +875,7 @@ impl Containerd {
                 let start = Instant::now();
                 loop {
                     let pids = cgroup_pids(&pod);
-                    if pids.is_empty() || start.elapsed() > STOP_TIMEOUT {
+                    if pids.is_empty() || start.elapsed() > stop_timeout() {
                         break;
                     }
                     for pid in pids {

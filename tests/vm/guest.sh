@@ -5,9 +5,10 @@
 # does things to a real kernel and records what the kernel and the agent said.
 #
 # Boot 1: Soft-RoCE up, sysfs captured, rdma.devices and rdma.netns live, the
-#   memlock failure and its fix (setpriv without CAP_IPC_LOCK, then runc from the
-#   agent's base spec), the live netns switch both ways, and the kernel's EBUSY
-#   with each kind of other namespace; ends with exclusive persisted, not live.
+#   memlock failure and its fixes (setpriv without CAP_IPC_LOCK; the agent's NRI
+#   plugin on containerd 2.1 over CRI; runc from the agent's base spec), the
+#   live netns switch both ways, and the kernel's EBUSY with each kind of other
+#   namespace; ends with exclusive persisted, not live.
 # Boot 2: the persisted mode applies at boot (modprobe.d alone); revert; shared
 #   again, live. Then the DKMS gate before a reboot into the newer installed
 #   kernel (bookworm-backports'): its rdma-probe build not installed, then
@@ -378,6 +379,16 @@ boot1() {
     step restrack-record record_restrack
     step restrack-check "$AGENT" check --json --only pods.rdma
     step restrack-stop rt_stop
+
+    # memlock_via = "nri": containerd 2.1 and the agent's NRI plugin alone (no
+    # base spec), ib_write_bw in a pod; then the same pod with the agent stopped.
+    # Its own records are nri-*; the driver's own log is this step's. A
+    # hostNetwork sandbox gets copies of the node's /etc/hosts and resolv.conf,
+    # which a node has and this minimal image lacks.
+    [ -e /etc/hosts ] || printf '127.0.0.1\tlocalhost\n' >/etc/hosts
+    [ -e /etc/resolv.conf ] || : >/etc/resolv.conf
+    step nri-driver env RDMA_AGENT_BUSYBOX=/payload/busybox RDMA_AGENT_TIMEOUT_SCALE=10 \
+        /payload/vm-nri-guest "$AGENT" /payload/containerd-2.1 "$R"
 
     # apply, exclusive, with no other network namespace: the live switch.
     config exclusive
