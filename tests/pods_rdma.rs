@@ -21,6 +21,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use rdma_node_agent::concerns::readiness::pods_rdma;
+use rdma_node_agent::host::Host;
+use rdma_node_agent::host::snapshot::Snapshot;
 use serde_json::Value;
 use support::*;
 
@@ -303,6 +306,36 @@ fn real_processes_with_and_without_ipc_lock() {
     // The report says how the users were found: no RDMA device here, so every
     // pod process's descriptors were read.
     assert_eq!(check["details"]["found_by"]["by"], "fd_scan", "{check}");
+    // Under --root the pods come from each process's own cgroup (the tree's
+    // /sys is a link to the host's, which the cgroup walk does not follow).
+    assert_eq!(
+        check["details"]["pods_from"],
+        serde_json::json!({"by": "process_cgroups"}),
+        "{check}"
+    );
+    // On the live root, from the kubelet's tree (each container's cgroup.procs,
+    // the v1 devices hierarchy here): the same containers with the same processes.
+    let ours = |f: &pods_rdma::Facts| -> Vec<(String, Vec<u32>)> {
+        f.containers
+            .iter()
+            .filter(|c| c.pod_uid.as_deref().is_some_and(|u| u.ends_with(&pods.tag)))
+            .map(|c| {
+                let pids = c.processes.iter().map(|p| p.pid).collect();
+                (c.pod_uid.clone().unwrap(), pids)
+            })
+            .collect()
+    };
+    let live = pods_rdma::gather(&Snapshot::new(Host::new("/"))).unwrap();
+    assert_eq!(
+        live.pods_from,
+        pods_rdma::PodsFrom::CgroupTree {
+            at: "/sys/fs/cgroup/devices/kubepods".into()
+        }
+    );
+    let by_process = pods_rdma::gather(&Snapshot::new(Host::new(root.path()))).unwrap();
+    assert_eq!(by_process.pods_from, pods_rdma::PodsFrom::ProcessCgroups);
+    assert_eq!(ours(&live).len(), pods.children.len(), "{:?}", ours(&live));
+    assert_eq!(ours(&live), ours(&by_process));
 
     // With only the service's capabilities (CAP_SYS_PTRACE, CAP_NET_ADMIN: no
     // CAP_DAC_READ_SEARCH) the descriptors of F, a uid-1000 process, cannot be

@@ -17,7 +17,7 @@ use std::mem::MaybeUninit;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{AtFlags, Mode, OFlags, RawDir, ResolveFlags, openat2, statat};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, RawDir, ResolveFlags, openat2, statat};
 use rustix::io::Errno;
 
 use super::{Host, HostError, Result, read_text};
@@ -220,8 +220,42 @@ impl<'h> Dir<'h> {
         self.names(&fd, rel)
     }
 
+    /// The names of the directories in this one (opened by `open_subdir` or
+    /// `subdir`), sorted: by the entries' own types, no stat of each.
+    pub fn subdirs(&self) -> Result<Vec<String>> {
+        match (&self.fd, self.readable) {
+            (Some(fd), true) => self.entries(fd, "", true),
+            _ => Ok(self
+                .host
+                .list_dir(&self.path)?
+                .into_iter()
+                .filter(|n| self.host.is_dir(&self.path.join(n)))
+                .collect()),
+        }
+    }
+
+    /// The directory `name` here (not a link), opened for listing; `None` when
+    /// it is not one, or the path-based calls must answer.
+    pub fn subdir(&self, name: &str) -> Option<Dir<'h>> {
+        if name.contains('/') || name == ".." {
+            return None;
+        }
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW;
+        let fd = self.open(name, flags)?.ok()?;
+        Some(Dir {
+            host: self.host,
+            path: self.path.join(name),
+            fd: Some(fd),
+            readable: true,
+        })
+    }
+
     /// The names in the open directory `fd` (`rel` here), sorted.
     fn names(&self, fd: &OwnedFd, rel: &str) -> Result<Vec<String>> {
+        self.entries(fd, rel, false)
+    }
+
+    fn entries(&self, fd: &OwnedFd, rel: &str, dirs_only: bool) -> Result<Vec<String>> {
         // getdents64 straight away: opendir (std's read_dir) adds an fstat per directory.
         let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
         let mut entries = RawDir::new(fd, &mut buf);
@@ -233,6 +267,9 @@ impl<'h> Dir<'h> {
             })?;
             let name = entry.file_name().to_bytes();
             if name == b"." || name == b".." {
+                continue;
+            }
+            if dirs_only && entry.file_type() != FileType::Directory {
                 continue;
             }
             if let Ok(name) = std::str::from_utf8(name) {

@@ -46,9 +46,207 @@ pub fn parse_cgroup(text: &str) -> Option<(Option<String>, Option<String>)> {
     Some((pod, container))
 }
 
+/// Where the kubelet keeps its pods' cgroups, found from one pod process's
+/// `/proc/<pid>/cgroup`: the v1 devices hierarchy when the path is there (its
+/// `devices.list` is the container's device rules), else the unified one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tree {
+    /// The mounted hierarchy, e.g. `/sys/fs/cgroup/devices` or `/sys/fs/cgroup`.
+    pub mount: &'static str,
+    /// Its path down to the kubelet's root, e.g. `/kubepods` or
+    /// `/kubelet.slice/kubelet-kubepods.slice`.
+    pub prefix: String,
+}
+
+impl Tree {
+    /// From a pod process's cgroup text, with whether the unified hierarchy
+    /// is mounted at /sys/fs/cgroup itself (not at .../unified, as on hybrid hosts).
+    pub fn locate(text: &str, unified_at_top: bool) -> Option<Tree> {
+        let mut unified = None;
+        for l in text.lines() {
+            let mut f = l.splitn(3, ':');
+            let (_, ctrl, path) = (f.next()?, f.next()?, f.next()?);
+            let Some(prefix) = kubepods_prefix(path) else {
+                continue;
+            };
+            if ctrl.split(',').any(|c| c == "devices") {
+                return Some(Tree {
+                    mount: "/sys/fs/cgroup/devices",
+                    prefix,
+                });
+            }
+            if ctrl.is_empty() {
+                unified = Some(prefix);
+            }
+        }
+        let mount = match unified_at_top {
+            true => "/sys/fs/cgroup",
+            false => "/sys/fs/cgroup/unified",
+        };
+        unified.map(|prefix| Tree { mount, prefix })
+    }
+
+    /// Where the kubelet puts it with its default cgroup root, found without
+    /// asking any process: the v1 devices hierarchy first, then the unified
+    /// one; the systemd driver's name, then cgroupfs'.
+    pub fn known(host: &super::read::ReadHost) -> Option<Tree> {
+        let unified = match host.exists(std::path::Path::new("/sys/fs/cgroup/cgroup.controllers")) {
+            true => "/sys/fs/cgroup",
+            false => "/sys/fs/cgroup/unified",
+        };
+        ["/sys/fs/cgroup/devices", unified]
+            .into_iter()
+            .flat_map(|mount| ["/kubepods.slice", "/kubepods"].map(|prefix| (mount, prefix)))
+            .find(|(mount, prefix)| host.is_dir(&std::path::Path::new(mount).join(&prefix[1..])))
+            .map(|(mount, prefix)| Tree {
+                mount,
+                prefix: prefix.to_owned(),
+            })
+    }
+
+    /// Whether the tree's paths are the v1 devices hierarchy's.
+    pub fn is_devices(&self) -> bool {
+        self.mount == "/sys/fs/cgroup/devices"
+    }
+}
+
+/// The path down to and with its first segment naming kubepods.
+fn kubepods_prefix(path: &str) -> Option<String> {
+    let end = path.find("kubepods")?;
+    let seg_end = path[end..].find('/').map_or(path.len(), |i| end + i);
+    Some(path[..seg_end].to_owned())
+}
+
+/// A container's cgroup in the kubelet's tree, and the processes in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerCgroup {
+    pub pod: Option<String>,
+    pub container: String,
+    /// Its path in the tree's hierarchy (as /proc/<pid>/cgroup shows it).
+    pub path: String,
+    /// `cgroup.procs`, ascending; `Err` says why it could not be read.
+    pub procs: Result<Vec<u32>, String>,
+}
+
+/// Every container cgroup under the tree (QoS classes and pods above them),
+/// with its processes: a read per container, where asking each process for its
+/// cgroup costs a read per process. The kubelet places processes only in
+/// container cgroups; a process it did not place (CRI-O's conmon, in the pod's
+/// own cgroup) is not a container's. `None` when the tree cannot be walked or
+/// is not a cgroup filesystem (a container directory without `cgroup.procs`,
+/// or one removed while walking): ask each process then.
+pub fn containers(host: &super::read::ReadHost, tree: &Tree) -> Option<Vec<ContainerCgroup>> {
+    let base = std::path::Path::new(tree.mount).join(tree.prefix.trim_start_matches('/'));
+    let dir = host.open_subdir(base.parent()?, base.file_name()?.to_str()?)?;
+    let mut out = Vec::new();
+    visit(&dir, &tree.prefix, 0, &mut out).ok()?.then_some(out)
+}
+
+/// Adds the container cgroups under `dir` (at `path`); false when one has no
+/// `cgroup.procs`.
+fn visit(
+    dir: &super::Dir<'_>,
+    path: &str,
+    depth: usize,
+    out: &mut Vec<ContainerCgroup>,
+) -> super::Result<bool> {
+    for name in dir.subdirs()? {
+        let path = format!("{path}/{name}");
+        match parse_cgroup(&format!("0::{path}")) {
+            Some((pod, Some(container))) => {
+                let mut procs = Vec::new();
+                let procs = match procs_under(dir, &name, 0, &mut procs) {
+                    Ok(false) => return Ok(false),
+                    Ok(true) => {
+                        procs.sort_unstable();
+                        Ok(procs)
+                    }
+                    Err(e) => Err(e.to_string()),
+                };
+                out.push(ContainerCgroup {
+                    pod,
+                    container,
+                    path,
+                    procs,
+                });
+            }
+            // QoS classes and pods: kubepods/<qos>/pod<uid>/<container> at most.
+            _ if depth < 3 => {
+                if let Some(sub) = dir.subdir(&name) {
+                    if !visit(&sub, &path, depth + 1, out)? {
+                        return Ok(false);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(true)
+}
+
+/// The processes of cgroup `name` in `dir`; where it has none, those of the
+/// cgroups under it (a container running its own init, systemd, moves its
+/// processes into sub-cgroups such as init.scope). False when it has no
+/// `cgroup.procs`.
+fn procs_under(
+    dir: &super::Dir<'_>,
+    name: &str,
+    depth: usize,
+    out: &mut Vec<u32>,
+) -> super::Result<bool> {
+    let before = out.len();
+    match dir.read_string(&format!("{name}/cgroup.procs"))? {
+        Some(t) => out.extend(t.lines().filter_map(|l| l.parse::<u32>().ok())),
+        None => return Ok(false),
+    }
+    if out.len() == before && depth < 4 {
+        if let Some(sub) = dir.subdir(name) {
+            for child in sub.subdirs()? {
+                if !procs_under(&sub, &child, depth + 1, out)? {
+                    return Ok(false);
+                }
+            }
+        }
+    }
+    Ok(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_tree_is_found_from_a_pod_process() {
+        let v1 = format!(
+            "12:pids:/kubepods/besteffort/pod1/{ID}\n7:devices:/kubepods/besteffort/pod1/{ID}\n0::/\n"
+        );
+        assert_eq!(
+            Tree::locate(&v1, false),
+            Some(Tree {
+                mount: "/sys/fs/cgroup/devices",
+                prefix: "/kubepods".into()
+            })
+        );
+        let v2 = format!(
+            "0::/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-pod1.slice/cri-containerd-{ID}.scope\n"
+        );
+        let t = Tree::locate(&v2, true).unwrap();
+        assert_eq!(
+            (t.mount, t.prefix.as_str(), t.is_devices()),
+            (
+                "/sys/fs/cgroup",
+                "/kubelet.slice/kubelet-kubepods.slice",
+                false
+            )
+        );
+        // Hybrid: no devices line with the path, the unified one beside v1.
+        let hybrid = format!("1:name=systemd:/\n0::/kubepods/pod1/{ID}\n");
+        assert_eq!(
+            Tree::locate(&hybrid, false).unwrap().mount,
+            "/sys/fs/cgroup/unified"
+        );
+        assert_eq!(Tree::locate("0::/user.slice\n", true), None);
+    }
 
     const ID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 

@@ -21,9 +21,17 @@ pub fn payload(dir: &Path) -> Result<(), String> {
     let busybox = Path::new("/bin/busybox");
     let driver = build_driver()?;
     for (from, to, what) in [
-        (containerd.as_path(), "containerd-2.1", "run scripts/fetch-containerd.sh"),
+        (
+            containerd.as_path(),
+            "containerd-2.1",
+            "run scripts/fetch-containerd.sh",
+        ),
         (busybox, "busybox", "install busybox-static"),
-        (driver.as_path(), "vm-nri-guest", "cargo build --example vm-nri-guest"),
+        (
+            driver.as_path(),
+            "vm-nri-guest",
+            "cargo build --example vm-nri-guest",
+        ),
     ] {
         fs::copy(from, dir.join(to)).map_err(|e| format!("{}: {e} ({what})", from.display()))?;
     }
@@ -67,7 +75,12 @@ fn nri_alone_lets_ib_write_bw_in_a_pod_register_its_buffer() {
     let Some(d) = vm() else { return };
     // containerd itself, and so every container nothing adjusts, has 64 KiB.
     let containerd = step(d, "nri-containerd-limits");
-    assert_eq!(memlock(&containerd.ok().out).0, "65536", "{}", containerd.out);
+    assert_eq!(
+        memlock(&containerd.ok().out).0,
+        "65536",
+        "{}",
+        containerd.out
+    );
     let registered: Value = serde_json::from_str(&step(d, "nri-registered").ok().out).unwrap();
     assert_eq!(registered["status"], "ok", "{registered}");
     assert_eq!(registered["details"]["registered"], true, "{registered}");
@@ -84,7 +97,11 @@ fn nri_alone_lets_ib_write_bw_in_a_pod_register_its_buffer() {
     );
     assert_no_ipc_lock(&with.out);
     assert!(with.text().contains("8388608"), "{}", with.text());
-    assert!(!with.text().contains("Couldn't allocate MR"), "{}", with.text());
+    assert!(
+        !with.text().contains("Couldn't allocate MR"),
+        "{}",
+        with.text()
+    );
 
     // The control: the same container after the agent stopped keeps containerd's
     // 64 KiB, and the kernel refuses to pin the buffer on both sides.

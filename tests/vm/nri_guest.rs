@@ -155,7 +155,10 @@ impl Serve {
         let start = Instant::now();
         loop {
             let check = self.nri_check();
-            if let Some(c) = check.as_ref().filter(|c| c["details"]["registered"] == true) {
+            if let Some(c) = check
+                .as_ref()
+                .filter(|c| c["details"]["registered"] == true)
+            {
                 return c.clone();
             }
             assert!(
@@ -170,11 +173,17 @@ impl Serve {
     fn nri_check(&self) -> Option<Value> {
         let mut s = TcpStream::connect(&self.addr).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-        write!(s, "GET /status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").ok()?;
+        write!(
+            s,
+            "GET /status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .ok()?;
         let mut answer = String::new();
         s.read_to_string(&mut answer).ok()?;
         let v: Value = serde_json::from_str(answer.split_once("\r\n\r\n")?.1).ok()?;
-        let checks = v["report"]["checks"].as_array().or(v["checks"].as_array())?;
+        let checks = v["report"]["checks"]
+            .as_array()
+            .or(v["checks"].as_array())?;
         checks.iter().find(|c| c["id"] == "containerd.nri").cloned()
     }
 

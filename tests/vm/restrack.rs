@@ -23,6 +23,12 @@ fn restrack_finds_the_perftest_pids_and_the_fd_scan_agrees() {
     let by = &c["details"]["found_by"];
     assert_eq!(by["by"], "restrack", "{c}");
     assert_eq!(by["devices"], serde_json::json!(["rxe0"]), "{c}");
+    // cgroup v2 in the guest: the pods from the unified tree's cgroup.procs.
+    assert_eq!(
+        c["details"]["pods_from"],
+        serde_json::json!({"by": "cgroup_tree", "at": "/sys/fs/cgroup/kubepods"}),
+        "{c}"
+    );
     let found: Vec<&Value> = c["details"]["containers"]
         .as_array()
         .unwrap()

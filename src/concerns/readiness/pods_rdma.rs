@@ -234,6 +234,18 @@ impl Default for Route {
     }
 }
 
+/// How the pod processes were found.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(tag = "by", rename_all = "snake_case")]
+pub enum PodsFrom {
+    /// Each container's `cgroup.procs` in the kubelet's cgroup tree, `at`.
+    CgroupTree { at: String },
+    /// Each process's own `/proc/<pid>/cgroup`: no pod process, or no tree
+    /// that could be walked.
+    #[default]
+    ProcessCgroups,
+}
+
 /// The running pod containers, and what could not be read on the way (a
 /// process whose cgroup is unreadable may be a pod's).
 #[derive(Debug, Clone, Default)]
@@ -241,6 +253,7 @@ pub struct Facts {
     pub containers: Vec<Container>,
     pub unreadable: Vec<String>,
     pub route: Route,
+    pub pods_from: PodsFrom,
 }
 
 /// Which remedy can work for a finding, and why (see the module's doc).

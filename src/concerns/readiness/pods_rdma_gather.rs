@@ -4,13 +4,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::sync::Arc;
 
 use super::{
-    Container, Facts, Process, Route, devices_cgroup, is_initial_uid_map, is_rdma_path,
+    Container, Facts, PodsFrom, Process, Route, devices_cgroup, is_initial_uid_map, is_rdma_path,
     parse_cap_eff, parse_devices_list, parse_euid, parse_limit_pair, parse_tgid, subjects,
 };
-use crate::host::kubepods::{parse_cgroup, parse_shim_id};
+use crate::host::kubepods::{self, Tree, parse_cgroup, parse_shim_id};
 use crate::host::netlink::restrack::Unavailable;
 use crate::host::procfs;
 use crate::host::snapshot::Snapshot;
@@ -23,21 +22,15 @@ fn short(id: &Option<String>) -> &str {
 
 /// The processes the kernel names as RDMA resource holders, by process: an
 /// entry's PID is the task that created it, which may be a thread (NCCL's
-/// proxy threads), so a PID that /proc does not list is mapped to its Tgid.
-fn holders_by_process<'a>(
-    snap: &'a Snapshot,
-    listed: &[u32],
-) -> Result<BTreeMap<u32, Vec<String>>, &'a Unavailable> {
+/// proxy threads), so each is mapped to its Tgid (a read per holder, where
+/// listing /proc to tell threads apart costs a lookup per process).
+fn holders_by_process(snap: &Snapshot) -> Result<BTreeMap<u32, Vec<String>>, &Unavailable> {
     let h = snap.restrack()?;
     let mut out: BTreeMap<u32, BTreeSet<String>> = BTreeMap::new();
     for (&pid, what) in &h.pids {
-        let tgid = if listed.binary_search(&pid).is_ok() {
-            Some(pid)
-        } else {
-            procfs::read(snap, pid, "status")
-                .as_deref()
-                .and_then(parse_tgid)
-        };
+        let tgid = procfs::read(snap, pid, "status")
+            .as_deref()
+            .and_then(parse_tgid);
         // Gone since the kernel answered: nothing to judge.
         if let Some(tgid) = tgid {
             out.entry(tgid).or_default().extend(what.iter().cloned());
@@ -68,7 +61,7 @@ fn is_sandbox(snap: &Snapshot, pid: u32, container_id: &Option<String>) -> bool 
 fn devices(
     snap: &Snapshot,
     pid: u32,
-    cg: &str,
+    devices_cg: Option<&str>,
     key: &Key,
     c: &mut Container,
     unreadable: &mut Vec<String>,
@@ -84,7 +77,7 @@ fn devices(
         }
         Err(e) => c.dev_unreadable = Some(e.to_string()),
     }
-    if let Some(p) = devices_cgroup(cg) {
+    if let Some(p) = devices_cg {
         let list = format!("/sys/fs/cgroup/devices{p}/devices.list");
         match snap.read_string(Path::new(&list)) {
             Ok(t) => c.cgroup_devices = t.map(|t| parse_devices_list(&t)).unwrap_or_default(),
@@ -138,42 +131,143 @@ fn credentials(snap: &Snapshot, p: &mut Process) {
     }
 }
 
-pub fn gather(snap: &Snapshot) -> crate::host::Result<Facts> {
-    let pids = snap.pids()?;
-    let holders = holders_by_process(snap, pids);
-    // Pod processes by container, through their cgroup alone.
-    let mut by_id: BTreeMap<Key, Vec<(u32, Arc<str>)>> = BTreeMap::new();
-    let mut unreadable = Vec::new();
-    for &pid in pids {
-        let cg = match snap.proc_read(pid, "cgroup") {
-            Ok(Some(cg)) => cg,
-            // Gone since /proc was listed.
-            Ok(None) => continue,
-            Err(e) => {
-                unreadable.push(format!("pid {pid}: {e}"));
-                continue;
+/// A container's processes, ascending, and its path in the v1 devices hierarchy.
+#[derive(Default)]
+struct Members {
+    pids: Vec<u32>,
+    devices_cg: Option<String>,
+}
+
+/// Adds `pid` to its container, by its own cgroup.
+fn place(
+    snap: &Snapshot,
+    pid: u32,
+    by_id: &mut BTreeMap<Key, Members>,
+    unreadable: &mut Vec<String>,
+) {
+    let cg = match snap.proc_read(pid, "cgroup") {
+        Ok(Some(cg)) => cg,
+        // Gone since /proc was listed.
+        Ok(None) => return,
+        Err(e) => return unreadable.push(format!("pid {pid}: {e}")),
+    };
+    if let Some(key) = parse_cgroup(&cg) {
+        let m = by_id.entry(key).or_default();
+        if m.pids.is_empty() {
+            m.devices_cg = devices_cgroup(&cg).map(str::to_owned);
+        }
+        m.pids.push(pid);
+    }
+}
+
+/// Pod processes by container from the kubelet's cgroup tree: where the
+/// kubelet puts it by default when pods are there, else where the newest pod
+/// process is (pods start after the node's daemons); `None` when there is no
+/// pod process or the tree cannot be walked.
+fn by_tree(
+    snap: &Snapshot,
+    unreadable: &mut Vec<String>,
+) -> crate::host::Result<Option<(BTreeMap<Key, Members>, PodsFrom)>> {
+    let known = Tree::known(snap);
+    let mut found = known.as_ref().and_then(|t| {
+        let c = kubepods::containers(snap, t)?;
+        c.iter()
+            .any(|c| c.procs.as_ref().map_or(true, |p| !p.is_empty()))
+            .then_some((t.clone(), c))
+    });
+    if found.is_none() {
+        let sample = snap.pids()?.iter().rev().find_map(|&pid| {
+            snap.proc(pid, "cgroup")
+                .filter(|cg| parse_cgroup(cg).is_some())
+        });
+        let unified_at_top = snap.exists(Path::new("/sys/fs/cgroup/cgroup.controllers"));
+        found = sample
+            .and_then(|s| Tree::locate(&s, unified_at_top))
+            .filter(|t| Some(t) != known.as_ref())
+            .and_then(|t| Some((t.clone(), kubepods::containers(snap, &t)?)));
+    }
+    let Some((tree, found)) = found else {
+        return Ok(None);
+    };
+    let mut by_id: BTreeMap<Key, Members> = BTreeMap::new();
+    for c in found {
+        match c.procs {
+            Ok(procs) if procs.is_empty() => {}
+            Ok(procs) => {
+                let m = by_id.entry((c.pod, Some(c.container))).or_default();
+                m.pids = procs;
+                m.devices_cg = tree.is_devices().then_some(c.path);
             }
-        };
-        if let Some(key) = parse_cgroup(&cg) {
-            by_id.entry(key).or_default().push((pid, cg));
+            Err(e) => unreadable.push(format!(
+                "pod {} container {}: {e}",
+                c.pod.as_deref().unwrap_or("?"),
+                &c.container[..c.container.len().min(12)]
+            )),
         }
     }
+    let at = format!("{}{}", tree.mount, tree.prefix);
+    Ok(Some((by_id, PodsFrom::CgroupTree { at })))
+}
+
+/// Pod processes by container: from the kubelet's cgroup tree, a read per
+/// container, where it can be walked; else from each process's own cgroup, a
+/// read per process. The kernel's RDMA holders are placed by their own cgroup
+/// either way, wherever the kubelet put them.
+fn pod_containers(
+    snap: &Snapshot,
+    holders: Option<&BTreeMap<u32, Vec<String>>>,
+    unreadable: &mut Vec<String>,
+) -> crate::host::Result<(BTreeMap<Key, Members>, PodsFrom)> {
+    let Some((mut by_id, from)) = by_tree(snap, unreadable)? else {
+        let mut by_id = BTreeMap::new();
+        for &pid in snap.pids()? {
+            place(snap, pid, &mut by_id, unreadable);
+        }
+        return Ok((by_id, PodsFrom::ProcessCgroups));
+    };
+    let placed: BTreeSet<u32> = by_id
+        .values()
+        .flat_map(|m| m.pids.iter().copied())
+        .collect();
+    for &pid in holders.into_iter().flat_map(BTreeMap::keys) {
+        if !placed.contains(&pid) {
+            place(snap, pid, &mut by_id, unreadable);
+        }
+    }
+    for m in by_id.values_mut() {
+        m.pids.sort_unstable();
+    }
+    Ok((by_id, from))
+}
+
+pub fn gather(snap: &Snapshot) -> crate::host::Result<Facts> {
+    let holders = holders_by_process(snap);
+    let mut unreadable = Vec::new();
+    let (by_id, pods_from) = pod_containers(snap, holders.as_ref().ok(), &mut unreadable)?;
     let mut containers = Vec::new();
     let mut holding = 0;
     for (key, members) in by_id {
-        let (first, cg) = &members[0];
+        let first = members.pids[0];
         let mut c = Container {
             pod_uid: key.0.clone(),
             container_id: key.1.clone(),
             ..Container::default()
         };
-        devices(snap, *first, cg, &key, &mut c, &mut unreadable);
+        devices(
+            snap,
+            first,
+            members.devices_cg.as_deref(),
+            &key,
+            &mut c,
+            &mut unreadable,
+        );
         let held: Vec<Option<&Vec<String>>> = members
+            .pids
             .iter()
-            .map(|(pid, _)| holders.as_ref().ok().and_then(|h| h.get(pid)))
+            .map(|pid| holders.as_ref().ok().and_then(|h| h.get(pid)))
             .collect();
         let scan = holders.is_err() || c.has_rdma_devices() || held.iter().any(Option::is_some);
-        for ((pid, _), held) in members.iter().zip(held) {
+        for (pid, held) in members.pids.iter().zip(held) {
             let mut p = Process {
                 pid: *pid,
                 holds: held.cloned().unwrap_or_default(),
@@ -195,7 +289,7 @@ pub fn gather(snap: &Snapshot) -> crate::host::Result<Facts> {
             || !c.cgroup_devices.is_empty()
             || c.processes.iter().any(Process::uses_rdma);
         // Whether it is the pod's sandbox only matters where it would be reported.
-        if (evidence || c.dev_unreadable.is_some()) && is_sandbox(snap, *first, &key.1) {
+        if (evidence || c.dev_unreadable.is_some()) && is_sandbox(snap, first, &key.1) {
             continue;
         }
         let judged: BTreeSet<u32> = if evidence {
@@ -224,6 +318,7 @@ pub fn gather(snap: &Snapshot) -> crate::host::Result<Facts> {
         containers,
         unreadable,
         route,
+        pods_from,
     })
 }
 

@@ -184,7 +184,7 @@ fn restrack_first_then_the_device_route() {
 fn a_thread_holder_counts_for_its_process() {
     let t = tempfile::tempdir().unwrap();
     pod_process(t.path(), 10, 1, &[], &[], 0);
-    // /proc/11 answers (threads do, by id) but is not among the listed pids.
+    // /proc/11 answers (threads do, by id): its Tgid is the process.
     std::fs::create_dir_all(t.path().join("proc/11")).unwrap();
     std::fs::write(
         t.path().join("proc/11/status"),
@@ -193,7 +193,57 @@ fn a_thread_holder_counts_for_its_process() {
     .unwrap();
     let snap =
         Snapshot::new(crate::host::Host::new(t.path())).with_restrack(Ok(holders(&[11, 12])));
-    let by = holders_by_process(&snap, &[10]).unwrap();
+    let by = holders_by_process(&snap).unwrap();
     assert_eq!(by.keys().copied().collect::<Vec<_>>(), vec![10]);
     assert_eq!(by[&10], vec!["mlx5_0 pd"]);
+}
+
+/// The kubelet's tree under a cgroup root of its own (kind's `kubelet.slice`),
+/// with an empty tree where the kubelet puts it by default: found from the
+/// newest pod process; a container running its own init keeps its processes
+/// in a sub-cgroup (init.scope), and they are its.
+#[test]
+fn the_tree_is_found_where_the_pods_are() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path();
+    let id = format!("{:064x}", 7);
+    // Relative: joined onto the test's root.
+    let cg = "sys/fs/cgroup";
+    std::fs::create_dir_all(root.join(format!("{cg}/kubepods.slice"))).unwrap();
+    std::fs::write(root.join(format!("{cg}/kubepods.slice/cgroup.procs")), "").unwrap();
+    std::fs::write(
+        root.join(format!("{cg}/cgroup.controllers")),
+        "cpu memory pids\n",
+    )
+    .unwrap();
+    let prefix = "/kubelet.slice/kubelet-kubepods.slice";
+    let scope = format!(
+        "{prefix}/kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod7.slice/cri-containerd-{id}.scope"
+    );
+    let dir = root.join(format!("{cg}{scope}"));
+    std::fs::create_dir_all(dir.join("init.scope")).unwrap();
+    std::fs::write(dir.join("cgroup.procs"), "").unwrap();
+    std::fs::write(dir.join("init.scope/cgroup.procs"), "10\n").unwrap();
+    pod_process(root, 10, 7, &["/dev/infiniband/uverbs0"], &[], 0);
+    std::fs::write(
+        root.join("proc/10/cgroup"),
+        format!("0::{scope}/init.scope\n"),
+    )
+    .unwrap();
+    let snap = Snapshot::new(crate::host::Host::new(root));
+    let f = gather(&snap).unwrap();
+    assert_eq!(
+        f.pods_from,
+        PodsFrom::CgroupTree {
+            at: format!("/{cg}{prefix}")
+        }
+    );
+    assert_eq!(f.containers.len(), 1, "{:?}", f.containers);
+    let c = &f.containers[0];
+    assert_eq!(
+        (c.pod_uid.as_deref(), c.container_id.as_deref()),
+        (Some("7"), Some(id.as_str()))
+    );
+    assert_eq!(c.processes[0].pid, 10);
+    assert_eq!(c.processes[0].opened, vec!["/dev/infiniband/uverbs0"]);
 }

@@ -74,6 +74,7 @@ pub fn check_facts(facts: &Facts, target: Limit, severity: Severity) -> Check {
     let mut c = check_with(&facts.containers, &facts.unreadable, target, severity);
     if let Some(d) = c.details.as_object_mut() {
         d.insert("found_by".into(), json!(facts.route));
+        d.insert("pods_from".into(), json!(facts.pods_from));
     }
     // A node with RDMA devices whose kernel did not answer: say the fd scan stood in.
     if let Route::FdScan {

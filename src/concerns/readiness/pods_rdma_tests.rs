@@ -195,12 +195,35 @@ fn unreadable_cgroup_and_devices_list_are_named() {
     let cg = format!("12:devices:/kubepods/podabc/{ID}\n0::/kubepods/podabc/{ID}\n");
     std::fs::write(root.join("proc/11/cgroup"), &cg).unwrap();
     std::fs::write(root.join("proc/11/comm"), "sleep\n").unwrap();
-    let list = root.join(format!(
-        "sys/fs/cgroup/devices/kubepods/podabc/{ID}/devices.list"
-    ));
-    std::fs::create_dir_all(&list).unwrap();
-    let snap = Snapshot::new(crate::host::Host::new(root));
-    let f = gather(&snap).unwrap();
+    let container = root.join(format!("sys/fs/cgroup/devices/kubepods/podabc/{ID}"));
+    std::fs::create_dir_all(container.join("devices.list")).unwrap();
+    let check_of = |f: &Facts| {
+        check_with(
+            &f.containers,
+            &f.unreadable,
+            Limit::UNLIMITED,
+            Severity::Warn,
+        )
+    };
+
+    // Found by the kubelet's tree (its cgroup.procs): no process's own cgroup
+    // is needed, so pid 10's is never read; the devices.list is named.
+    std::fs::write(container.join("cgroup.procs"), "11\n").unwrap();
+    let f = gather(&Snapshot::new(crate::host::Host::new(root))).unwrap();
+    assert_eq!(f.unreadable.len(), 1, "{:?}", f.unreadable);
+    assert!(
+        f.unreadable[0].contains("devices.list"),
+        "{:?}",
+        f.unreadable
+    );
+    assert_eq!(f.containers[0].processes[0].pid, 11);
+    let c = check_of(&f);
+    assert_eq!(c.status, Status::Unknown, "{}", c.message);
+
+    // A tree that is no cgroup filesystem (no cgroup.procs): each process's
+    // own cgroup instead, and both are named.
+    std::fs::remove_file(container.join("cgroup.procs")).unwrap();
+    let f = gather(&Snapshot::new(crate::host::Host::new(root))).unwrap();
     assert_eq!(f.unreadable.len(), 2, "{:?}", f.unreadable);
     assert!(
         f.unreadable[0].contains("/proc/10/cgroup"),
@@ -212,12 +235,7 @@ fn unreadable_cgroup_and_devices_list_are_named() {
         "{:?}",
         f.unreadable
     );
-    let c = check_with(
-        &f.containers,
-        &f.unreadable,
-        Limit::UNLIMITED,
-        Severity::Warn,
-    );
+    let c = check_of(&f);
     assert_eq!(c.status, Status::Unknown, "{}", c.message);
     assert!(
         c.message.contains("2 process file(s) could not be read"),
