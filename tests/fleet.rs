@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use support::agents::{Agents, InotifyLimit, eight_port_series, series, serve, wait_until};
 use support::fleet::{Fault, dashboard_exprs, plant, set_port, template};
+use support::http_get::get;
 use support::prometheus::{Credentials, Prometheus};
-use support::serve::get;
 
 const NODES: usize = 200;
 

@@ -9,15 +9,13 @@
 
 mod support;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_cri::v1::{CdiDevice, ContainerConfig, Device};
 use serde_json::Value;
 use support::cri::Containerd;
+use support::nri_daemon::NriDaemon;
 use support::*;
 
 // Below the hard limit this sandbox gives containerd (8 MiB): runc raising a
@@ -28,6 +26,8 @@ const LOWER: u64 = 1 << 20;
 const SOCKET: &str = "/run/nri/nri.sock";
 /// An RDMA container's process: it holds the device open, as verbs do.
 const HOLD: &str = "exec 3<>/dev/infiniband/uverbs0; exec sleep 600";
+/// How long the plugin may take to register.
+const REGISTERED: Duration = Duration::from_secs(30);
 
 fn containerd_21() -> PathBuf {
     let cache = std::env::var_os("RDMA_AGENT_CONTAINERD_CACHE")
@@ -73,94 +73,6 @@ fn memlock(pid: u32) -> (u64, u64) {
     (v[0], v[1])
 }
 
-/// The daemon, killed on drop; its log kept for failure messages.
-struct Serve {
-    child: Option<Child>,
-    addr: String,
-    log: PathBuf,
-}
-
-impl Serve {
-    fn start(root: &Path, log: PathBuf) -> Serve {
-        let addr = free_addr();
-        let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_rdma-node-agent"))
-            .arg("--root")
-            .arg(root)
-            .args(["serve", "--listen", &addr])
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(out)
-            .spawn()
-            .unwrap();
-        Serve {
-            child: Some(child),
-            addr,
-            log,
-        }
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn get(&self, path: &str) -> Option<String> {
-        let mut s = TcpStream::connect(&self.addr).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        write!(
-            s,
-            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-        )
-        .ok()?;
-        let mut body = String::new();
-        s.read_to_string(&mut body).ok()?;
-        body.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())
-    }
-
-    /// The `containerd.nri` check in the daemon's /status.
-    fn nri_check(&self) -> Option<Value> {
-        let v: Value = serde_json::from_str(&self.get("/status")?).ok()?;
-        let checks = v["report"]["checks"]
-            .as_array()
-            .or(v["checks"].as_array())?;
-        checks.iter().find(|c| c["id"] == "containerd.nri").cloned()
-    }
-
-    /// Waits until the plugin has registered `n` times and is registered now.
-    fn wait_registered(&self, n: u64) -> Value {
-        let start = Instant::now();
-        loop {
-            if let Some(c) = self.nri_check() {
-                if c["details"]["registered"] == true
-                    && c["details"]["registrations"].as_u64() >= Some(n)
-                {
-                    return c;
-                }
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "the NRI plugin did not register ({n}) within 30 s: {:?}\n--- agent log ---\n{}",
-                self.nri_check(),
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
 #[test]
 #[ignore = "needs root and containerd 2.1: run via scripts/test.sh"]
 fn nri_raises_memlock_only_for_rdma_containers_without_a_restart() {
@@ -170,9 +82,8 @@ fn nri_raises_memlock_only_for_rdma_containers_without_a_restart() {
     // NRI as containerd 2.x has it by default, its socket inside the test's tree.
     let config = root.join("etc/containerd/config.toml");
     let mut text = std::fs::read_to_string(&config).unwrap();
-    text.push_str(&format!(
-        "\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n  socket_path = \"{}\"\n",
-        root.join(SOCKET.trim_start_matches('/')).display()
+    text.push_str(&support::cri::nri_toml(
+        &root.join(SOCKET.trim_start_matches('/')),
     ));
     // CDI, as device plugins that return CDI names use it: a spec in the test's
     // own directory whose device node is /dev/infiniband/uverbs1 (on /dev/null).
@@ -235,8 +146,12 @@ fn nri_raises_memlock_only_for_rdma_containers_without_a_restart() {
     );
     let before = snapshot(&root.join("etc/containerd"));
 
-    let mut agent = Serve::start(&root, c.dir.path().join("agent.log"));
-    let check = agent.wait_registered(1);
+    let mut agent = NriDaemon::start(
+        Path::new(env!("CARGO_BIN_EXE_rdma-node-agent")),
+        &root,
+        c.dir.path().join("agent.log"),
+    );
+    let check = agent.wait_registered(1, REGISTERED);
     assert_eq!(check["status"], "ok", "{check}");
     // `check` from a shell (node-problem-detector's) reads what the daemon published.
     let shell = check_in(
@@ -331,7 +246,7 @@ fn nri_raises_memlock_only_for_rdma_containers_without_a_restart() {
     // (c) containerd restarts: the plugin registers again, and the next RDMA
     // container is adjusted.
     c.restart();
-    agent.wait_registered(2);
+    agent.wait_registered(2, REGISTERED);
     let again = c.running_with("nri-rdma-2", "runc", HOLD, uverbs);
     assert_eq!(memlock(again.pid), (TARGET, TARGET), "{}", agent.log());
 
@@ -360,8 +275,12 @@ fn nri_raises_memlock_only_for_rdma_containers_without_a_restart() {
     // The agent is back: it registers again (it survives its own restart),
     // the next RDMA container is adjusted, and pods.rdma names the one created
     // while it was down (and not the adjusted ones).
-    let agent = Serve::start(&root, c.dir.path().join("agent-2.log"));
-    agent.wait_registered(1);
+    let agent = NriDaemon::start(
+        Path::new(env!("CARGO_BIN_EXE_rdma-node-agent")),
+        &root,
+        c.dir.path().join("agent-2.log"),
+    );
+    agent.wait_registered(1, REGISTERED);
     let after = c.running_with("nri-rdma-4", "runc", HOLD, uverbs);
     assert_eq!(memlock(after.pid), (TARGET, TARGET), "{}", agent.log());
     let report = json(&support::agent(

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::serve::get;
+use super::http_get::get;
 
 /// Each agent's process; all stopped on drop.
 pub struct Agents(pub Vec<Option<Child>>);

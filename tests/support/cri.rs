@@ -273,6 +273,15 @@ required_plugins = ["io.containerd.grpc.v1.cri"]
     )
 }
 
+/// containerd 2.x's NRI section, on as it is by default, its socket at `socket`
+/// (a host path: the test's tree, not /run/nri).
+pub fn nri_toml(socket: &Path) -> String {
+    format!(
+        "\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n  socket_path = \"{}\"\n",
+        socket.display()
+    )
+}
+
 /// A gRPC channel to containerd's socket.
 async fn channel(sock: PathBuf) -> Result<Channel, tonic::transport::Error> {
     Endpoint::from_static("http://[::]")

@@ -9,6 +9,8 @@ pub mod artefacts;
 pub mod containerd;
 pub mod cri;
 pub mod fleet;
+pub mod http_get;
+pub mod nri_daemon;
 pub mod nspawn;
 pub mod pcie;
 pub mod prometheus;
@@ -174,7 +176,7 @@ pub fn scrape_metrics(root: &Path) -> String {
     let d = serve::Serve::start(root);
     let start = Instant::now();
     loop {
-        if let Some(m) = serve::get(&d.addr, "/metrics") {
+        if let Some(m) = http_get::get(&d.addr, "/metrics") {
             return m;
         }
         assert!(start.elapsed() < Duration::from_secs(10), "no /metrics");

@@ -15,18 +15,20 @@
 //!   vm-nri-guest AGENT CONTAINERD RESULTS
 
 use std::fs;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_cri::v1::{ContainerConfig, Device, Mount};
-use serde_json::Value;
 
 #[allow(dead_code)] // the harness's other helpers serve the host tests
 #[path = "../support/cri.rs"]
 mod cri;
+#[allow(dead_code)]
+#[path = "../support/http_get.rs"]
+mod http_get;
+#[allow(dead_code)]
+#[path = "../support/nri_daemon.rs"]
+mod nri_daemon;
 
 const NRI_SOCKET: &str = "/run/nri/nri.sock";
 const UVERBS: &str = "/dev/infiniband/uverbs0";
@@ -60,8 +62,8 @@ fn main() {
     let limits = fs::read_to_string(format!("/proc/{}/limits", c.pid().unwrap())).unwrap();
     record(results, "nri-containerd-limits", &limits, "", 0);
 
-    let mut serve = Serve::start(agent, &root, results);
-    let check = serve.wait_registered();
+    let mut serve = nri_daemon::NriDaemon::start(agent, &root, results.join("nri-agent.log"));
+    let check = serve.wait_registered(1, Duration::from_secs(120));
     record(results, "nri-registered", &check.to_string(), "", 0);
     run_bw(&mut c, results, "nri-bw-plugin");
     serve.stop();
@@ -72,9 +74,8 @@ fn main() {
 fn enable_nri(root: &Path) {
     let config = root.join("etc/containerd/config.toml");
     let mut text = fs::read_to_string(&config).unwrap();
-    text.push_str(&format!(
-        "\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n  socket_path = \"{}\"\n",
-        root.join(NRI_SOCKET.trim_start_matches('/')).display()
+    text.push_str(&cri::nri_toml(
+        &root.join(NRI_SOCKET.trim_start_matches('/')),
     ));
     fs::write(&config, text).unwrap();
 }
@@ -117,86 +118,4 @@ fn record(results: &Path, name: &str, out: &str, err: &str, rc: i32) {
     fs::write(results.join(format!("{name}.out")), out).unwrap();
     fs::write(results.join(format!("{name}.err")), err).unwrap();
     fs::write(results.join(format!("{name}.rc")), format!("{rc}\n")).unwrap();
-}
-
-/// The agent's daemon on the tree, its log kept with the results.
-struct Serve {
-    child: Option<Child>,
-    addr: String,
-    log: PathBuf,
-}
-
-impl Serve {
-    fn start(agent: &Path, root: &Path, results: &Path) -> Serve {
-        let addr = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .to_string();
-        let log = results.join("nri-agent.log");
-        let child = Command::new(agent)
-            .arg("--root")
-            .arg(root)
-            .args(["serve", "--listen", &addr])
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        Serve {
-            child: Some(child),
-            addr,
-            log,
-        }
-    }
-
-    /// The `containerd.nri` check in /status once it says the plugin is registered.
-    fn wait_registered(&self) -> Value {
-        let start = Instant::now();
-        loop {
-            let check = self.nri_check();
-            if let Some(c) = check
-                .as_ref()
-                .filter(|c| c["details"]["registered"] == true)
-            {
-                return c.clone();
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(120),
-                "the NRI plugin did not register within 120 s: {check:?}\n--- agent log ---\n{}",
-                fs::read_to_string(&self.log).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-
-    fn nri_check(&self) -> Option<Value> {
-        let mut s = TcpStream::connect(&self.addr).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-        write!(
-            s,
-            "GET /status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-        )
-        .ok()?;
-        let mut answer = String::new();
-        s.read_to_string(&mut answer).ok()?;
-        let v: Value = serde_json::from_str(answer.split_once("\r\n\r\n")?.1).ok()?;
-        let checks = v["report"]["checks"]
-            .as_array()
-            .or(v["checks"].as_array())?;
-        checks.iter().find(|c| c["id"] == "containerd.nri").cloned()
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        self.stop();
-    }
 }
