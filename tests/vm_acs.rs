@@ -15,11 +15,8 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::OnceLock;
-use std::time::Instant;
 
 use serde_json::Value;
 
@@ -33,37 +30,30 @@ const QEMU_ARGS: &str = "-machine q35 -device intel-iommu,intremap=off \
     -device pcie-root-port,id=rp2,bus=pcie.0,chassis=4,addr=0x11 -device e1000e,bus=rp2 \
     -device pcie-root-port,id=rp3,bus=pcie.0,chassis=5,addr=0x12";
 
-fn say(text: &str) {
-    let _ = writeln!(std::io::stderr().lock(), "{text}");
-}
+#[path = "vm/harness.rs"]
+mod harness;
+
+const TIER: harness::Tier = harness::Tier {
+    name: "vm_acs",
+    what: "the ACS tier",
+    guest: "acs-guest.sh",
+    results: "last-acs-results",
+    results_env: "RDMA_AGENT_VM_RESULTS_ACS",
+    env: &[
+        ("VM_QEMU_ARGS", QEMU_ARGS),
+        ("VM_APPEND", "intel_iommu=on"),
+        ("VM_BOOTS", "2"),
+    ],
+    payload: setpci,
+};
 
 fn vm() -> Option<&'static Path> {
     static RUN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    if std::env::var("RDMA_AGENT_VM").as_deref() == Ok("0") {
-        say("vm_acs: RDMA_AGENT_VM=0: the ACS tier is turned off, nothing was tested");
-        return None;
-    }
-    if let Some(dir) = std::env::var_os("RDMA_AGENT_VM_RESULTS_ACS") {
-        say(&format!(
-            "vm_acs: asserting on the records in {}, no VM booted",
-            Path::new(&dir).display()
-        ));
-        return Some(Box::leak(PathBuf::from(dir).into_boxed_path()));
-    }
-    match RUN.get_or_init(run) {
-        Ok(p) => Some(p.as_path()),
-        Err(e) => panic!("the ACS VM tier could not run: {e}"),
-    }
+    harness::results(&TIER, &RUN)
 }
 
-fn run() -> Result<PathBuf, String> {
-    if !nix::unistd::geteuid().is_root() {
-        return Err("it needs root (the VM image, QEMU): run scripts/test.sh, or RDMA_AGENT_VM=0 to turn it off".into());
-    }
-    let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vm");
-    let bin = std::env::var_os("RDMA_AGENT_VM_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_rdma-node-agent")));
+/// The host's setpci and its library, to read config space back in the guest.
+fn setpci(p: &Path) -> Result<(), String> {
     let setpci = Path::new("/usr/bin/setpci");
     let libpci = Path::new("/lib/x86_64-linux-gnu/libpci.so.3");
     if !setpci.exists() || !libpci.exists() {
@@ -72,53 +62,11 @@ fn run() -> Result<PathBuf, String> {
                 .into(),
         );
     }
-    let cache = Path::new("/var/cache/rdma-node-agent/vm");
-    fs::create_dir_all(cache).map_err(|e| format!("{}: {e}", cache.display()))?;
-    // One VM at a time on the machine, as tests/vm_rxe.rs.
-    let lock = fs::File::create(cache.join(".run.lock")).map_err(|e| e.to_string())?;
-    let _lock = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
-        .map_err(|(_, e)| format!("cannot lock {}/.run.lock: {e}", cache.display()))?;
-    let payload = tempfile::tempdir_in(cache).map_err(|e| e.to_string())?;
-    let p = payload.path();
-    let copy = |from: &Path, to: &str| {
-        fs::copy(from, p.join(to)).map_err(|e| format!("{}: {e}", from.display()))
-    };
     fs::create_dir_all(p.join("lib")).map_err(|e| e.to_string())?;
-    copy(&bin, "rdma-node-agent")?;
-    copy(&here.join("acs-guest.sh"), "guest.sh")?;
-    copy(setpci, "setpci")?;
-    copy(libpci, "lib/libpci.so.3")?;
-    let results = cache.join("last-acs-results");
-    if results.exists() {
-        fs::remove_dir_all(&results).map_err(|e| e.to_string())?;
+    for (from, to) in [(setpci, "setpci"), (libpci, "lib/libpci.so.3")] {
+        fs::copy(from, p.join(to)).map_err(|e| format!("{}: {e}", from.display()))?;
     }
-    say(&format!(
-        "vm_acs: booting the q35 VM with {}",
-        bin.display()
-    ));
-    let start = Instant::now();
-    let out = Command::new(here.join("run.sh"))
-        .arg(p)
-        .arg(&results)
-        .env("VM_QEMU_ARGS", QEMU_ARGS)
-        .env("VM_APPEND", "intel_iommu=on")
-        .env("VM_BOOTS", "2")
-        .stdin(Stdio::null())
-        .stdout(Stdio::inherit())
-        .stderr(Stdio::piped())
-        .output()
-        .map_err(|e| format!("cannot run tests/vm/run.sh: {e}"))?;
-    let log = String::from_utf8_lossy(&out.stderr);
-    say(log.trim_end());
-    if !out.status.success() {
-        return Err(log.lines().last().unwrap_or("run.sh failed").to_owned());
-    }
-    say(&format!(
-        "vm_acs: steps (guest seconds):\n{}vm_acs: whole tier {:.0} s",
-        fs::read_to_string(results.join("times")).unwrap_or_default(),
-        start.elapsed().as_secs_f64()
-    ));
-    Ok(results)
+    Ok(())
 }
 
 fn read(dir: &Path, name: &str) -> String {
@@ -194,7 +142,7 @@ fn expected_targets(dir: &Path, before: &BTreeMap<String, Option<u16>>) -> Vec<S
 fn the_agent_reads_the_acs_the_real_kernel_set_on_each_path() {
     let Some(dir) = vm() else { return };
     let before = acs(dir, "boot1-acs-before");
-    say(&format!("vm_acs: ACSCtl as the kernel set it: {before:?}"));
+    harness::say(&format!("vm_acs: ACSCtl as the kernel set it: {before:?}"));
     let ids = who(dir, 1);
     // QEMU's pcie-root-port has ACS (hw/pci-bridge/pcie_root_port.c, unless
     // disable-acs): with an IOMMU the kernel sets SrcValid ReqRedir CmpltRedir

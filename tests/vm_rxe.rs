@@ -15,11 +15,8 @@
 //! last-results) without booting, to work on the assertions.
 
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::OnceLock;
-use std::time::Instant;
 
 use serde_json::Value;
 
@@ -39,97 +36,24 @@ mod nri;
 
 const MODPROBE: &str = "/etc/modprobe.d/rdma-node-agent.conf";
 
-/// Printed past the test harness's capture: the tier's figures belong in the log.
-fn say(text: &str) {
-    let _ = writeln!(std::io::stderr().lock(), "{text}");
-}
+#[path = "vm/harness.rs"]
+mod harness;
+
+const TIER: harness::Tier = harness::Tier {
+    name: "vm_rxe",
+    what: "the real-kernel tier",
+    guest: "guest.sh",
+    results: "last-results",
+    results_env: "RDMA_AGENT_VM_RESULTS",
+    env: &[],
+    payload: nri::payload,
+};
 
 /// The results directory of the one VM run of this test binary, or None when the
 /// tier is turned off.
 fn vm() -> Option<&'static Path> {
     static RUN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    if std::env::var("RDMA_AGENT_VM").as_deref() == Ok("0") {
-        say("vm_rxe: RDMA_AGENT_VM=0: the real-kernel tier is turned off, nothing was tested");
-        return None;
-    }
-    // Assertions on an earlier run's records, without booting (for working on
-    // the assertions themselves): said loudly, never set by scripts/test.sh.
-    if let Some(dir) = std::env::var_os("RDMA_AGENT_VM_RESULTS") {
-        say(&format!(
-            "vm_rxe: RDMA_AGENT_VM_RESULTS: asserting on the records in {}, no VM booted",
-            Path::new(&dir).display()
-        ));
-        return Some(Box::leak(PathBuf::from(dir).into_boxed_path()));
-    }
-    match RUN.get_or_init(run) {
-        Ok(p) => Some(p.as_path()),
-        Err(e) => panic!("the VM tier could not run: {e}"),
-    }
-}
-
-fn run() -> Result<PathBuf, String> {
-    if !nix::unistd::geteuid().is_root() {
-        return Err("it needs root (mmdebstrap, mount): run scripts/test.sh, or RDMA_AGENT_VM=0 to turn it off".into());
-    }
-    let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vm");
-    let bin = std::env::var_os("RDMA_AGENT_VM_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_rdma-node-agent")));
-    let cache = Path::new("/var/cache/rdma-node-agent/vm");
-    fs::create_dir_all(cache).map_err(|e| format!("{}: {e}", cache.display()))?;
-    // One VM at a time on the machine (2 cores; ~1.3 GiB each), and one owner of
-    // last-results: another checkout's run waits here.
-    let lock = fs::File::create(cache.join(".run.lock")).map_err(|e| e.to_string())?;
-    let _lock = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
-        .map_err(|(_, e)| format!("cannot lock {}/.run.lock: {e}", cache.display()))?;
-    let payload = tempfile::tempdir_in(cache).map_err(|e| e.to_string())?;
-    fs::copy(&bin, payload.path().join("rdma-node-agent"))
-        .map_err(|e| format!("the agent binary {}: {e}", bin.display()))?;
-    fs::copy(here.join("guest.sh"), payload.path().join("guest.sh")).map_err(|e| e.to_string())?;
-    nri::payload(payload.path())?;
-    // The last run's records stay for a human (and for refreshing the fixtures).
-    let results = cache.join("last-results");
-    if results.exists() {
-        fs::remove_dir_all(&results).map_err(|e| e.to_string())?;
-    }
-    say(&format!("vm_rxe: booting the VM with {}", bin.display()));
-    let start = Instant::now();
-    let out = Command::new(here.join("run.sh"))
-        .arg(payload.path())
-        .arg(&results)
-        .stdin(Stdio::null())
-        .stdout(Stdio::inherit())
-        .stderr(Stdio::piped())
-        .output()
-        .map_err(|e| format!("cannot run tests/vm/run.sh: {e}"))?;
-    let log = String::from_utf8_lossy(&out.stderr);
-    say(log.trim_end());
-    if !out.status.success() {
-        return Err(log.lines().last().unwrap_or("run.sh failed").to_owned());
-    }
-    let boots = [1, 2, 3].map(|b| {
-        let f = |n: &str| {
-            fs::read_to_string(results.join(format!("boot{b}-{n}-uptime")))
-                .ok()
-                .and_then(|t| t.trim().parse::<f64>().ok())
-        };
-        (f("init"), f("end"))
-    });
-    for (i, (init, end)) in boots.iter().enumerate() {
-        if let (Some(init), Some(end)) = (init, end) {
-            say(&format!(
-                "vm_rxe: boot {}: kernel to init {init:.1} s, tests {:.1} s",
-                i + 1,
-                end - init
-            ));
-        }
-    }
-    say(&format!(
-        "vm_rxe: steps (guest seconds):\n{}vm_rxe: whole tier {:.0} s",
-        fs::read_to_string(results.join("times")).unwrap_or_default(),
-        start.elapsed().as_secs_f64()
-    ));
-    Ok(results)
+    harness::results(&TIER, &RUN)
 }
 
 /// One recorded step: its stdout (with stderr after it) and exit code.
