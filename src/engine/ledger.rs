@@ -98,6 +98,12 @@ pub struct RevertOutcome {
     pub kept: Vec<(PathBuf, String)>,
 }
 
+/// The journal's size before it is moved to `journal.jsonl.1` (the one before
+/// replaced): about 1,100 file changes each, so at most 512 KiB of history on
+/// disk and in the daemon's copy of the state, however long a fight over a file
+/// with another tool lasts.
+const JOURNAL_MAX: u64 = 256 * 1024;
+
 fn state_path(name: &str) -> PathBuf {
     Path::new(STATE_DIR).join(name)
 }
@@ -163,7 +169,8 @@ impl Ledger {
         let mut line = serde_json::to_vec(&entry).expect("journal entry serializes");
         line.push(b'\n');
         // The journal is history, not state: failing to append must not undo a change.
-        if let Err(e) = host.state_append(&state_path("journal.jsonl"), &line) {
+        if let Err(e) = host.state_append_bounded(&state_path("journal.jsonl"), &line, JOURNAL_MAX)
+        {
             tracing::warn!("could not append to the journal: {e}");
         }
     }

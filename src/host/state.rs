@@ -13,8 +13,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
 use nix::errno::Errno;
+use nix::fcntl::AtFlags;
 use nix::fcntl::{OFlag, open, openat, renameat};
-use nix::sys::stat::{Mode, mkdirat};
+use nix::sys::stat::{Mode, SFlag, fstatat, mkdirat};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
 use super::{Host, HostError, Result};
@@ -219,6 +220,28 @@ impl Host {
             })
     }
 
+    /// `state_append`, first moving the file to `<name>.1` (replacing the one
+    /// before) once it holds `max` bytes: a history that stays bounded on disk
+    /// and in the daemon's copy of the state (`state_files`). A link planted
+    /// there is not moved; the append refuses it.
+    pub fn state_append_bounded(&self, p: &Path, bytes: &[u8], max: u64) -> Result<()> {
+        if let Some((dir, name)) = self.agent_dir(p, true)? {
+            let full = fstatat(&dir, name.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW).is_ok_and(|st| {
+                SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG
+                    && st.st_size as u64 >= max
+            });
+            if full {
+                renameat(&dir, name.as_str(), &dir, format!("{name}.1").as_str())
+                    .and_then(|()| nix::unistd::fsync(&dir))
+                    .map_err(|e| HostError::Write {
+                        path: self.path(p),
+                        source: io(e),
+                    })?;
+            }
+        }
+        self.state_append(p, bytes)
+    }
+
     /// Opens (creating) an agent lock file for reading and writing.
     pub fn state_lock_file(&self, p: &Path) -> Result<File> {
         Ok(self
@@ -323,6 +346,36 @@ mod tests {
         h.state_remove(p).unwrap();
         h.state_remove_dir_if_empty(Path::new("/var/lib/rdma-node-agent/originals"));
         assert!(!t.path().join("var/lib/rdma-node-agent/originals").exists());
+    }
+
+    #[test]
+    fn a_bounded_history_keeps_one_previous_file() {
+        let t = tempfile::tempdir().unwrap();
+        let h = Host::new(t.path());
+        let j = Path::new("/var/lib/rdma-node-agent/journal.jsonl");
+        let old = Path::new("/var/lib/rdma-node-agent/journal.jsonl.1");
+        for line in [&b"aaaa\n"[..], b"bbbb\n", b"cccc\n", b"dddd\n", b"eeee\n"] {
+            h.state_append_bounded(j, line, 10).unwrap();
+        }
+        // Moved aside at 10 bytes (two lines), the one before replaced.
+        assert_eq!(h.state_read(j).unwrap().unwrap(), b"eeee\n");
+        assert_eq!(h.state_read(old).unwrap().unwrap(), b"cccc\ndddd\n");
+        let mode = fs::metadata(t.path().join("var/lib/rdma-node-agent/journal.jsonl"))
+            .unwrap()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        // A link planted as the history is neither moved nor followed.
+        let state = t.path().join("var/lib/rdma-node-agent");
+        fs::remove_file(state.join("journal.jsonl")).unwrap();
+        fs::write(t.path().join("victim"), "0123456789abcdef").unwrap();
+        symlink(t.path().join("victim"), state.join("journal.jsonl")).unwrap();
+        let e = h.state_append_bounded(j, b"x\n", 10).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        assert_eq!(h.state_read(old).unwrap().unwrap(), b"cccc\ndddd\n");
+        assert_eq!(
+            fs::read(t.path().join("victim")).unwrap(),
+            b"0123456789abcdef"
+        );
     }
 
     #[test]
