@@ -19,11 +19,20 @@ pub fn parse_shim_id(cmdline: &str) -> Option<String> {
 /// Pod identity from a `/proc/<pid>/cgroup` text, for cgroupfs and systemd drivers:
 /// `/kubepods/besteffort/pod<uid>/<id>` or
 /// `/kubepods.slice/…/kubepods-besteffort-pod<uid_>.slice/cri-containerd-<id>.scope`.
+/// A runtime's monitor is no container's process: CRI-O's conmon, in a
+/// `crio-conmon-<id>.scope` beside the container's own when `conmon_cgroup =
+/// "pod"` (OpenShift's), and Podman's `libpod-conmon-<id>` are `None`.
 pub fn parse_cgroup(text: &str) -> Option<(Option<String>, Option<String>)> {
     let path = text
         .lines()
         .filter_map(|l| l.splitn(3, ':').nth(2))
         .find(|p| p.contains("kubepods"))?;
+    if path
+        .split('/')
+        .any(|seg| seg.starts_with("crio-conmon-") || seg.starts_with("libpod-conmon-"))
+    {
+        return None;
+    }
     let mut pod = None;
     let mut container = None;
     for seg in path.split('/') {
@@ -265,6 +274,17 @@ mod tests {
             Some((Some("12-34".into()), Some(ID.into())))
         );
         assert_eq!(parse_cgroup("0::/user.slice\n"), None);
+        // CRI-O with conmon_cgroup = "pod": conmon's scope beside the container's.
+        let pod = "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod12_34.slice";
+        assert_eq!(
+            parse_cgroup(&format!("{pod}/crio-conmon-{ID}.scope\n")),
+            None
+        );
+        // CRI-O on cgroup v2: the container's processes in a `container` sub-cgroup.
+        assert_eq!(
+            parse_cgroup(&format!("{pod}/crio-{ID}.scope/container\n")),
+            Some((Some("12-34".into()), Some(ID.into())))
+        );
     }
 
     #[test]

@@ -247,3 +247,52 @@ fn the_tree_is_found_where_the_pods_are() {
     assert_eq!(c.processes[0].pid, 10);
     assert_eq!(c.processes[0].opened, vec!["/dev/infiniband/uverbs0"]);
 }
+
+/// CRI-O with `conmon_cgroup = "pod"` (OpenShift): conmon's scope beside the
+/// container's, whose processes are in its `container` sub-cgroup. conmon is
+/// no container process, and the container is judged by its own.
+#[test]
+fn crio_s_conmon_is_not_the_container() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path();
+    let id = format!("{:064x}", 9);
+    let pod =
+        "sys/fs/cgroup/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod9.slice";
+    let scope = root.join(format!("{pod}/crio-{id}.scope"));
+    let conmon = root.join(format!("{pod}/crio-conmon-{id}.scope"));
+    std::fs::create_dir_all(scope.join("container")).unwrap();
+    std::fs::write(root.join("sys/fs/cgroup/cgroup.controllers"), "cpu\n").unwrap();
+    std::fs::create_dir_all(&conmon).unwrap();
+    std::fs::write(scope.join("cgroup.procs"), "").unwrap();
+    std::fs::write(scope.join("container/cgroup.procs"), "21\n").unwrap();
+    std::fs::write(conmon.join("cgroup.procs"), "20\n").unwrap();
+    pod_process(root, 20, 9, &[], &[], 0);
+    pod_process(root, 21, 9, &["/dev/infiniband/uverbs0"], &[], 0);
+    std::fs::write(
+        root.join("proc/20/cgroup"),
+        format!(
+            "0::/{}/crio-conmon-{id}.scope\n",
+            &pod["sys/fs/cgroup/".len()..]
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("proc/21/cgroup"),
+        format!(
+            "0::/{}/crio-{id}.scope/container\n",
+            &pod["sys/fs/cgroup/".len()..]
+        ),
+    )
+    .unwrap();
+    for tree in [true, false] {
+        if !tree {
+            // Each process's own cgroup: the same answer.
+            std::fs::remove_file(scope.join("container/cgroup.procs")).unwrap();
+        }
+        let f = gather(&Snapshot::new(crate::host::Host::new(root))).unwrap();
+        assert_eq!(matches!(f.pods_from, PodsFrom::CgroupTree { .. }), tree);
+        assert_eq!(f.containers.len(), 1, "{:?}", f.containers);
+        let pids: Vec<u32> = f.containers[0].processes.iter().map(|p| p.pid).collect();
+        assert_eq!(pids, vec![21], "tree: {tree}");
+    }
+}
