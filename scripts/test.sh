@@ -131,6 +131,9 @@ lane packages packages_lane
 lane fuzz fuzz_lane
 phase clippy cargo clippy --all-targets --quiet -- -D warnings
 phase test-build cargo test --all-targets --no-run --quiet
+# The VM tier's CRI client for its guest (tests/vm/nri.rs builds it too): built
+# here, before any test runs, its build in the VM lane finds it fresh.
+phase vm-guest-build cargo build --example vm-nri-guest --quiet
 # containerd 1.7 and 2.x from Debian's trixie and sid packages (unpacked into the
 # cache, not installed), for the real-world corpus test's `containerd config dump`.
 phase fetch-containerd bash scripts/fetch-containerd.sh

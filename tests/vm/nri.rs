@@ -39,9 +39,32 @@ pub fn payload(dir: &Path) -> Result<(), String> {
 }
 
 /// `cargo build --example vm-nri-guest` (the same cargo, profile and target dir
-/// as this test); the executable cargo reports.
+/// as this test); the executable cargo reports. Without the variables cargo
+/// set for this test process (`CARGO_PKG_*`, `CARGO_MANIFEST_DIR`, …): ring's
+/// build script reads them, so with them the build would rebuild ring and the
+/// library, and the next cargo run beside the other tests (scripts/test.sh's
+/// ACS tier) would relink `target/debug/rdma-node-agent` under the tests
+/// running it.
 fn build_driver() -> Result<PathBuf, String> {
-    let out = Command::new(env!("CARGO"))
+    let mut cargo = Command::new(env!("CARGO"));
+    for (key, _) in std::env::vars_os() {
+        let Some(key) = key.to_str() else { continue };
+        let set_for_tests = key.starts_with("CARGO_PKG_")
+            || matches!(
+                key,
+                "CARGO_MANIFEST_DIR"
+                    | "CARGO_MANIFEST_PATH"
+                    | "CARGO_CRATE_NAME"
+                    | "CARGO_BIN_NAME"
+                    | "CARGO_PRIMARY_PACKAGE"
+                    | "CARGO_TARGET_TMPDIR"
+                    | "RUST_RECURSION_COUNT"
+            );
+        if set_for_tests {
+            cargo.env_remove(key);
+        }
+    }
+    let out = cargo
         .args(["build", "--quiet", "--example", "vm-nri-guest"])
         .arg("--message-format=json-render-diagnostics")
         .current_dir(env!("CARGO_MANIFEST_DIR"))
