@@ -40,8 +40,8 @@ pub fn payload(dir: &Path) -> Result<(), String> {
 
 /// `cargo build --example vm-nri-guest` (the same cargo, profile and target dir
 /// as this test); the executable cargo reports. Without the variables cargo
-/// set for this test process (`CARGO_PKG_*`, `CARGO_MANIFEST_DIR`, …): ring's
-/// build script reads them, so with them the build would rebuild ring and the
+/// set for this test process (`CARGO_PKG_*`, `CARGO_MANIFEST_DIR`, `OUT_DIR`, …):
+/// ring's build script reads them, so with them the build would rebuild ring and the
 /// library, and the next cargo run beside the other tests (scripts/test.sh's
 /// ACS tier) would relink `target/debug/rdma-node-agent` under the tests
 /// running it.
@@ -50,6 +50,7 @@ fn build_driver() -> Result<PathBuf, String> {
     for (key, _) in std::env::vars_os() {
         let Some(key) = key.to_str() else { continue };
         let set_for_tests = key.starts_with("CARGO_PKG_")
+            || key.starts_with("CARGO_BIN_EXE_")
             || matches!(
                 key,
                 "CARGO_MANIFEST_DIR"
@@ -58,6 +59,7 @@ fn build_driver() -> Result<PathBuf, String> {
                     | "CARGO_BIN_NAME"
                     | "CARGO_PRIMARY_PACKAGE"
                     | "CARGO_TARGET_TMPDIR"
+                    | "OUT_DIR"
                     | "RUST_RECURSION_COUNT"
             );
         if set_for_tests {
