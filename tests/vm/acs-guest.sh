@@ -17,32 +17,10 @@
 # Boot 2: ACS is back; the daemon (serve) clears it again; revert at the end.
 set -u
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-R=/results
+# The boot count, `step` and the results disk (tests/vm/steps.sh).
+. "$(dirname "$0")/steps.sh"
 AGENT=/payload/rdma-node-agent
 CONF=/etc/rdma-node-agent/config.toml
-mkdir -p "$R" /var/lib/vm-test
-boot=$(($(cat /var/lib/vm-test/boot 2>/dev/null || echo 0) + 1))
-echo "$boot" >/var/lib/vm-test/boot
-rm -f "$R/reboot"
-
-up() { cut -d' ' -f1 /proc/uptime; }
-step() {
-    name=$1
-    shift
-    s=$(up)
-    "$@" >"$R/$name.out" 2>"$R/$name.err"
-    echo $? >"$R/$name.rc"
-    e=$(up)
-    awk -v n="$name" -v s="$s" -v e="$e" 'BEGIN { printf "%-40s %6.1f s\n", n, e - s }' | tee -a "$R/times"
-}
-finish() {
-    trap - EXIT
-    dmesg >"$R/dmesg-boot$boot.txt"
-    echo "$boot" >"$R/boots"
-    tar -cf /dev/vdc -C "$R" .
-    sync
-}
-trap finish EXIT
 
 # setpci from the host's pciutils (the image has none), with its libpci.
 setpci() { LD_LIBRARY_PATH=/payload/lib /payload/setpci "$@"; }

@@ -20,43 +20,13 @@
 #   and the reboot into boot 2.
 set -u
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-R=/results
+# The boot count, `step`/`sh_step` and the results disk (tests/vm/steps.sh).
+. "$(dirname "$0")/steps.sh"
 AGENT=/payload/rdma-node-agent
 CONF=/etc/rdma-node-agent/config.toml
 # The kernel steps' config: the tiny DKMS module is the one required module (the
 # default list is Mellanox's), RDMA netns unmanaged.
 KCONF=/etc/rdma-node-agent/kernel.toml
-mkdir -p "$R" /var/lib/vm-test
-boot=$(($(cat /var/lib/vm-test/boot 2>/dev/null || echo 0) + 1))
-echo "$boot" >/var/lib/vm-test/boot
-cut -d' ' -f1 /proc/uptime >"$R/boot$boot-init-uptime"
-rm -f "$R/reboot"
-
-up() { cut -d' ' -f1 /proc/uptime; }
-# step NAME COMMAND...: runs it, recording its output, exit code and duration.
-step() {
-    name=$1
-    shift
-    s=$(up)
-    "$@" >"$R/$name.out" 2>"$R/$name.err"
-    echo $? >"$R/$name.rc"
-    e=$(up)
-    awk -v n="$name" -v s="$s" -v e="$e" 'BEGIN { printf "%-40s %6.1f s\n", n, e - s }' | tee -a "$R/times"
-}
-sh_step() {
-    name=$1
-    shift
-    step "$name" sh -c "$*"
-}
-finish() {
-    trap - EXIT
-    dmesg >"$R/dmesg-boot$boot.txt"
-    up >"$R/boot$boot-end-uptime"
-    echo "$boot" >"$R/boots"
-    tar -cf /dev/vdc -C "$R" .
-    sync
-}
-trap finish EXIT
 # The netns steps' config. The kernel concern is off there: it runs `dkms status`
 # (3 s under TCG) in every apply, and kernel_gate checks it with its own config.
 config() {

@@ -87,6 +87,7 @@ fn boot(tier: &Tier) -> Result<PathBuf, String> {
     };
     copy(&bin, "rdma-node-agent")?;
     copy(&here.join(tier.guest), "guest.sh")?;
+    copy(&here.join("steps.sh"), "steps.sh")?;
     (tier.payload)(payload.path())?;
     let results = cache.join(tier.results);
     if results.exists() {
