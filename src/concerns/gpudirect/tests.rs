@@ -362,19 +362,26 @@ fn a_nic_on_another_socket_is_sys_and_a_truncated_config_is_unknown() {
     );
 }
 
-#[test]
-fn debians_own_kernel_config_has_no_dmabuf_path() {
+/// The switch tree with NVIDIA's open module 580 loaded, no nvidia_peermem,
+/// running kernel `release` whose config is the real one in fixture `dir`.
+fn open_driver_without_peermem(release: &str, dir: &str) -> Outcome {
     let t = switch_tree(0, GEN5);
     fs::remove_dir_all(t.path("sys/kernel/mm/memory_peers")).unwrap();
     fs::write(t.path("proc/modules"), "nvidia 1 0 - Live 0x0\n").unwrap();
-    t.write("proc/sys/kernel/osrelease", "6.1.0-49-amd64\n");
+    t.write("proc/sys/kernel/osrelease", &format!("{release}\n"));
     t.write(
         "proc/driver/nvidia/version",
         "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.105.08  Release Build\n",
     );
-    let debian = fs::read_to_string(fixture("debian-6.1/boot/config-6.1.0-49-amd64")).unwrap();
-    t.write("boot/config-6.1.0-49-amd64", &debian);
-    let out = run(t.root.path(), &GpuDirectConfig::default());
+    let config = format!("boot/config-{release}");
+    let text = fs::read_to_string(fixture(&format!("{dir}/{config}"))).unwrap();
+    t.write(&config, &text);
+    run(t.root.path(), &GpuDirectConfig::default())
+}
+
+#[test]
+fn debians_own_kernel_config_has_no_dmabuf_path() {
+    let out = open_driver_without_peermem("6.1.0-49-amd64", "debian-6.1");
     let m = out.mechanism.unwrap();
     assert_eq!(m.kind, Kind::None);
     assert_eq!(
@@ -461,17 +468,7 @@ fn a_link_shared_by_pairs_is_observed_once() {
 /// its PROVENANCE) enables what DMA-BUF needs: with the open driver, `dmabuf`.
 #[test]
 fn talos_kernel_config_with_the_open_driver_is_dmabuf() {
-    let t = switch_tree(0, GEN5);
-    fs::remove_dir_all(t.path("sys/kernel/mm/memory_peers")).unwrap();
-    fs::write(t.path("proc/modules"), "nvidia 1 0 - Live 0x0\n").unwrap();
-    t.write("proc/sys/kernel/osrelease", "6.18.45-talos\n");
-    t.write(
-        "proc/driver/nvidia/version",
-        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.105.08  Release Build\n",
-    );
-    let talos = fs::read_to_string(fixture("talos-6.18/boot/config-6.18.45-talos")).unwrap();
-    t.write("boot/config-6.18.45-talos", &talos);
-    let out = run(t.root.path(), &GpuDirectConfig::default());
+    let out = open_driver_without_peermem("6.18.45-talos", "talos-6.18");
     let m = out.mechanism.unwrap();
     assert_eq!(m.kind, Kind::Dmabuf, "{m:?}");
     assert!(m.dmabuf_missing.is_empty(), "{m:?}");
