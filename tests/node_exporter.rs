@@ -115,20 +115,10 @@ fn agent_view(tree: &Path) -> (Vec<Value>, String) {
         .as_array()
         .unwrap()
         .clone();
-    let addr = free_addr();
-    let _d = Exporter(
-        Command::new(env!("CARGO_BIN_EXE_rdma-node-agent"))
-            .arg("--root")
-            .arg(root)
-            .args(["serve", "--listen", &addr])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let agent = support::serve::Serve::start(root);
     let start = Instant::now();
     let metrics = loop {
-        if let Some(t) = http_get(&addr) {
+        if let Some(t) = support::http_get::get(&agent.addr, "/metrics") {
             break t;
         }
         assert!(

@@ -25,6 +25,23 @@ fn uverbs(cfg: &mut ContainerConfig) {
     });
 }
 
+/// The device, and `capabilities.add: ["IPC_LOCK"]` in its securityContext
+/// (as the fix says), run as `uid` when given (`runAsUser`).
+fn ipc_lock(cfg: &mut ContainerConfig, uid: Option<i64>) {
+    uverbs(cfg);
+    cfg.linux = Some(LinuxContainerConfig {
+        security_context: Some(LinuxContainerSecurityContext {
+            capabilities: Some(Capability {
+                add_capabilities: vec!["IPC_LOCK".into()],
+                ..Default::default()
+            }),
+            run_as_user: uid.map(|value| Int64Value { value }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+}
+
 fn finding<'a>(check: &'a Value, id: &str) -> &'a Value {
     check["details"]["containers"]
         .as_array()
@@ -47,34 +64,11 @@ fn cri_containers_with_a_uverbs_device() {
     // As a pod without securityContext gets it: containerd's default capabilities.
     let plain = c.running_with("rdma-plain", "runc", HOLD, uverbs);
     // With `capabilities.add: ["IPC_LOCK"]`, as the fix says.
-    let locked = c.running_with("rdma-ipc-lock", "runc", HOLD, |cfg| {
-        uverbs(cfg);
-        cfg.linux = Some(LinuxContainerConfig {
-            security_context: Some(LinuxContainerSecurityContext {
-                capabilities: Some(Capability {
-                    add_capabilities: vec!["IPC_LOCK".into()],
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        });
-    });
+    let locked = c.running_with("rdma-ipc-lock", "runc", HOLD, |cfg| ipc_lock(cfg, None));
     // The same IPC_LOCK for a non-root container (runAsUser 1000): the
     // capability is in its spec, but execve as uid 1000 drops it (not ambient).
     let non_root = c.running_with("rdma-non-root", "runc", HOLD, |cfg| {
-        uverbs(cfg);
-        cfg.linux = Some(LinuxContainerConfig {
-            security_context: Some(LinuxContainerSecurityContext {
-                capabilities: Some(Capability {
-                    add_capabilities: vec!["IPC_LOCK".into()],
-                    ..Default::default()
-                }),
-                run_as_user: Some(Int64Value { value: 1000 }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        });
+        ipc_lock(cfg, Some(1000))
     });
     // A pod without the device.
     let other = c.running("no-rdma", "runc", "exec sleep 600");
