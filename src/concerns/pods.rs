@@ -86,6 +86,8 @@ pub fn gather(host: &Snapshot) -> Result<Pods> {
             .and_then(|c| parse_shim_id(&c));
         let started = stat.zip(boot).and_then(|(s, b)| procfs::started_at(&s, b));
         let memlock = match host.proc_read(pid, "limits") {
+            // The kernel prints nothing for a process that has exited.
+            Ok(Some(l)) if l.trim().is_empty() => continue,
             Ok(Some(l)) => match procfs::parse_limit(&l, procfs::MEMLOCK_ROW) {
                 Some(m) => m,
                 None => {
@@ -401,7 +403,7 @@ mod tests {
             "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod12_34.slice/cri-containerd-{ID}.scope\n"
         );
         let ok_limits = "Limit  Soft Limit  Hard Limit  Units\nMax locked memory         unlimited            unlimited            bytes\n";
-        for pid in ["100", "101", "102"] {
+        for pid in ["100", "101", "102", "103"] {
             std::fs::create_dir_all(root.join("proc").join(pid)).unwrap();
         }
         // 100: read, unlimited. 101: limits unreadable. 102: cgroup unreadable.
@@ -415,6 +417,13 @@ mod tests {
         // A directory: unreadable as a file, even to root.
         std::fs::create_dir(root.join("proc/101/limits")).unwrap();
         std::fs::create_dir(root.join("proc/102/cgroup")).unwrap();
+        // 103 exited while read: the kernel prints empty limits. Gone, not unreadable.
+        std::fs::write(
+            root.join("proc/103/cgroup"),
+            pod.replace(ID, &"3".repeat(64)),
+        )
+        .unwrap();
+        std::fs::write(root.join("proc/103/limits"), "").unwrap();
         let snap = Snapshot::new(crate::host::Host::new(root));
         let got = gather(&snap).unwrap();
         assert_eq!(got.procs.len(), 1);
