@@ -31,6 +31,7 @@ reasons! {
     // Catch-alls.
     FactUnreadable => "fact_unreadable",
     AgentStateUnreadable => "agent_state_unreadable",
+    DependencyUnknown => "dependency_unknown",
     // containerd.memlock
     ConfigUnreadable => "config_unreadable",
     ContainerdAbsent => "containerd_absent",
@@ -43,6 +44,10 @@ reasons! {
     ContainerdNotRunning => "containerd_not_running",
     HandlerUnmanaged => "handler_unmanaged",
     ContainerdConfigWarning => "containerd_config_warning",
+    // containerd.nri
+    NriUnavailable => "nri_unavailable",
+    NriPluginNotRunning => "nri_plugin_not_running",
+    NriPluginNotRegistered => "nri_plugin_not_registered",
     // systemd.memlock, pods.memlock
     DropinMissing => "dropin_missing",
     DaemonReloadPending => "daemon_reload_pending",
@@ -88,6 +93,8 @@ reasons! {
     DkmsNotInstalled => "dkms_not_installed",
     DkmsNotInstalledForPendingKernel => "dkms_not_installed_for_pending_kernel",
     DkmsStatusDisagrees => "dkms_status_disagrees",
+    DkmsStatusTimeout => "dkms_status_timeout",
+    DkmsStatusFailed => "dkms_status_failed",
 }
 
 impl std::fmt::Display for Reason {
