@@ -81,6 +81,9 @@ pub enum Op {
     },
 }
 
+/// Each bridge's whole config space, or why the helper could not read it.
+pub type Configs = BTreeMap<String, Result<Vec<u8>, String>>;
+
 /// The helper's answer to `read`: per function, its config space in hex or why not.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct ReadAnswer {
@@ -313,10 +316,7 @@ impl<'a> Helper<'a> {
     }
 
     /// The whole config space of each bridge, or why not.
-    pub fn read(
-        &self,
-        bdfs: &[String],
-    ) -> Result<BTreeMap<String, Result<Vec<u8>, String>>, String> {
+    pub fn read(&self, bdfs: &[String]) -> Result<Configs, String> {
         let bytes = self.run("read", bdfs.to_vec())?;
         let a: ReadAnswer = serde_json::from_slice(&bytes)
             .map_err(|e| format!("the helper's answer does not parse: {e}"))?;
@@ -360,10 +360,7 @@ impl Snapshot {
     /// The whole config space of the bridges `bdfs`, read by the privileged
     /// helper: `None` without systemd to run it (a `--root` tree, a host whose
     /// PID 1 is not systemd: there the agent reads what it may itself).
-    pub fn pci_config_privileged(
-        &self,
-        bdfs: &[String],
-    ) -> Option<Result<BTreeMap<String, Result<Vec<u8>, String>>, String>> {
+    pub fn pci_config_privileged(&self, bdfs: &[String]) -> Option<Result<Configs, String>> {
         let manager = self.manager()?;
         let host = std::ops::Deref::deref(self).host();
         Some(Helper::new(manager, host).and_then(|h| h.read(bdfs)))
