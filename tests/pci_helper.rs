@@ -56,15 +56,17 @@ fn a_bridge_reading_all_ones_is_unknown() {
     // A switch port on GPU 0000:05:00.0's path to mlx5_0.
     fs::write(config(t.path(), "0000:04:00.0"), vec![0xff; 4096]).unwrap();
     let c = check_in(
-        &json(&agent(t.path(), &["check", "--json", "--only", "gpudirect.path"])),
+        &json(&agent(
+            t.path(),
+            &["check", "--json", "--only", "gpudirect.path"],
+        )),
         "gpudirect.path",
     );
     assert_eq!(c["status"], "unknown", "{c}");
     assert!(
-        c["message"]
-            .as_str()
-            .unwrap()
-            .contains("0000:04:00.0 unknown: its config space reads all ones (0xffffffff at 0x000)"),
+        c["message"].as_str().unwrap().contains(
+            "0000:04:00.0 unknown: its config space reads all ones (0xffffffff at 0x000)"
+        ),
         "{c}"
     );
 }
@@ -77,7 +79,14 @@ fn the_helper_reads_bridges_whole_and_writes_only_where_told() {
     let whole = fs::read(config(root, "0000:00:01.0")).unwrap();
     let o = agent(
         root,
-        &["pci-config", "read", "--token", "c0ffee", "0000:00:01.0", "0000:05:00.0"],
+        &[
+            "pci-config",
+            "read",
+            "--token",
+            "c0ffee",
+            "0000:00:01.0",
+            "0000:05:00.0",
+        ],
     );
     // 0000:05:00.0 is a GPU, not a bridge: refused, and the run says so.
     assert_eq!(code(&o), 1, "{}", stderr(&o));
@@ -120,7 +129,11 @@ fn the_helper_reads_bridges_whole_and_writes_only_where_told() {
     ] {
         let o = write(device, expect);
         assert_eq!(code(&o), 1, "{why}: {}", stderr(&o));
-        assert_eq!(fs::read(config(root, "0000:00:01.0")).unwrap(), whole, "{why}");
+        assert_eq!(
+            fs::read(config(root, "0000:00:01.0")).unwrap(),
+            whole,
+            "{why}"
+        );
     }
     let o = write("0x352a", "0x001d");
     assert_eq!(code(&o), 0, "{}", stderr(&o));

@@ -214,7 +214,6 @@ impl ServiceManager for Dbus {
             ("LockPersonality", Variant::from(true)),
             ("MemoryDenyWriteExecute", Variant::from(true)),
             ("RestrictRealtime", Variant::from(true)),
-            ("RestrictNamespaces", Variant::from(true)),
             ("UMask", Variant::from(0o077u32)),
         ];
         self.transient(unit, argv, timeout, stop, sandbox)
