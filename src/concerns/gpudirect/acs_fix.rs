@@ -5,9 +5,9 @@
 //! Control Services (ACS)"). Only pairs at PIX, PXB or PHB distance: further
 //! away NCCL does not use GPUDirect RDMA by default, and ACS isolation would be
 //! given up for nothing. Never on a bridge above a device bound to a
-//! passthrough driver (vfio-pci, pci-stub, …) or above a multi-device IOMMU
-//! group: VFIO trusts the groups the kernel made from ACS at boot, and would
-//! keep believing in an isolation that is gone.
+//! passthrough driver (vfio-pci, pci-stub, …), nor on one that is in an IOMMU
+//! group with other devices: VFIO trusts the groups the kernel made from ACS
+//! at boot, and would keep believing in an isolation that is gone.
 //!
 //! ACS comes back at every reset, so every cycle that finds it set plans the
 //! clear again (the daemon re-applies after a reboot). Before writing, the
@@ -134,7 +134,7 @@ fn refusal(i: &super::gather::Isolation) -> Option<String> {
     }
     if let Some((group, devs)) = i.shared_groups.first() {
         return Some(format!(
-            "IOMMU group {group} below it holds {} devices ({}): such a group is handed to VFIO whole, on the isolation ACS gave it at boot",
+            "it is in IOMMU group {group} with {} devices ({}): the kernel found no ACS isolation around it at boot, and VFIO hands such a group over whole on the isolation it believes in",
             devs.len(),
             devs.join(", ")
         ));

@@ -176,7 +176,7 @@ fn a_bridge_that_reads_all_ones_is_unknown_not_without_acs() {
 }
 
 #[test]
-fn no_clear_above_a_passthrough_device_or_a_shared_iommu_group() {
+fn no_clear_above_a_passthrough_device_or_in_a_shared_iommu_group() {
     let t = sample();
     let root = t.path();
     let sw = root.join("sys/devices/pci0000:00/0000:00:02.0/0000:03:00.0");
@@ -188,14 +188,26 @@ fn no_clear_above_a_passthrough_device_or_a_shared_iommu_group() {
         sw.join("0000:04:08.0/0000:06:00.0/driver"),
     )
     .unwrap();
-    // The NIC below 04:00.0 shares an IOMMU group with its second function.
+    // 04:00.0 shares its IOMMU group with the switch's upstream port.
     let group = root.join("sys/kernel/iommu_groups/7/devices");
     fs::create_dir_all(&group).unwrap();
-    for f in ["0000:05:00.0", "0000:05:00.1"] {
+    for f in ["0000:03:00.0", "0000:04:00.0"] {
         fs::create_dir_all(group.join(f)).unwrap();
     }
     symlink(
         "/sys/kernel/iommu_groups/7",
+        sw.join("0000:04:00.0/iommu_group"),
+    )
+    .unwrap();
+    // A group of several functions below a bridge is no reason (they are
+    // grouped whatever its ACS): the NIC with a second function.
+    let below = root.join("sys/kernel/iommu_groups/9/devices");
+    fs::create_dir_all(&below).unwrap();
+    for f in ["0000:05:00.0", "0000:05:00.1"] {
+        fs::create_dir_all(below.join(f)).unwrap();
+    }
+    symlink(
+        "/sys/kernel/iommu_groups/9",
         sw.join("0000:04:00.0/0000:05:00.0/iommu_group"),
     )
     .unwrap();
@@ -207,7 +219,7 @@ fn no_clear_above_a_passthrough_device_or_a_shared_iommu_group() {
         "{m}"
     );
     assert!(
-        m.contains("apply does not clear ACS on 0000:04:00.0: IOMMU group 7 below it holds 2 devices (0000:05:00.0, 0000:05:00.1)"),
+        m.contains("apply does not clear ACS on 0000:04:00.0: it is in IOMMU group 7 with 2 devices (0000:03:00.0, 0000:04:00.0)"),
         "{m}"
     );
     assert!(!m.contains("apply clears ACS"), "{m}");
@@ -326,4 +338,26 @@ fn an_rdma_device_whose_link_cannot_be_resolved_is_unknown_not_dropped() {
         "{}",
         c.message
     );
+}
+
+#[test]
+fn a_group_of_functions_below_is_no_reason() {
+    let t = sample();
+    let root = t.path();
+    let below = root.join("sys/kernel/iommu_groups/9/devices");
+    fs::create_dir_all(&below).unwrap();
+    for f in ["0000:05:00.0", "0000:05:00.1"] {
+        fs::create_dir_all(below.join(f)).unwrap();
+    }
+    symlink(
+        "/sys/kernel/iommu_groups/9",
+        root.join("sys/devices/pci0000:00/0000:00:02.0/0000:03:00.0/0000:04:00.0/0000:05:00.0/iommu_group"),
+    )
+    .unwrap();
+    let keys: Vec<String> = decide(root, AcsMode::Disable)
+        .actions
+        .iter()
+        .map(|a| a.kind.key().to_string())
+        .collect();
+    assert_eq!(keys, ["clear_acs 0000:04:00.0", "clear_acs 0000:04:08.0"]);
 }

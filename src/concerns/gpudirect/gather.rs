@@ -48,7 +48,7 @@ pub struct Function {
 pub struct Isolation {
     /// Functions (the bridge or below it) bound to a passthrough driver: (bdf, driver).
     pub passthrough: Vec<(String, String)>,
-    /// IOMMU groups of those functions that hold more than one device: (group, devices).
+    /// The bridge's IOMMU group when it holds more than one device: (group, devices).
     pub shared_groups: Vec<(String, Vec<String>)>,
     /// What could not be read (a walk cut short counts too): refused as well.
     pub unreadable: Vec<String>,
@@ -127,13 +127,13 @@ pub fn gather(snap: &Snapshot) -> Result<Facts, HostError> {
     gather_for(snap, false)
 }
 
-/// What is below the bridge at `real` (a resolved /sys/devices path): its
-/// own and its functions' drivers and IOMMU groups, depth first, bounded.
+/// What an ACS clear on the bridge at `real` (a resolved /sys/devices path)
+/// would touch: its own and its functions' drivers (depth first, bounded) and
+/// its own IOMMU group.
 fn below_of(snap: &Snapshot, bdf: &str, real: &Path) -> Isolation {
     let mut out = Isolation::default();
     let mut todo = vec![(bdf.to_owned(), real.to_path_buf())];
     let mut seen = 0;
-    let mut groups = BTreeSet::new();
     while let Some((bdf, dir)) = todo.pop() {
         seen += 1;
         if seen > BELOW_MAX {
@@ -154,18 +154,19 @@ fn below_of(snap: &Snapshot, bdf: &str, real: &Path) -> Isolation {
             Ok(None) => {}
             Err(e) => out.unreadable.push(format!("{bdf}'s driver: {e}")),
         }
+        // The bridge's own IOMMU group only: below it, functions without ACS
+        // between them share a group whatever this bridge does.
         match snap.resolve(&dir.join("iommu_group")) {
+            Ok(_) if seen > 1 => {}
             Ok(g) if snap.exists(&g) => {
                 let name = g
                     .file_name()
                     .map(|n| n.to_string_lossy().into_owned())
                     .unwrap_or_default();
-                if groups.insert(name.clone()) {
-                    match snap.list_dir(&g.join("devices")) {
-                        Ok(devs) if devs.len() > 1 => out.shared_groups.push((name, devs)),
-                        Ok(_) => {}
-                        Err(e) => out.unreadable.push(format!("IOMMU group {name}: {e}")),
-                    }
+                match snap.list_dir(&g.join("devices")) {
+                    Ok(devs) if devs.len() > 1 => out.shared_groups.push((name, devs)),
+                    Ok(_) => {}
+                    Err(e) => out.unreadable.push(format!("IOMMU group {name}: {e}")),
                 }
             }
             Ok(_) => {}
