@@ -3,8 +3,9 @@
 //! `/`) and what `check` says when it is not there to help: on the 8-GPU
 //! two-level-switch tree (`support::pcie::hgx_tree`, built here, not read from
 //! a machine) cut to the 64 bytes a process without CAP_SYS_ADMIN reads, as
-//! the unit's daemon did on a real H100 host (/work/shared/data/gpu-host:
-//! "config bytes as root: 4096, with the unit's capability set: 64").
+//! a process with the unit's capability set did on a real H100 cloud host
+//! (recorded 2026-11-27: "config bytes as root: 4096, with the unit's
+//! capability set: 64").
 
 mod support;
 
