@@ -27,6 +27,7 @@ pub mod lock;
 pub mod netlink;
 pub mod nri;
 pub mod pci_config;
+pub mod pci_helper;
 pub mod procfs;
 pub mod prometheus;
 pub mod read;

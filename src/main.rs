@@ -88,6 +88,9 @@ enum Command {
         no_control: bool,
     },
     Fleet(rdma_node_agent::fleetview::cli::FleetArgs),
+    /// The privileged helper systemd runs for the daemon (PCI config space).
+    #[command(hide = true)]
+    PciConfig(rdma_node_agent::host::pci_helper::Args),
     /// Write the man page and shell completions generated from this CLI into DIR (for packaging).
     #[command(hide = true)]
     GenerateAssets {
@@ -217,6 +220,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Fleet(args) => Ok(ExitCode::from(rdma_node_agent::fleetview::cli::run(args))),
+        Command::PciConfig(args) => Ok(rdma_node_agent::host::pci_helper::main(&cli.root, args)),
         Command::Status { json, listen } => status(&cli, *json, listen.as_deref()),
         Command::Selftest {
             device,

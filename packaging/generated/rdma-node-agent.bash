@@ -31,6 +31,9 @@ _rdma__node__agent() {
             rdma__node__agent,help)
                 cmd="rdma__node__agent__subcmd__help"
                 ;;
+            rdma__node__agent,pci-config)
+                cmd="rdma__node__agent__subcmd__pci__subcmd__config"
+                ;;
             rdma__node__agent,plan)
                 cmd="rdma__node__agent__subcmd__plan"
                 ;;
@@ -61,6 +64,9 @@ _rdma__node__agent() {
             rdma__node__agent__subcmd__help,help)
                 cmd="rdma__node__agent__subcmd__help__subcmd__help"
                 ;;
+            rdma__node__agent__subcmd__help,pci-config)
+                cmd="rdma__node__agent__subcmd__help__subcmd__pci__subcmd__config"
+                ;;
             rdma__node__agent__subcmd__help,plan)
                 cmd="rdma__node__agent__subcmd__help__subcmd__plan"
                 ;;
@@ -76,6 +82,30 @@ _rdma__node__agent() {
             rdma__node__agent__subcmd__help,status)
                 cmd="rdma__node__agent__subcmd__help__subcmd__status"
                 ;;
+            rdma__node__agent__subcmd__help__subcmd__pci__subcmd__config,read)
+                cmd="rdma__node__agent__subcmd__help__subcmd__pci__subcmd__config__subcmd__read"
+                ;;
+            rdma__node__agent__subcmd__help__subcmd__pci__subcmd__config,write-acs)
+                cmd="rdma__node__agent__subcmd__help__subcmd__pci__subcmd__config__subcmd__write__subcmd__acs"
+                ;;
+            rdma__node__agent__subcmd__pci__subcmd__config,help)
+                cmd="rdma__node__agent__subcmd__pci__subcmd__config__subcmd__help"
+                ;;
+            rdma__node__agent__subcmd__pci__subcmd__config,read)
+                cmd="rdma__node__agent__subcmd__pci__subcmd__config__subcmd__read"
+                ;;
+            rdma__node__agent__subcmd__pci__subcmd__config,write-acs)
+                cmd="rdma__node__agent__subcmd__pci__subcmd__config__subcmd__write__subcmd__acs"
+                ;;
+            rdma__node__agent__subcmd__pci__subcmd__config__subcmd__help,help)
+                cmd="rdma__node__agent__subcmd__pci__subcmd__config__subcmd__help__subcmd__help"
+                ;;
+            rdma__node__agent__subcmd__pci__subcmd__config__subcmd__help,read)
+                cmd="rdma__node__agent__subcmd__pci__subcmd__config__subcmd__help__subcmd__read"
+                ;;
+            rdma__node__agent__subcmd__pci__subcmd__config__subcmd__help,write-acs)
+                cmd="rdma__node__agent__subcmd__pci__subcmd__config__subcmd__help__subcmd__write__subcmd__acs"
+                ;;
             *)
                 ;;
         esac
@@ -83,7 +113,7 @@ _rdma__node__agent() {
 
     case "${cmd}" in
         rdma__node__agent)
-            opts="-h -V --root --config --help --version check plan apply serve status selftest fleet generate-assets revert help"
+            opts="-h -V --root --config --help --version check plan apply serve status selftest fleet pci-config generate-assets revert help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -233,7 +263,7 @@ _rdma__node__agent() {
             return 0
             ;;
         rdma__subcmd__node__subcmd__agent__subcmd__help)
-            opts="check plan apply serve status selftest fleet generate-assets revert help"
+            opts="check plan apply serve status selftest fleet pci-config generate-assets revert help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -316,6 +346,48 @@ _rdma__node__agent() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        rdma__subcmd__node__subcmd__agent__subcmd__help__subcmd__pci__subcmd__config)
+            opts="read write-acs"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        rdma__subcmd__node__subcmd__agent__subcmd__help__subcmd__pci__subcmd__config__subcmd__read)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        rdma__subcmd__node__subcmd__agent__subcmd__help__subcmd__pci__subcmd__config__subcmd__write__subcmd__acs)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         rdma__subcmd__node__subcmd__agent__subcmd__help__subcmd__plan)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -379,6 +451,164 @@ _rdma__node__agent() {
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        rdma__subcmd__node__subcmd__agent__subcmd__pci__subcmd__config)
+            opts="-h --root --config --help read write-acs help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --root)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        rdma__subcmd__node__subcmd__agent__subcmd__pci__subcmd__config__subcmd__help)
+            opts="read write-acs help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        rdma__subcmd__node__subcmd__agent__subcmd__pci__subcmd__config__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        rdma__subcmd__node__subcmd__agent__subcmd__pci__subcmd__config__subcmd__help__subcmd__read)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        rdma__subcmd__node__subcmd__agent__subcmd__pci__subcmd__config__subcmd__help__subcmd__write__subcmd__acs)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        rdma__subcmd__node__subcmd__agent__subcmd__pci__subcmd__config__subcmd__read)
+            opts="-h --token --root --config --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --root)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        rdma__subcmd__node__subcmd__agent__subcmd__pci__subcmd__config__subcmd__write__subcmd__acs)
+            opts="-h --token --vendor --device --class --port-type --offset --expect --value --root --config --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --vendor)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --device)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --class)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --port-type)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --offset)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --expect)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --value)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --root)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;

@@ -130,6 +130,24 @@ fn now() -> u64 {
         .unwrap_or(0)
 }
 
+/// Appends one event to the agent's journal (`journal.jsonl`): a file change,
+/// or a live write that is no file (an ACS register, named by its config path).
+pub fn journal(host: &Host, event: &str, path: &Path, owner: &str, reason: &str) {
+    let entry = JournalEntry {
+        time: now(),
+        event,
+        path,
+        owner,
+        reason,
+    };
+    let mut line = serde_json::to_vec(&entry).expect("journal entry serializes");
+    line.push(b'\n');
+    // The journal is history, not state: failing to append must not undo a change.
+    if let Err(e) = host.state_append_bounded(&state_path("journal.jsonl"), &line, JOURNAL_MAX) {
+        tracing::warn!("could not append to the journal: {e}");
+    }
+}
+
 impl Ledger {
     pub fn load(host: &ReadHost) -> Result<Ledger, LedgerError> {
         let p = state_path("ledger.json");
@@ -156,23 +174,6 @@ impl Ledger {
         bytes.push(b'\n');
         host.state_write(&state_path("ledger.json"), &bytes, 0o600)?;
         Ok(())
-    }
-
-    fn journal(&self, host: &Host, event: &str, path: &Path, owner: &str, reason: &str) {
-        let entry = JournalEntry {
-            time: now(),
-            event,
-            path,
-            owner,
-            reason,
-        };
-        let mut line = serde_json::to_vec(&entry).expect("journal entry serializes");
-        line.push(b'\n');
-        // The journal is history, not state: failing to append must not undo a change.
-        if let Err(e) = host.state_append_bounded(&state_path("journal.jsonl"), &line, JOURNAL_MAX)
-        {
-            tracing::warn!("could not append to the journal: {e}");
-        }
     }
 
     /// Keeps the original before the first change of a file. Written (and fsynced)
@@ -228,7 +229,7 @@ impl Ledger {
                 crate::engine::plan::ChangeKind::Modify => "modify",
                 crate::engine::plan::ChangeKind::Remove => "remove",
             };
-            self.journal(host, event, &change.path, change.owner, &change.reason);
+            journal(host, event, &change.path, change.owner, &change.reason);
         }
         Ok(())
     }
@@ -253,7 +254,7 @@ impl Ledger {
                 o.written_sha256 = change.old.as_deref().map(sha256);
             }
             self.save(host)?;
-            self.journal(host, "rollback", &change.path, change.owner, &change.reason);
+            journal(host, "rollback", &change.path, change.owner, &change.reason);
         }
         Ok(())
     }
@@ -313,12 +314,12 @@ impl Ledger {
                 };
                 host.write_exact(&path, &bytes, &own)?;
                 host.state_remove(&backup)?;
-                self.journal(host, "restore", &path, &orig.owner, "revert");
+                journal(host, "restore", &path, &orig.owner, "revert");
                 out.restored.push(path);
             } else {
                 host.remove(&path)?;
                 created_dirs.extend(orig.created_dirs.iter().cloned());
-                self.journal(host, "remove", &path, &orig.owner, "revert");
+                journal(host, "remove", &path, &orig.owner, "revert");
                 out.removed.push(path);
             }
         }

@@ -184,36 +184,39 @@ impl ServiceManager for Dbus {
         timeout: Duration,
         stop: &Stop,
     ) -> Result<(), SystemdError> {
-        let Some(program) = argv.first() else {
-            return Err(SystemdError::Call {
-                call: "StartTransientUnit".into(),
-                message: "no command to run".into(),
-            });
-        };
-        let exec_start = vec![(program.clone(), argv.to_vec(), false)];
-        let properties = [
+        self.transient(unit, argv, timeout, stop, Vec::new())
+    }
+
+    fn run_privileged_helper(
+        &self,
+        unit: &str,
+        argv: &[String],
+        timeout: Duration,
+        stop: &Stop,
+    ) -> Result<(), SystemdError> {
+        // Only what config space needs: CAP_SYS_ADMIN (the kernel's rule for
+        // reading past 64 bytes and for writing), /sys writable (it is, under
+        // ProtectSystem=strict), its answer's directory, no network.
+        let sandbox = vec![
+            ("CapabilityBoundingSet", Variant::from(1u64 << 21)),
+            ("NoNewPrivileges", Variant::from(true)),
+            ("ProtectSystem", Variant::from("strict")),
             (
-                "Description",
-                Variant::from(format!("rdma-node-agent: {}", argv.join(" "))),
+                "ReadWritePaths",
+                Variant::from(vec![super::pci_helper::OUT_DIR]),
             ),
-            ("Type", Variant::from("oneshot")),
-            ("ExecStart", Variant::from(exec_start)),
-            // Gone once it ends, failed or not, so the next run can reuse the name.
-            ("CollectMode", Variant::from("inactive-or-failed")),
-            (
-                "TimeoutStartUSec",
-                Variant::from(timeout.as_micros() as u64),
-            ),
+            ("ProtectHome", Variant::from("yes")),
+            ("PrivateTmp", Variant::from(true)),
+            ("PrivateNetwork", Variant::from(true)),
+            ("PrivateDevices", Variant::from(true)),
+            ("ProtectKernelModules", Variant::from(true)),
+            ("ProtectControlGroups", Variant::from(true)),
+            ("LockPersonality", Variant::from(true)),
+            ("MemoryDenyWriteExecute", Variant::from(true)),
+            ("RestrictRealtime", Variant::from(true)),
+            ("UMask", Variant::from(0o077u32)),
         ];
-        self.rt.block_on(async {
-            let (m, removed) = self.watching_jobs().await?;
-            let job = m
-                .start_transient_unit(unit, "fail", &properties, &[])
-                .await
-                .map_err(call("StartTransientUnit"))?;
-            self.wait_for_job(removed, job, unit, "start", timeout, stop)
-                .await
-        })
+        self.transient(unit, argv, timeout, stop, sandbox)
     }
 
     fn status(&self, unit: &str) -> Result<UnitStatus, SystemdError> {
@@ -252,6 +255,51 @@ impl ServiceManager for Dbus {
                 limit_memlock,
                 started,
             })
+        })
+    }
+}
+
+impl Dbus {
+    /// Runs `argv` as the oneshot transient unit `unit`, with `sandbox`'s
+    /// properties besides, and waits for it.
+    fn transient(
+        &self,
+        unit: &str,
+        argv: &[String],
+        timeout: Duration,
+        stop: &Stop,
+        sandbox: Vec<(&str, Variant<'_>)>,
+    ) -> Result<(), SystemdError> {
+        let Some(program) = argv.first() else {
+            return Err(SystemdError::Call {
+                call: "StartTransientUnit".into(),
+                message: "no command to run".into(),
+            });
+        };
+        let exec_start = vec![(program.clone(), argv.to_vec(), false)];
+        let mut properties = vec![
+            (
+                "Description",
+                Variant::from(format!("rdma-node-agent: {}", argv.join(" "))),
+            ),
+            ("Type", Variant::from("oneshot")),
+            ("ExecStart", Variant::from(exec_start)),
+            // Gone once it ends, failed or not, so the next run can reuse the name.
+            ("CollectMode", Variant::from("inactive-or-failed")),
+            (
+                "TimeoutStartUSec",
+                Variant::from(timeout.as_micros() as u64),
+            ),
+        ];
+        properties.extend(sandbox);
+        self.rt.block_on(async {
+            let (m, removed) = self.watching_jobs().await?;
+            let job = m
+                .start_transient_unit(unit, "fail", &properties, &[])
+                .await
+                .map_err(call("StartTransientUnit"))?;
+            self.wait_for_job(removed, job, unit, "start", timeout, stop)
+                .await
         })
     }
 }

@@ -46,6 +46,22 @@ pub enum PciConfigError {
         header: u32,
     },
     #[error(
+        "{bdf}: refusing to write: it is {found} now, not the {expected} the check read; another device sits at that address: run the check again"
+    )]
+    Identity {
+        bdf: String,
+        found: String,
+        expected: String,
+    },
+    #[error(
+        "{bdf}: refusing to write: ACSCtl is {found:#06x} now, not the {expected:#06x} the check read (changed since): run the check again"
+    )]
+    Changed {
+        bdf: String,
+        found: u16,
+        expected: u16,
+    },
+    #[error(
         "{bdf}: wrote ACSCtl {wrote:#06x} at 0x{offset:03x} but it reads back {read:#06x}: the device did not take the write"
     )]
     NotTaken {
@@ -57,17 +73,116 @@ pub enum PciConfigError {
 }
 
 /// What was there and what is there now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct AcsWrite {
     pub old: u16,
     pub new: u16,
 }
 
-fn is_bdf(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 16
-        && s.bytes()
-            .all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
+/// Who a function is, from its standard header: what an ACS write re-checks
+/// before it lands, and what `revert` compares with its record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PciIdentity {
+    pub vendor: u16,
+    pub device: u16,
+    /// Base class, subclass and programming interface (`0x060400`).
+    pub class: u32,
+    /// `PCI_EXP_FLAGS_TYPE` of its PCI Express capability (`None`: it has none).
+    pub port_type: Option<u8>,
+}
+
+impl PciIdentity {
+    /// From the first bytes of config space (the capability list needs the
+    /// first 256); `None` when too short or all ones (a function that does
+    /// not answer).
+    pub fn of(b: &[u8]) -> Option<PciIdentity> {
+        let u16_at = |at: usize| Some(u16::from_le_bytes([*b.get(at)?, *b.get(at + 1)?]));
+        let vendor = u16_at(0)?;
+        if vendor == 0xffff {
+            return None;
+        }
+        // The PCI Express capability (PCI_CAP_ID_EXP 0x10) in the standard list.
+        let mut port_type = None;
+        if u16_at(0x06)? & 0x10 != 0 {
+            let mut at = usize::from(*b.get(0x34)? & 0xfc);
+            for _ in 0..48 {
+                if at < 0x40 || at >= b.len() {
+                    break;
+                }
+                if b[at] == 0x10 {
+                    port_type = u16_at(at + 2).map(|f| ((f >> 4) & 0xf) as u8);
+                    break;
+                }
+                at = usize::from(*b.get(at + 1)? & 0xfc);
+            }
+        }
+        Some(PciIdentity {
+            vendor,
+            device: u16_at(2)?,
+            class: u32::from(*b.get(0x09)?)
+                | (u32::from(*b.get(0x0a)?) << 8)
+                | (u32::from(*b.get(0x0b)?) << 16),
+            port_type,
+        })
+    }
+
+    /// `vendor 0x10b5 device 0x8747 class 0x060400 port type 6`.
+    pub fn text(&self) -> String {
+        let port = self
+            .port_type
+            .map_or(String::new(), |t| format!(" port type {t}"));
+        format!(
+            "vendor {:#06x} device {:#06x} class {:#08x}{port}",
+            self.vendor, self.device, self.class
+        )
+    }
+}
+
+/// An ACS write as the check planned it: to whom, where, from what, to what.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AcsRequest {
+    pub bdf: String,
+    pub identity: PciIdentity,
+    /// The ACS capability's offset.
+    pub offset: u16,
+    /// What ACSCtl must hold for the write to go ahead.
+    pub expect: u16,
+    pub value: u16,
+}
+
+/// A function address as the kernel names it under /sys/bus/pci/devices:
+/// `dddd:bb:dd.f`, lower-case hex (a domain of up to 8 digits: VMD's are
+/// 0x10000 and up), nothing else: no path can hide in it.
+pub fn is_bdf(s: &str) -> bool {
+    let hex = |t: &str, n: std::ops::RangeInclusive<usize>| {
+        n.contains(&t.len())
+            && t.bytes()
+                .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
+    };
+    let Some((rest, func)) = s.rsplit_once('.') else {
+        return false;
+    };
+    let parts: Vec<&str> = rest.split(':').collect();
+    matches!(func.as_bytes(), [b'0'..=b'7'])
+        && parts.len() == 3
+        && hex(parts[0], 4..=8)
+        && hex(parts[1], 2..=2)
+        && hex(parts[2], 2..=2)
+}
+
+/// The whole of config space a reader gets (4096 bytes for one with
+/// CAP_SYS_ADMIN), read in pieces as the kernel hands them out.
+pub fn read_all(f: &File) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; 4096];
+    let mut got = 0;
+    while got < buf.len() {
+        match f.read_at(&mut buf[got..], got as u64)? {
+            0 => break,
+            n => got += n,
+        }
+    }
+    buf.truncate(got);
+    Ok(buf)
 }
 
 impl Host {
@@ -99,6 +214,56 @@ impl Host {
     pub fn acs_ctl(&self, bdf: &str, offset: u16) -> Result<u16, PciConfigError> {
         let (f, path) = self.open_config(bdf, false)?;
         read_acs(&f, &path, bdf, offset)
+    }
+
+    /// The whole config space of `bdf` and who it is, as this process may
+    /// read it; `Err` also when it is not there.
+    pub fn pci_config_of(&self, bdf: &str) -> Result<Vec<u8>, PciConfigError> {
+        let (f, path) = self.open_config(bdf, false)?;
+        read_all(&f).map_err(|source| PciConfigError::Io {
+            bdf: bdf.to_owned(),
+            path,
+            what: "read",
+            offset: 0,
+            source,
+        })
+    }
+
+    /// `write_acs_ctl` after checking that `bdf` is still the function the
+    /// check read (vendor, device, class, port type) and that ACSCtl still
+    /// holds what it read: a write never lands on another device, nor over a
+    /// value someone else set since.
+    pub fn write_acs_checked(&self, r: &AcsRequest) -> Result<AcsWrite, PciConfigError> {
+        let (f, path) = self.open_config(&r.bdf, false)?;
+        let mut head = vec![0u8; 256];
+        let n = f
+            .read_at(&mut head, 0)
+            .map_err(|source| PciConfigError::Io {
+                bdf: r.bdf.clone(),
+                path: path.clone(),
+                what: "read",
+                offset: 0,
+                source,
+            })?;
+        head.truncate(n);
+        let found = PciIdentity::of(&head);
+        if found != Some(r.identity) {
+            return Err(PciConfigError::Identity {
+                bdf: r.bdf.clone(),
+                found: found.map_or("not answering (all ones)".into(), |i| i.text()),
+                expected: r.identity.text(),
+            });
+        }
+        let now = read_acs(&f, &path, &r.bdf, r.offset)?;
+        if now != r.expect {
+            return Err(PciConfigError::Changed {
+                bdf: r.bdf.clone(),
+                found: now,
+                expected: r.expect,
+            });
+        }
+        drop(f);
+        self.write_acs_ctl(&r.bdf, r.offset, r.value)
     }
 
     /// Writes `value` to the ACS control register of `bdf` (the capability at

@@ -56,6 +56,11 @@ impl ReadHost {
         self.0.root()
     }
 
+    /// The host behind it, for the host layer's own read-only helpers.
+    pub(super) fn host(&self) -> &Host {
+        &self.0
+    }
+
     /// True when the agent looks at the running machine, not a tree under `--root`.
     pub fn is_live(&self) -> bool {
         self.0.is_live()

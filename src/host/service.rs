@@ -120,4 +120,15 @@ pub trait ServiceManager: Send + Sync {
         timeout: Duration,
         stop: &Stop,
     ) -> Result<(), SystemdError>;
+    /// `run_transient` for the agent's own privileged helper (`pci-config`):
+    /// systemd runs it sandboxed, with CAP_SYS_ADMIN as its only capability.
+    fn run_privileged_helper(
+        &self,
+        unit: &str,
+        argv: &[String],
+        timeout: Duration,
+        stop: &Stop,
+    ) -> Result<(), SystemdError> {
+        self.run_transient(unit, argv, timeout, stop)
+    }
 }

@@ -335,6 +335,16 @@ impl ServiceManager for Cached {
     ) -> Result<(), SystemdError> {
         self.inner.run_transient(unit, argv, timeout, stop)
     }
+
+    fn run_privileged_helper(
+        &self,
+        unit: &str,
+        argv: &[String],
+        timeout: std::time::Duration,
+        stop: &Stop,
+    ) -> Result<(), SystemdError> {
+        self.inner.run_privileged_helper(unit, argv, timeout, stop)
+    }
 }
 
 impl From<Host> for Snapshot {

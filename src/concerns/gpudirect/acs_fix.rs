@@ -4,14 +4,20 @@
 //! `setpci -s BDF ECAP_ACS+6.w=0000` (NCCL troubleshooting, "PCI Access
 //! Control Services (ACS)"). Only pairs at PIX, PXB or PHB distance: further
 //! away NCCL does not use GPUDirect RDMA by default, and ACS isolation would be
-//! given up for nothing.
+//! given up for nothing. Never on a bridge above a device bound to a
+//! passthrough driver (vfio-pci, pci-stub, …), nor on one that is in an IOMMU
+//! group with other devices: VFIO trusts the groups the kernel made from ACS
+//! at boot, and would keep believing in an isolation that is gone.
 //!
 //! ACS comes back at every reset, so every cycle that finds it set plans the
 //! clear again (the daemon re-applies after a reboot). Before writing, the
 //! value found is recorded in the agent's state (`gpudirect-acs.json`, with the
-//! boot it was found in): the first value of a boot is the one the firmware
-//! set, and `revert` writes it back where the register still holds what the
-//! agent wrote.
+//! bridge's identity and the boot it was found in): `revert` writes it back
+//! only to the same device (vendor, device, class, port type) in the same
+//! boot, where the register still holds what the agent wrote. Every write and
+//! restore goes into the agent's journal. The register is written by this
+//! process where it may (root with CAP_SYS_ADMIN), else by the agent's
+//! privileged helper (`host::pci_helper`), which re-checks the same identity.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -23,11 +29,17 @@ use super::decide::{Pair, View};
 use super::pcie::{self, Acs};
 use super::topo::Distance;
 use crate::engine::effect::{Effect, EffectKey, LiveCtx};
+use crate::engine::ledger;
 use crate::engine::outcome::ActionStatus;
 use crate::host::Host;
+use crate::host::pci_config::{AcsRequest, AcsWrite, PciIdentity};
+use crate::host::pci_helper::{self, Helper};
 use crate::host::read::ReadHost;
 use crate::host::snapshot::BOOT_ID;
 use crate::host::state::STATE_DIR;
+
+/// Who the journal names as the writer.
+const OWNER: &str = "gpudirect.path";
 
 /// The agent's record of what it changed, under its state directory.
 pub fn record_path() -> PathBuf {
@@ -52,12 +64,16 @@ pub struct Port {
     /// The boot `original` was read in.
     #[serde(default)]
     pub boot_id: String,
+    /// Who the bridge was (`None` in a record of an older agent: never restored).
+    #[serde(default)]
+    pub identity: Option<PciIdentity>,
 }
 
 /// A bridge whose ACS control register the fix clears.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
     pub bdf: String,
+    pub identity: PciIdentity,
     pub offset: u16,
     pub ctl: u16,
     /// The pairs whose path crosses it (`GPU 0000:1b:00.0 ↔ mlx5_0`).
@@ -65,19 +81,36 @@ pub struct Target {
 }
 
 /// The bridges to clear: on the path of a pair at PIX, PXB or PHB distance,
-/// with an ACS bit set that redirects or blocks peer-to-peer. Pure.
-pub fn targets(view: &View, pairs: &[Pair]) -> Vec<Target> {
+/// with an ACS bit set that redirects or blocks peer-to-peer; and those it
+/// must not clear, each with why. Pure.
+pub fn targets(view: &View, pairs: &[Pair]) -> (Vec<Target>, Vec<String>) {
     let mut out: BTreeMap<&str, Target> = BTreeMap::new();
+    let mut refused: BTreeMap<&str, String> = BTreeMap::new();
     for p in pairs.iter().filter(|p| p.distance <= Distance::Phb) {
         for br in &p.bridges {
             let Some(acs @ Acs::Present { offset, ctl, .. }) = view.acs(br) else {
                 continue;
             };
-            if acs.blocking() == 0 {
+            if acs.blocking() == 0 || refused.contains_key(br.as_str()) {
                 continue;
             }
+            let why = match (
+                view.identity(br),
+                view.function(br).and_then(|f| f.isolation.as_ref()),
+            ) {
+                (None, _) => Some("its identity (vendor, device, class) cannot be read".to_owned()),
+                (_, None) => Some("what is below it was not read".to_owned()),
+                (Some(_), Some(i)) => refusal(i),
+            };
+            if let Some(why) = why {
+                out.remove(br.as_str());
+                refused.insert(br, why);
+                continue;
+            }
+            let identity = view.identity(br).expect("checked above");
             let t = out.entry(br).or_insert_with(|| Target {
                 bdf: br.clone(),
+                identity,
                 offset,
                 ctl,
                 pairs: Vec::new(),
@@ -85,17 +118,59 @@ pub fn targets(view: &View, pairs: &[Pair]) -> Vec<Target> {
             t.pairs.push(format!("GPU {} ↔ {}", p.gpu, p.nic));
         }
     }
-    out.into_values().collect()
+    let refused = refused
+        .into_iter()
+        .map(|(br, why)| format!("apply does not clear ACS on {br}: {why}; leave acs = \"report\" there, or unbind those devices from passthrough first"))
+        .collect();
+    (out.into_values().collect(), refused)
 }
 
-/// The record as the state directory holds it; an unreadable or garbled one
-/// reads as empty (the next clear writes a fresh one; nothing to put back).
-fn load(host: &ReadHost) -> Record {
-    host.state_read(&record_path())
-        .ok()
-        .flatten()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default()
+/// Why clearing ACS above these functions would break an isolation someone relies on.
+fn refusal(i: &super::gather::Isolation) -> Option<String> {
+    if let Some((bdf, driver)) = i.passthrough.first() {
+        return Some(format!(
+            "{bdf} below it is bound to {driver}, a passthrough driver: VFIO trusts the IOMMU groups the kernel made from ACS at boot and would keep believing in an isolation that is gone"
+        ));
+    }
+    if let Some((group, devs)) = i.shared_groups.first() {
+        return Some(format!(
+            "it is in IOMMU group {group} with {} devices ({}): the kernel found no ACS isolation around it at boot, and VFIO hands such a group over whole on the isolation it believes in",
+            devs.len(),
+            devs.join(", ")
+        ));
+    }
+    i.unreadable.first().map(|e| {
+        format!(
+            "what is below it cannot all be read ({e}), so no passthrough device can be ruled out"
+        )
+    })
+}
+
+/// The record as the state directory holds it (none: empty). One that
+/// cannot be read or parsed is an error: nothing is restored from it, and no
+/// clear overwrites the other bridges' entries.
+fn load(host: &ReadHost) -> Result<Record, String> {
+    let p = record_path();
+    let shown = host.path(&p);
+    match host.state_read(&p) {
+        Ok(None) => Ok(Record::default()),
+        Ok(Some(b)) => parse_record(&b).map_err(|e| {
+            format!(
+                "{} does not parse ({e}): it says what to restore, so nothing is written; fix it, or remove it once the bridges are as they should be",
+                shown.display()
+            )
+        }),
+        Err(e) => Err(format!("cannot read the ACS record: {e}")),
+    }
+}
+
+/// The record's bytes (also the fuzz target's entry).
+pub fn parse_record(bytes: &[u8]) -> Result<Record, String> {
+    let r: Record = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    if let Some(bdf) = r.ports.keys().find(|b| !crate::host::pci_config::is_bdf(b)) {
+        return Err(format!("{bdf:?} is not a PCI address"));
+    }
+    Ok(r)
 }
 
 fn save(host: &Host, r: &Record) -> Result<(), String> {
@@ -113,6 +188,47 @@ fn boot_id(host: &Host) -> String {
         .flatten()
         .map(|s| s.trim().to_owned())
         .unwrap_or_default()
+}
+
+/// How config space is reached: by this process (root with CAP_SYS_ADMIN, or
+/// a tree), or by the privileged helper systemd runs (under the agent's unit).
+enum Access<'a> {
+    Direct(&'a Host),
+    Helper(Helper<'a>),
+}
+
+fn access<'a>(cx: &'a LiveCtx) -> Result<Access<'a>, String> {
+    let host = cx.host.host();
+    // A manager on a tree is a test's systemd: it runs the helper on the tree.
+    let helper = !pci_helper::has_cap_sys_admin() || !host.is_live();
+    match cx.manager {
+        Some(m) if helper => Helper::new(m, host).map(Access::Helper),
+        _ if pci_helper::has_cap_sys_admin() || !host.is_live() => Ok(Access::Direct(host)),
+        _ => Err("writing PCI config space needs CAP_SYS_ADMIN, and there is no systemd to run the agent's helper: run it as root".into()),
+    }
+}
+
+impl Access<'_> {
+    fn read(&self, bdf: &str) -> Result<Vec<u8>, String> {
+        match self {
+            Access::Direct(h) => h.pci_config_of(bdf).map_err(|e| e.to_string()),
+            Access::Helper(h) => h
+                .read(&[bdf.to_owned()])?
+                .remove(bdf)
+                .unwrap_or_else(|| Err("no answer".into())),
+        }
+    }
+
+    fn write(&self, r: &AcsRequest) -> Result<AcsWrite, String> {
+        match self {
+            Access::Direct(h) => h.write_acs_checked(r).map_err(|e| e.to_string()),
+            Access::Helper(h) => h.write_acs(r),
+        }
+    }
+}
+
+fn config_path(bdf: &str) -> PathBuf {
+    Path::new("/sys/bus/pci/devices").join(bdf).join("config")
 }
 
 /// Clears ACSCtl of one bridge (one effect per bridge: a failing one is held
@@ -141,19 +257,26 @@ impl Effect for ClearAcs {
     fn run(&self, cx: &LiveCtx) -> (ActionStatus, String) {
         let host = cx.host.host();
         let t = &self.target;
-        let now = match host.acs_ctl(&t.bdf, t.offset) {
-            Ok(v) => v,
-            Err(e) => return (ActionStatus::Failed, e.to_string()),
+        let failed = |m: String| (ActionStatus::Failed, m);
+        let mut rec = match load(&host.reader()) {
+            Ok(r) => r,
+            Err(e) => return failed(format!("{}: {e}", t.bdf)),
+        };
+        let access = match access(cx) {
+            Ok(a) => a,
+            Err(e) => return failed(format!("{}: {e}", t.bdf)),
         };
         // Recorded before the write: revert can always put back what was found.
         // The first value found in a boot is the firmware's (ACS is reset at boot).
         let boot = boot_id(host);
-        let mut rec = load(&host.reader());
-        let before = rec.ports.get(&t.bdf).filter(|p| p.offset == t.offset);
+        let before = rec
+            .ports
+            .get(&t.bdf)
+            .filter(|p| p.offset == t.offset && p.identity == Some(t.identity));
         let came_back = before.is_some_and(|p| p.boot_id != boot);
         let original = match before {
             Some(p) if p.boot_id == boot => p.original,
-            _ => now,
+            _ => t.ctl,
         };
         rec.boot_id = boot.clone();
         rec.ports.insert(
@@ -163,38 +286,55 @@ impl Effect for ClearAcs {
                 original,
                 written: 0,
                 boot_id: boot,
+                identity: Some(t.identity),
             },
         );
         if let Err(e) = save(host, &rec) {
-            return (
-                ActionStatus::Failed,
-                format!(
-                    "{}: cannot record ACSCtl {now:#06x} for revert in {}: {e}; nothing written",
-                    t.bdf,
-                    record_path().display()
-                ),
-            );
+            return failed(format!(
+                "{}: cannot record ACSCtl {:#06x} for revert in {}: {e}; nothing written",
+                t.bdf,
+                t.ctl,
+                record_path().display()
+            ));
         }
-        match host.write_acs_ctl(&t.bdf, t.offset, 0) {
-            Ok(w) => (
-                ActionStatus::Done,
-                format!(
-                    "{}: ACSCtl {:#06x} → 0x0000 (recorded for revert){}",
-                    t.bdf,
+        let request = AcsRequest {
+            bdf: t.bdf.clone(),
+            identity: t.identity,
+            offset: t.offset,
+            expect: t.ctl,
+            value: 0,
+        };
+        match access.write(&request) {
+            Ok(w) => {
+                let what = format!(
+                    "ACSCtl {:#06x} → {:#06x} at 0x{:03x} ({})",
                     w.old,
-                    if came_back {
-                        "; ACS had come back with the reboot"
-                    } else {
-                        ""
-                    }
-                ),
-            ),
-            Err(e) => (ActionStatus::Failed, e.to_string()),
+                    w.new,
+                    t.offset + 6,
+                    t.identity.text()
+                );
+                ledger::journal(host, "acs_clear", &config_path(&t.bdf), OWNER, &what);
+                (
+                    ActionStatus::Done,
+                    format!(
+                        "{}: ACSCtl {:#06x} → 0x0000 (recorded for revert){}",
+                        t.bdf,
+                        w.old,
+                        if came_back {
+                            "; ACS had come back with the reboot"
+                        } else {
+                            ""
+                        }
+                    ),
+                )
+            }
+            Err(e) => failed(e),
         }
     }
 }
 
-/// Writes a recorded ACSCtl back (`revert`).
+/// Writes a recorded ACSCtl back (`revert`): only to the same device, in the
+/// same boot, where the register still holds what the agent wrote.
 #[derive(Debug)]
 pub struct RestoreAcs {
     pub bdf: String,
@@ -215,30 +355,15 @@ impl Effect for RestoreAcs {
 
     fn run(&self, cx: &LiveCtx) -> (ActionStatus, String) {
         let host = cx.host.host();
-        let p = &self.port;
-        let result = match host.acs_ctl(&self.bdf, p.offset) {
-            Err(e) => (ActionStatus::Failed, e.to_string()),
-            Ok(now) if now == p.original => (
-                ActionStatus::Done,
-                format!("{}: ACSCtl is {now:#06x} already", self.bdf),
-            ),
-            Ok(now) if now != p.written => (
-                ActionStatus::Skipped,
-                format!(
-                    "{}: ACSCtl is {now:#06x}, not the {:#06x} the agent wrote: changed since, left as it is",
-                    self.bdf, p.written
-                ),
-            ),
-            Ok(_) => match host.write_acs_ctl(&self.bdf, p.offset, p.original) {
-                Ok(w) => (
-                    ActionStatus::Done,
-                    format!("{}: ACSCtl {:#06x} → {:#06x}", self.bdf, w.old, w.new),
-                ),
-                Err(e) => return (ActionStatus::Failed, e.to_string()),
-            },
+        let result = match access(cx) {
+            Ok(a) => self.restore(host, &a),
+            Err(e) => (ActionStatus::Failed, format!("{}: {e}", self.bdf)),
         };
         if result.0 != ActionStatus::Failed {
-            let mut rec = load(&host.reader());
+            let mut rec = match load(&host.reader()) {
+                Ok(r) => r,
+                Err(e) => return (ActionStatus::Failed, format!("{}; {e}", result.1)),
+            };
             rec.ports.remove(&self.bdf);
             if let Err(e) = save(host, &rec) {
                 return (
@@ -255,11 +380,111 @@ impl Effect for RestoreAcs {
     }
 }
 
+impl RestoreAcs {
+    fn restore(&self, host: &Host, access: &Access) -> (ActionStatus, String) {
+        let (bdf, p) = (&self.bdf, &self.port);
+        let skipped = |m: String| (ActionStatus::Skipped, format!("{bdf}: {m}"));
+        let boot = boot_id(host);
+        if p.boot_id != boot {
+            return skipped(format!(
+                "ACS was reset by a reboot since the agent cleared it (recorded in boot {}, this is {boot}): nothing to restore",
+                p.boot_id
+            ));
+        }
+        let Some(recorded) = p.identity else {
+            return skipped(
+                "the record does not say which device it was (an older agent's): nothing written"
+                    .into(),
+            );
+        };
+        let bytes = match access.read(bdf) {
+            Ok(b) => b,
+            Err(e) => return (ActionStatus::Failed, format!("{bdf}: {e}")),
+        };
+        let found = PciIdentity::of(&bytes);
+        if found != Some(recorded) {
+            return skipped(format!(
+                "it is {} now, not the {} the agent cleared: another device, nothing written",
+                found.map_or("not answering (all ones)".into(), |i| i.text()),
+                recorded.text()
+            ));
+        }
+        let now = match pcie::parse_config(&bytes).acs {
+            Acs::Present { offset, ctl, .. } if offset == p.offset => ctl,
+            other => {
+                return skipped(format!(
+                    "its ACS capability is not at 0x{:03x} as recorded ({other:?}): nothing written",
+                    p.offset
+                ));
+            }
+        };
+        if now == p.original {
+            return (
+                ActionStatus::Done,
+                format!("{bdf}: ACSCtl is {now:#06x} already"),
+            );
+        }
+        if now != p.written {
+            return skipped(format!(
+                "ACSCtl is {now:#06x}, not the {:#06x} the agent wrote: changed since, left as it is",
+                p.written
+            ));
+        }
+        let request = AcsRequest {
+            bdf: bdf.clone(),
+            identity: recorded,
+            offset: p.offset,
+            expect: p.written,
+            value: p.original,
+        };
+        match access.write(&request) {
+            Ok(w) => {
+                let what = format!(
+                    "ACSCtl {:#06x} → {:#06x} at 0x{:03x} ({})",
+                    w.old,
+                    w.new,
+                    p.offset + 6,
+                    recorded.text()
+                );
+                ledger::journal(host, "acs_restore", &config_path(bdf), OWNER, &what);
+                (
+                    ActionStatus::Done,
+                    format!("{bdf}: ACSCtl {:#06x} → {:#06x}", w.old, w.new),
+                )
+            }
+            Err(e) => (ActionStatus::Failed, e),
+        }
+    }
+}
+
+/// `revert` facing a record it cannot read: fails, saying why, writing nothing.
+#[derive(Debug)]
+pub struct BrokenRecord {
+    pub message: String,
+}
+
+impl Effect for BrokenRecord {
+    fn key(&self) -> EffectKey {
+        EffectKey::new("restore_acs", "gpudirect-acs.json".to_owned())
+    }
+
+    fn describe(&self) -> String {
+        "write the recorded ACS values back".into()
+    }
+
+    fn run(&self, _cx: &LiveCtx) -> (ActionStatus, String) {
+        (ActionStatus::Failed, self.message.clone())
+    }
+}
+
 /// The effects that put back what the record says the agent changed.
 pub fn undo(host: &ReadHost) -> Vec<Arc<dyn Effect>> {
-    load(host)
-        .ports
-        .into_iter()
-        .map(|(bdf, port)| Arc::new(RestoreAcs { bdf, port }) as Arc<dyn Effect>)
-        .collect()
+    match load(host) {
+        Ok(r) => r
+            .ports
+            .into_iter()
+            .map(|(bdf, port)| Arc::new(RestoreAcs { bdf, port }) as Arc<dyn Effect>)
+            .collect(),
+        Err(message) => vec![Arc::new(BrokenRecord { message })],
+    }
 }

@@ -15,7 +15,7 @@ use crate::engine::outcome::ActionStatus;
 use crate::host::Host;
 use crate::host::stop::Stop;
 
-fn sample() -> tempfile::TempDir {
+pub(super) fn sample() -> tempfile::TempDir {
     let t = tempfile::tempdir().unwrap();
     let from = FsPath::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/nodes/v100");
     let status = std::process::Command::new("cp")
@@ -28,16 +28,16 @@ fn sample() -> tempfile::TempDir {
     t
 }
 
-fn config_of(root: &FsPath, bdf: &str) -> PathBuf {
+pub(super) fn config_of(root: &FsPath, bdf: &str) -> PathBuf {
     root.join("sys/bus/pci/devices").join(bdf).join("config")
 }
 
-fn ctl(root: &FsPath, bdf: &str) -> u16 {
+pub(super) fn ctl(root: &FsPath, bdf: &str) -> u16 {
     let c = fs::read(config_of(root, bdf)).unwrap();
     u16::from_le_bytes([c[0xf2a], c[0xf2b]])
 }
 
-fn decide(root: &FsPath, acs: AcsMode) -> Decision {
+pub(super) fn decide(root: &FsPath, acs: AcsMode) -> Decision {
     let mut config = Config::default();
     config.gpudirect.acs = acs;
     let snap = Snapshot::new(Host::new(root));
@@ -49,7 +49,7 @@ fn decide(root: &FsPath, acs: AcsMode) -> Decision {
     Path.decide(&Path.gather(&snap, &config).unwrap(), &ctx)
 }
 
-fn effects(d: &Decision) -> Vec<Arc<dyn Effect>> {
+pub(super) fn effects(d: &Decision) -> Vec<Arc<dyn Effect>> {
     d.actions
         .iter()
         .map(|a| match &a.kind {
@@ -59,7 +59,7 @@ fn effects(d: &Decision) -> Vec<Arc<dyn Effect>> {
         .collect()
 }
 
-fn run_all(root: &FsPath, effects: &[Arc<dyn Effect>]) -> Vec<(ActionStatus, String)> {
+pub(super) fn run_all(root: &FsPath, effects: &[Arc<dyn Effect>]) -> Vec<(ActionStatus, String)> {
     let live = FakeHost {
         host: Host::new(root),
         ..FakeHost::default()
@@ -73,7 +73,7 @@ fn run_all(root: &FsPath, effects: &[Arc<dyn Effect>]) -> Vec<(ActionStatus, Str
     effects.iter().map(|e| e.run(&cx)).collect()
 }
 
-fn record(root: &FsPath) -> Option<Record> {
+pub(super) fn record(root: &FsPath) -> Option<Record> {
     let p = root.join(acs_fix::record_path().strip_prefix("/").unwrap());
     fs::read(p)
         .ok()
@@ -138,6 +138,8 @@ fn apply_clears_exactly_those_bytes_records_them_and_revert_restores_them() {
     let boot = fs::read_to_string(root.join("proc/sys/kernel/random/boot_id")).unwrap();
     let rec = record(root).unwrap();
     assert_eq!(rec.boot_id, boot.trim());
+    let identity = crate::host::pci_config::PciIdentity::of(&before[1].1);
+    assert!(identity.is_some());
     assert_eq!(
         rec.ports["0000:04:08.0"],
         Port {
@@ -145,6 +147,7 @@ fn apply_clears_exactly_those_bytes_records_them_and_revert_restores_them() {
             original: 0x001d,
             written: 0,
             boot_id: boot.trim().to_owned(),
+            identity,
         }
     );
     // The check now finds no redirect on the PIX pairs, and nothing to plan.

@@ -178,7 +178,11 @@ impl<'f> View<'f> {
         self.config.get(bdf)?.as_ref().ok()?.port
     }
 
-    fn function(&self, bdf: &str) -> Option<&'f Function> {
+    pub fn identity(&self, bdf: &str) -> Option<crate::host::pci_config::PciIdentity> {
+        self.config.get(bdf)?.as_ref().ok()?.identity
+    }
+
+    pub fn function(&self, bdf: &str) -> Option<&'f Function> {
         self.facts.functions.get(bdf)
     }
 }
@@ -278,8 +282,25 @@ fn pair(
                 }
                 Acs::Truncated { len } => {
                     reasons.push(Reason::AcsUnknown);
+                    let helper = view
+                        .function(br)
+                        .and_then(|f| f.helper.as_deref())
+                        .map(|e| format!("; the agent's helper could not read it either: {e}"))
+                        .unwrap_or_default();
+                    problems.push(if len < 256 {
+                        format!(
+                            "{who}: ACS of {noun} {br} unknown: config space truncated to {len} bytes: the process lacks CAP_SYS_ADMIN (the kernel gives others the first 64 bytes){helper}; run the check as root, or let the daemon reach systemd over D-Bus to run its helper"
+                        )
+                    } else {
+                        format!(
+                            "{who}: ACS of {noun} {br} unknown: config space truncated to {len} bytes although it is PCI Express: the kernel cannot reach its extended configuration space (pci=nommconf, no ECAM/MMCONFIG, or a hypervisor hiding it); check `lspci -vvv -s {br}` as root"
+                        )
+                    });
+                }
+                Acs::NotResponding { at } => {
+                    reasons.push(Reason::AcsUnknown);
                     problems.push(format!(
-                        "{who}: cannot read the ACS of {noun} {br}: only {len} bytes of its config space are readable (run the check as root)"
+                        "{who}: ACS of {noun} {br} unknown: its config space reads all ones (0xffffffff at 0x{at:03x}): the {noun} does not answer (removed, powered off, or contained by DPC after an error); see `dmesg` for DPC/AER and `lspci -vvv -s {br}`"
                     ));
                 }
                 _ => {}

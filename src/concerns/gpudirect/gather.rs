@@ -35,7 +35,34 @@ pub struct Function {
     pub max_link_speed: Attr,
     pub current_link_width: Attr,
     pub max_link_width: Attr,
+    /// Why the agent's privileged helper could not read the whole config
+    /// space where this process got only the first 64 bytes.
+    pub helper: Option<String>,
+    /// With `acs = "disable"`, for a bridge whose ACS redirects: what an ACS
+    /// clear there would take isolation away from.
+    pub isolation: Option<Isolation>,
 }
+
+/// What sits below a bridge, for the ACS clear to refuse.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Isolation {
+    /// Functions (the bridge or below it) bound to a passthrough driver: (bdf, driver).
+    pub passthrough: Vec<(String, String)>,
+    /// The bridge's IOMMU group when it holds more than one device: (group, devices).
+    pub shared_groups: Vec<(String, Vec<String>)>,
+    /// What could not be read (a walk cut short counts too): refused as well.
+    pub unreadable: Vec<String>,
+}
+
+/// Drivers that hand a device to a VM or to user space, trusting the IOMMU
+/// groups the kernel made from ACS at boot: vfio-pci and its variant drivers
+/// (`mlx5_vfio_pci`, `nvgrace_gpu_vfio_pci`, …), pci-stub, Xen's pciback.
+pub fn is_passthrough(driver: &str) -> bool {
+    driver.contains("vfio") || matches!(driver, "pci-stub" | "pciback" | "xen-pciback")
+}
+
+/// At most this many functions are looked at below one bridge.
+const BELOW_MAX: usize = 256;
 
 #[derive(Debug, Clone)]
 pub struct Endpoint {
@@ -58,6 +85,9 @@ pub struct Facts {
     pub nics: Vec<Nic>,
     /// PCI functions that are GPUs but whose place in the hierarchy cannot be read.
     pub unplaced: Vec<String>,
+    /// RDMA devices whose sysfs `device` link cannot be resolved, with why:
+    /// any of them may be a GPU's nearest NIC.
+    pub unplaced_nics: Vec<(String, String)>,
     pub functions: BTreeMap<String, Function>,
     pub mechanism: MechanismFacts,
     /// Names under /sys/class/iommu (IOMMU units the kernel registered).
@@ -94,6 +124,71 @@ fn endpoint(snap: &Snapshot, pci: String, real: &Path, chain: Chain) -> Endpoint
 }
 
 pub fn gather(snap: &Snapshot) -> Result<Facts, HostError> {
+    gather_for(snap, false)
+}
+
+/// What an ACS clear on the bridge at `real` (a resolved /sys/devices path)
+/// would touch: its own and its functions' drivers (depth first, bounded) and
+/// its own IOMMU group.
+fn below_of(snap: &Snapshot, bdf: &str, real: &Path) -> Isolation {
+    let mut out = Isolation::default();
+    let mut todo = vec![(bdf.to_owned(), real.to_path_buf())];
+    let mut seen = 0;
+    while let Some((bdf, dir)) = todo.pop() {
+        seen += 1;
+        if seen > BELOW_MAX {
+            out.unreadable
+                .push(format!("more than {BELOW_MAX} functions below"));
+            break;
+        }
+        match snap.read_link(&dir.join("driver")) {
+            Ok(Some(d)) => {
+                let name = d
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                if is_passthrough(&name) {
+                    out.passthrough.push((bdf.clone(), name));
+                }
+            }
+            Ok(None) => {}
+            Err(e) => out.unreadable.push(format!("{bdf}'s driver: {e}")),
+        }
+        // The bridge's own IOMMU group only: below it, functions without ACS
+        // between them share a group whatever this bridge does.
+        match snap.resolve(&dir.join("iommu_group")) {
+            Ok(_) if seen > 1 => {}
+            Ok(g) if snap.exists(&g) => {
+                let name = g
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                match snap.list_dir(&g.join("devices")) {
+                    Ok(devs) if devs.len() > 1 => out.shared_groups.push((name, devs)),
+                    Ok(_) => {}
+                    Err(e) => out.unreadable.push(format!("IOMMU group {name}: {e}")),
+                }
+            }
+            Ok(_) => {}
+            Err(e) => out.unreadable.push(format!("{bdf}'s IOMMU group: {e}")),
+        }
+        match snap.list_dir(&dir) {
+            Ok(names) => todo.extend(
+                names
+                    .into_iter()
+                    .filter(|n| topo::is_bdf(n))
+                    .map(|n| (n.clone(), dir.join(n))),
+            ),
+            Err(e) => out.unreadable.push(format!("below {bdf}: {e}")),
+        }
+    }
+    out.passthrough.sort();
+    out
+}
+
+/// `gather`; with `below`, also what sits below each bridge whose ACS
+/// redirects (what `acs = "disable"` must not take isolation from).
+pub fn gather_for(snap: &Snapshot, below: bool) -> Result<Facts, HostError> {
     let mut gpus = Vec::new();
     let mut unplaced = Vec::new();
     // The scan rdma.devices shares (a function whose vendor cannot be read is
@@ -106,6 +201,7 @@ pub fn gather(snap: &Snapshot) -> Result<Facts, HostError> {
         }
     }
     let mut nics = Vec::new();
+    let mut unplaced_nics = Vec::new();
     if !gpus.is_empty() {
         for name in snap.list_dir(Path::new(IB_CLASS))? {
             let dev = Path::new(IB_CLASS).join(&name).join("device");
@@ -113,12 +209,25 @@ pub fn gather(snap: &Snapshot) -> Result<Facts, HostError> {
             if snap.exists(&dev.join("physfn")) {
                 continue;
             }
-            if let Ok(Some((real, chain))) = place(snap, &dev) {
-                let pci = chain.last().cloned().unwrap_or_default();
-                nics.push(Nic {
+            match place(snap, &dev) {
+                Ok(Some((real, _))) if !snap.exists(&real) => unplaced_nics.push((
                     name,
-                    at: endpoint(snap, pci, &real, chain),
-                });
+                    format!("it leads to {}, which is not there", real.display()),
+                )),
+                Ok(Some((real, chain))) => {
+                    let pci = chain.last().cloned().unwrap_or_default();
+                    nics.push(Nic {
+                        name,
+                        at: endpoint(snap, pci, &real, chain),
+                    });
+                }
+                // No link (Soft-RoCE, a virtual device) or not on the PCI bus: no path to a GPU.
+                Ok(None) => {
+                    if let Err(e) = snap.read_link(&dev) {
+                        unplaced_nics.push((name, e.to_string()));
+                    }
+                }
+                Err(e) => unplaced_nics.push((name, e.to_string())),
             }
         }
     }
@@ -147,6 +256,43 @@ pub fn gather(snap: &Snapshot) -> Result<Facts, HostError> {
         .chain(nics.iter().map(|n| &n.at))
         .filter_map(|e| e.chain.last().map(String::as_str))
         .collect();
+    // Config space first: where this process gets only 64 bytes (no
+    // CAP_SYS_ADMIN: the daemon's unit), the privileged helper reads it.
+    let mut configs: BTreeMap<String, AttrOf<Vec<u8>>> = BTreeMap::new();
+    for (bdf, real) in &wanted {
+        if ends.contains(bdf.as_str()) {
+            continue;
+        }
+        let config = match snap.open_real_dir(real) {
+            Some(d) => d.read_pci_config("config", |r| pcie::read_config(r)),
+            None => snap.read_pci_config(&real.join("config"), |r| pcie::read_config(r)),
+        };
+        configs.insert(bdf.clone(), config.map_err(|e| e.to_string()));
+    }
+    let short: Vec<String> = configs
+        .iter()
+        .filter(|(_, c)| matches!(c, Ok(Some(b)) if pcie::unprivileged_read(b)))
+        .map(|(b, _)| b.clone())
+        .collect();
+    let mut helper_errors: BTreeMap<String, String> = BTreeMap::new();
+    if !short.is_empty() {
+        match snap.pci_config_privileged(&short) {
+            None => {}
+            Some(Ok(read)) => {
+                for (bdf, got) in read {
+                    match got {
+                        Ok(bytes) => {
+                            configs.insert(bdf, Ok(Some(bytes)));
+                        }
+                        Err(e) => {
+                            helper_errors.insert(bdf, e);
+                        }
+                    }
+                }
+            }
+            Some(Err(e)) => helper_errors.extend(short.iter().map(|b| (b.clone(), e.clone()))),
+        }
+    }
     let mut functions = BTreeMap::new();
     for (bdf, real) in wanted {
         // Opened once: its files are read relative to it, not each by a long path.
@@ -160,29 +306,27 @@ pub fn gather(snap: &Snapshot) -> Result<Facts, HostError> {
             }
         };
         let end = ends.contains(bdf.as_str());
-        let config = match (&opened, end) {
-            (_, true) => Ok(None),
-            (Some(d), false) => d
-                .read_pci_config("config", |r| pcie::read_config(r))
-                .map_err(|e| e.to_string()),
-            (None, false) => snap
-                .read_pci_config(&real.join("config"), |r| pcie::read_config(r))
-                .map_err(|e| e.to_string()),
-        };
-        let port = match &config {
-            Ok(Some(b)) => pcie::parse_config(b).port,
+        let config = configs.remove(&bdf).unwrap_or(Ok(None));
+        let parsed = match &config {
+            Ok(Some(b)) => Some(pcie::parse_config(b)),
             _ => None,
         };
+        let port = parsed.and_then(|c| c.port);
         let hop = end || !matches!(port, Some(PortType::RootPort | PortType::SwitchDownstream));
         let current = |name: &str| if hop { read(name) } else { Ok(None) };
+        let isolation = parsed
+            .filter(|c| below && c.acs.blocking() != 0)
+            .map(|_| below_of(snap, &bdf, &real));
         functions.insert(
-            bdf,
+            bdf.clone(),
             Function {
                 config,
                 current_link_speed: current("current_link_speed"),
                 max_link_speed: read("max_link_speed"),
                 current_link_width: current("current_link_width"),
                 max_link_width: read("max_link_width"),
+                helper: helper_errors.remove(&bdf),
+                isolation,
             },
         );
     }
@@ -195,6 +339,7 @@ pub fn gather(snap: &Snapshot) -> Result<Facts, HostError> {
         gpus,
         nics,
         unplaced,
+        unplaced_nics,
         functions,
         iommu_units: snap.list_dir(Path::new(IOMMU_CLASS))?.len(),
         cmdline: snap.value(snapshot::CMDLINE),

@@ -12,6 +12,8 @@ pub mod pcie;
 pub mod topo;
 
 #[cfg(test)]
+mod acs_safety_tests;
+#[cfg(test)]
 mod acs_tests;
 #[cfg(test)]
 mod tests;
@@ -50,8 +52,9 @@ impl Concern for Path {
         cfg.gpudirect.enabled
     }
 
-    fn gather(&self, snap: &Snapshot, _cfg: &Config) -> Result<gather::Facts, GatherError> {
-        gather::gather(snap).map_err(|e| {
+    fn gather(&self, snap: &Snapshot, cfg: &Config) -> Result<gather::Facts, GatherError> {
+        let below = matches!(cfg.gpudirect.acs, AcsMode::Disable);
+        gather::gather_for(snap, below).map_err(|e| {
             GatherError::unknown(format!(
                 "cannot read the PCI devices: {e} (run the check as root on the host, or check --root)"
             ))
@@ -170,6 +173,13 @@ pub fn assess(f: &gather::Facts, cfg: &GpuDirectConfig) -> Outcome {
             "GPU {gpu}: its sysfs link does not lead to a device under /sys/devices/pci*: its path cannot be read"
         ));
     }
+    // A NIC not placed may be a GPU's nearest: no pair, and no skip, is sure.
+    for (nic, why) in &f.unplaced_nics {
+        raise(Status::Unknown, Reason::FactUnreadable);
+        problems.push(format!(
+            "RDMA device {nic}: its sysfs device link cannot be resolved ({why}): its distance to the GPUs cannot be read"
+        ));
+    }
     if pairs.is_empty() {
         let gpus = f.gpus.len();
         let any_required = cfg.required || f.gpus.iter().any(|g| required(cfg, &g.pci));
@@ -233,10 +243,14 @@ pub fn assess(f: &gather::Facts, cfg: &GpuDirectConfig) -> Outcome {
     if problems.is_empty() {
         message.push_str("; no ACS redirect, every link at its maximum");
     }
-    let acs_targets = match cfg.acs {
+    let (acs_targets, refused) = match cfg.acs {
         AcsMode::Disable => acs_fix::targets(&view, &pairs),
-        AcsMode::Report => Vec::new(),
+        AcsMode::Report => (Vec::new(), Vec::new()),
     };
+    // A refused clear is said first: the operator asked for it.
+    for r in refused.into_iter().rev() {
+        problems.insert(0, r);
+    }
     if !acs_targets.is_empty() {
         let names: Vec<&str> = acs_targets.iter().map(|t| t.bdf.as_str()).collect();
         message.push_str(&format!(

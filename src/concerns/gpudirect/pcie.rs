@@ -10,6 +10,8 @@
 //! `PCI_EXT_CAP_ID(h)` = h & 0xffff, `PCI_EXT_CAP_NEXT(h)` = (h >> 20) & 0xffc,
 //! `PCI_EXT_CAP_ID_ACS` 0x0d with `PCI_ACS_CAP` 0x04 and `PCI_ACS_CTRL` 0x06.
 
+use crate::host::pci_config::PciIdentity;
+
 /// ACS control bits, `PCI_ACS_*` in pci_regs.h, with lspci's names (`ACSCtl:`).
 pub const ACS_BITS: [(u16, &str); 7] = [
     (0x0001, "SrcValid"),    // PCI_ACS_SV  Source Validation
@@ -76,9 +78,14 @@ pub enum Acs {
     Absent,
     /// Capability and control registers.
     Present { offset: u16, cap: u16, ctl: u16 },
-    /// Only the first `len` bytes could be read (non-root reads get 64), so
-    /// the extended capabilities are not visible.
+    /// Only the first `len` bytes could be read although the function has
+    /// more (64: a reader without CAP_SYS_ADMIN; 256 for a PCI Express
+    /// function: the kernel cannot reach its extended space), so whether it
+    /// has ACS is not known. Never taken for "no ACS".
     Truncated { len: usize },
+    /// Config space reads all ones (`0xffffffff`): the function does not
+    /// answer (surprise removal, powered off, DPC containment). Not "no ACS".
+    NotResponding { at: u16 },
 }
 
 impl Acs {
@@ -96,6 +103,7 @@ impl Acs {
 pub struct ConfigSpace {
     pub port: Option<PortType>,
     pub acs: Acs,
+    pub identity: Option<PciIdentity>,
 }
 
 fn u16_at(b: &[u8], at: usize) -> Option<u16> {
@@ -108,6 +116,11 @@ fn u32_at(b: &[u8], at: usize) -> Option<u32> {
 
 /// The PCI Express capability's port type, from the standard capability list.
 fn port_type(b: &[u8]) -> Option<PortType> {
+    express_flags(b).map(PortType::from_flags)
+}
+
+/// The PCI Express capability's flags register, from the standard capability list.
+fn express_flags(b: &[u8]) -> Option<u16> {
     if u16_at(b, PCI_STATUS)? & PCI_STATUS_CAP_LIST == 0 {
         return None;
     }
@@ -118,17 +131,37 @@ fn port_type(b: &[u8]) -> Option<PortType> {
             return None;
         }
         if *b.get(at)? == PCI_CAP_ID_EXP {
-            return u16_at(b, at + 2).map(PortType::from_flags);
+            return u16_at(b, at + 2);
         }
         at = usize::from(*b.get(at + 1)? & 0xfc);
     }
     None
 }
 
+/// Whether `b` is a read cut short by the kernel's rule for readers without
+/// CAP_SYS_ADMIN (drivers/pci/pci-sysfs.c gives them the first 64 bytes):
+/// what the agent's privileged helper can read in full.
+pub fn unprivileged_read(b: &[u8]) -> bool {
+    b.len() < PCI_CFG_SPACE_SIZE && u32_at(b, 0) != Some(u32::MAX)
+}
+
 /// The ACS capability, walking the extended capability list from 0x100.
 fn acs(b: &[u8]) -> Acs {
-    if b.len() <= PCI_CFG_SPACE_SIZE {
+    // A function that does not answer reads all ones, header included.
+    if u32_at(b, 0) == Some(u32::MAX) {
+        return Acs::NotResponding { at: 0 };
+    }
+    if b.len() < PCI_CFG_SPACE_SIZE {
         return Acs::Truncated { len: b.len() };
+    }
+    if b.len() == PCI_CFG_SPACE_SIZE {
+        // A conventional PCI function has 256 bytes and no extended space (no
+        // ACS); a PCI Express one has 4096, and 256 means they were not readable.
+        return if port_type(b).is_some() {
+            Acs::Truncated { len: b.len() }
+        } else {
+            Acs::Absent
+        };
     }
     let mut at = PCI_CFG_SPACE_SIZE;
     // (4096 - 256) / 8 headers at most: the kernel's own loop guard.
@@ -136,9 +169,13 @@ fn acs(b: &[u8]) -> Acs {
         let Some(h) = u32_at(b, at) else {
             return Acs::Absent;
         };
-        // An empty list reads as 0 (or all ones where nothing answers).
-        if h == 0 || h == u32::MAX {
+        // An empty list reads as 0; all ones is a function that stopped
+        // answering (or a hypervisor hiding it), not the end of the list.
+        if h == 0 {
             return Acs::Absent;
+        }
+        if h == u32::MAX {
+            return Acs::NotResponding { at: at as u16 };
         }
         if (h & 0xffff) as u16 == PCI_EXT_CAP_ID_ACS {
             return match (u16_at(b, at + PCI_ACS_CAP), u16_at(b, at + PCI_ACS_CTRL)) {
@@ -208,6 +245,7 @@ pub fn parse_config(bytes: &[u8]) -> ConfigSpace {
     ConfigSpace {
         port: port_type(bytes),
         acs: acs(bytes),
+        identity: PciIdentity::of(bytes),
     }
 }
 

@@ -40,12 +40,19 @@ fn the_real_h200_config_space_parses() {
         pcie::parse_config(&bytes[..64]).acs,
         Acs::Truncated { len: 64 }
     );
-    // The virtio functions expose 256 bytes: no extended space at all.
+    // The virtio functions expose 256 bytes and have no PCI Express
+    // capability: conventional PCI, no extended space, so no ACS at all.
     let virtio = fs::read(fixture(
         "gpu-host/sys/devices/pci0000:00/0000:00:03.0/config",
     ))
     .unwrap();
-    assert_eq!(pcie::parse_config(&virtio).acs, Acs::Truncated { len: 256 });
+    assert_eq!(pcie::parse_config(&virtio).port, None);
+    assert_eq!(pcie::parse_config(&virtio).acs, Acs::Absent);
+    // The GPU's first 256 bytes (a PCI Express function) cannot tell.
+    assert_eq!(
+        pcie::parse_config(&bytes[..256]).acs,
+        Acs::Truncated { len: 256 }
+    );
 }
 
 #[test]
