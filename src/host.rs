@@ -34,8 +34,10 @@ mod resolve;
 pub mod rt;
 pub mod rtnetlink;
 pub mod runtime;
+pub mod sandbox;
 pub mod service;
 pub mod snapshot;
+pub mod stage;
 pub mod state;
 pub mod stop;
 pub mod trust;
@@ -273,12 +275,16 @@ impl Host {
         if !self.is_live() {
             return false;
         }
-        let Some(dir) = p.parent() else {
-            return false;
-        };
-        let through_pid1 = Path::new("/proc/1/root").join(dir.strip_prefix("/").unwrap_or(dir));
-        nix::sys::statvfs::statvfs(&through_pid1)
-            .is_ok_and(|v| !v.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY))
+        // The nearest directory that exists: where a missing one would be made.
+        for dir in p.ancestors().skip(1) {
+            let through_pid1 = Path::new("/proc/1/root").join(dir.strip_prefix("/").unwrap_or(dir));
+            match nix::sys::statvfs::statvfs(&through_pid1) {
+                Ok(v) => return !v.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY),
+                Err(nix::errno::Errno::ENOENT) => continue,
+                Err(_) => return false,
+            }
+        }
+        false
     }
 
     /// Runs a program of the host, only when acting on the live machine: a fixture

@@ -31,6 +31,7 @@ reasons! {
     // Catch-alls.
     FactUnreadable => "fact_unreadable",
     AgentStateUnreadable => "agent_state_unreadable",
+    PathNotWritable => "path_not_writable",
     // containerd.memlock
     ConfigUnreadable => "config_unreadable",
     ContainerdAbsent => "containerd_absent",

@@ -10,7 +10,9 @@ use std::path::Path;
 use support::containerd::{handlers_of, memlock_of};
 use support::*;
 
-const SPEC: &str = "/etc/containerd/rdma-node-agent/base-spec.json";
+/// k3s keeps the agent's base spec beside its containerd config (not under an
+/// /etc/containerd that k3s nodes often lack).
+const SPEC: &str = "/var/lib/rancher/k3s/agent/etc/containerd/rdma-node-agent/base-spec.json";
 
 fn apply_ok(root: &Path) -> String {
     let o = agent(root, &["apply", "--no-restart"]);
@@ -29,6 +31,10 @@ fn k3s_edits_config_and_template_together() {
     assert!(plan.contains("action: restart k3s-agent.service"), "{plan}");
     assert!(!plan.contains("restart containerd.service"), "{plan}");
     apply_ok(root);
+    assert!(
+        !root.join("etc/containerd").exists(),
+        "nothing is written under /etc/containerd on a k3s node"
+    );
     for f in ["config.toml", "config.toml.tmpl"] {
         let text = read(root, &format!("{dir}/{f}"));
         assert!(
