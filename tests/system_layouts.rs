@@ -150,12 +150,19 @@ fn microk8s_converges_under_the_unit() {
         "ln -s 7229 /var/snap/microk8s/current && ln -s 7229 /snap/microk8s/current \
          && mkdir -p /var/snap/microk8s/common/run",
     );
-    // Hand-written stand-in for snap.microk8s.daemon-containerd.service.
+    // Hand-written stand-in for snap.microk8s.daemon-containerd.service: the
+    // template rendered by sed at each start, as run-containerd-with-args does.
+    m.write(
+        "/usr/local/bin/microk8s-render",
+        "#!/bin/sh\nset -e\nSNAP=/snap/microk8s/7229 SNAP_DATA=/var/snap/microk8s/7229\n\
+         sed \"s@\\${SNAP}@$SNAP@g;s@\\${SNAP_DATA}@$SNAP_DATA@g;s@\\${SNAPSHOTTER}@overlayfs@g;s@\\${RUNTIME}@runc@g;s@\\${RUNTIME_TYPE}@io.containerd.runc.v2@g\" \\\n\
+         $SNAP_DATA/args/containerd-template.toml > $SNAP_DATA/args/containerd.toml\n",
+    );
+    m.sh_ok("chmod 755 /usr/local/bin/microk8s-render");
     m.write(
         "/etc/systemd/system/snap.microk8s.daemon-containerd.service",
         "[Unit]\nDescription=stand-in for microk8s's containerd\n[Service]\nType=notify\n\
-         Environment=SNAP=/snap/microk8s/7229 SNAP_DATA=/var/snap/microk8s/7229\n\
-         ExecStartPre=/bin/sh -c 'sed \"s@\\${SNAP}@$SNAP@g;s@\\${SNAP_DATA}@$SNAP_DATA@g;s@\\${SNAPSHOTTER}@overlayfs@g;s@\\${RUNTIME}@runc@g;s@\\${RUNTIME_TYPE}@io.containerd.runc.v2@g\" $SNAP_DATA/args/containerd-template.toml > $SNAP_DATA/args/containerd.toml'\n\
+         ExecStartPre=/usr/local/bin/microk8s-render\n\
          ExecStart=/snap/microk8s/current/bin/containerd --config /var/snap/microk8s/current/args/containerd.toml --address /var/snap/microk8s/common/run/containerd.sock --root /var/snap/microk8s/common/var/lib/containerd --state /var/snap/microk8s/common/run/containerd\n\
          KillMode=process\nDelegate=yes\n[Install]\nWantedBy=multi-user.target\n",
     );
@@ -248,7 +255,7 @@ fn rancher(distro: &'static str, unit: &str, keep_etc_containerd: bool) {
     });
     assert!(m.read(&config).contains(&spec));
     assert!(
-        !m.read(&config).contains("/etc/containerd/"),
+        !m.read(&config).contains("\"/etc/containerd/"),
         "no config names a file under /etc/containerd"
     );
     // Nothing needed granting: the unit already lists the layout's directory.
