@@ -269,7 +269,7 @@ mod tests {
         );
         let mk = p("/var/snap/microk8s/5372/args");
         assert_eq!(
-            remedy(&[mk.clone()], &rw, &[]),
+            remedy(std::slice::from_ref(&mk), &rw, &[]),
             Remedy::Grant(vec![mk.clone()])
         );
         let opt = p("/opt/cm/containerd");
@@ -281,7 +281,7 @@ mod tests {
         let mut with_dropin = rw.clone();
         with_dropin.push(format!("-{}", mk.display()));
         assert_eq!(
-            remedy(&[mk.clone()], &with_dropin, &[]),
+            remedy(std::slice::from_ref(&mk), &with_dropin, &[]),
             Remedy::Restart(vec![mk.clone()])
         );
     }
@@ -291,7 +291,7 @@ mod tests {
         let rw = shipped();
         let mk = p("/var/snap/microk8s/5372/args");
         assert!(matches!(
-            remedy(&[mk.clone()], &rw, &[mk.clone()]),
+            remedy(std::slice::from_ref(&mk), &rw, std::slice::from_ref(&mk)),
             Remedy::Report(m) if m.contains("stayed read-only") && m.contains("keeps serving")
         ));
         for wide in ["/etc", "/opt", "/var/lib", "/usr/local/etc", "/var/snap"] {
