@@ -196,15 +196,20 @@ fn microk8s_converges_under_the_unit() {
     assert_eq!(agent_unit(&m), ("active".to_owned(), 0));
 }
 
-/// k3s or rke2: the config regenerated from config.toml.tmpl at each start
-/// (a stand-in unit's ExecStartPre copies it, as k3s renders a plain one).
-fn rancher(distro: &'static str, unit: &str, keep_etc_containerd: bool) {
-    let m = Machine::boot();
+/// A k3s or rke2 node: its containerd (bundled, not on PATH) run by a
+/// stand-in unit that regenerates config.toml from the template at each start.
+/// Returns the config directory and the bundled binaries' directory.
+fn rancher_node(
+    m: &Machine,
+    distro: &str,
+    unit: &str,
+    keep_etc_containerd: bool,
+) -> (String, &'static str) {
     let (case, bin) = match distro {
         "k3s" => ("k3s", "/var/lib/rancher/k3s/data/abc123/bin"),
         _ => ("rke2-server", "/var/lib/rancher/rke2/bin"),
     };
-    bundle(&m, bin);
+    bundle(m, bin);
     if distro == "k3s" {
         m.sh_ok("ln -s abc123 /var/lib/rancher/k3s/data/current");
     }
@@ -232,6 +237,14 @@ fn rancher(distro: &'static str, unit: &str, keep_etc_containerd: bool) {
     m.sh_ok(&format!(
         "systemctl daemon-reload && systemctl enable --now {unit}"
     ));
+    (dir, bin_current)
+}
+
+/// k3s or rke2 converge under the unit, and the next regeneration of the
+/// config from its template keeps CRI loading.
+fn rancher(distro: &'static str, unit: &str, keep_etc_containerd: bool) {
+    let m = Machine::boot();
+    let (dir, bin_current) = rancher_node(&m, distro, unit, keep_etc_containerd);
     let spec = format!("{dir}/rdma-node-agent/base-spec.json");
     let config = format!("{dir}/config.toml");
     let template = format!("{dir}/config.toml.tmpl");
@@ -349,4 +362,67 @@ fn default_containerd_converges_under_the_unit() {
         m.sh("ls /etc/systemd/system/rdma-node-agent.service.d/ 2>/dev/null"),
         ""
     );
+}
+
+/// The worst case: k3s without /etc/containerd and a base spec the
+/// unit cannot create (here an operator's `base_spec_path` in a directory
+/// under /etc that does not exist; before, the default one). The change is
+/// written whole or not at all: the config and template keep their bytes (no
+/// config names the missing spec, so a k3s restart still loads CRI), the check
+/// says `path_not_writable` and why, no grant as wide as /etc is made, and the
+/// daemon keeps serving: active, NRestarts=0, cycle after cycle.
+#[test]
+#[ignore = "needs root, systemd-nspawn and a Debian mirror: run via scripts/test.sh"]
+fn a_spec_the_unit_cannot_create_is_said_and_nothing_is_half_written() {
+    let m = Machine::boot();
+    let (dir, bin_current) = rancher_node(&m, "k3s", "k3s.service", false);
+    let config = format!("{dir}/config.toml");
+    let template = format!("{dir}/config.toml.tmpl");
+    let before = (m.read(&config), m.read(&template));
+    install_agent(
+        &m,
+        &AGENT.replace(
+            "[containerd]\n",
+            "[containerd]\nbase_spec_path = \"/etc/rdma-spec/base-spec.json\"\n",
+        ),
+    );
+    m.sh_ok("systemctl start rdma-node-agent");
+    m.wait(
+        "containerd.memlock says path_not_writable",
+        Duration::from_secs(60),
+        |m| status_check(m, "containerd.memlock")["reason"] == "path_not_writable",
+    );
+    // Several cycles go by (interval 2 s): each says it, none restarts anything.
+    std::thread::sleep(Duration::from_secs(8));
+    let s = status(&m);
+    let cm = status_check(&m, "containerd.memlock");
+    assert_eq!(cm["status"], "fail", "{s}");
+    assert_eq!(cm["reason"], "path_not_writable", "{s}");
+    let message = cm["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("Read-only file system") && message.contains("nothing was written"),
+        "{message}"
+    );
+    assert!(
+        message.contains("/etc is read-only to rdma-node-agent.service"),
+        "{message}"
+    );
+    assert_eq!(agent_unit(&m), ("active".to_owned(), 0), "{s}");
+    assert_eq!((m.read(&config), m.read(&template)), before, "{s}");
+    assert_eq!(temp_files(&m, &[&dir, "/etc"]), "");
+    assert!(!m.root_path("/etc/rdma-spec").exists());
+    assert_eq!(
+        m.sh("ls /etc/systemd/system/rdma-node-agent.service.d/ 2>/dev/null"),
+        "",
+        "no grant of /etc"
+    );
+    // k3s restarts: its config names nothing missing, CRI loads.
+    m.sh_ok("systemctl restart k3s");
+    m.wait("CRI after a k3s restart", Duration::from_secs(30), |m| {
+        cri(
+            m,
+            &format!("{bin_current}/ctr"),
+            "/run/k3s/containerd/containerd.sock",
+        ) == "ok"
+    });
 }

@@ -253,7 +253,7 @@ fn read_only_here(e: &AgentError) -> Option<PathBuf> {
     let w = match e {
         AgentError::Exec(ExecError::Host(w)) => w,
         AgentError::Exec(ExecError::Ledger(LedgerError::Host(w))) => w,
-        AgentError::Exec(ExecError::Ledger(LedgerError::NotWritten { source, .. })) => source,
+        AgentError::Exec(ExecError::Ledger(LedgerError::NotWritten { cause, .. })) => cause,
         _ => return None,
     };
     match w {

@@ -28,10 +28,11 @@ pub enum LedgerError {
         "{path} is corrupt ({message}); move it away to start a new ledger (reverting will then not know the originals)"
     )]
     Corrupt { path: PathBuf, message: String },
+    /// (The cause is in the message, not a `source`: shown once.)
     #[error(
-        "{source}; nothing was written: all {files} file(s) of this change are written beside their targets before any is put in place"
+        "{cause}; nothing was written: all {files} file(s) of this change are written beside their targets before any is put in place"
     )]
-    NotWritten { source: HostError, files: usize },
+    NotWritten { cause: HostError, files: usize },
     #[error("the original of {path} is missing from {backup}: cannot restore it")]
     MissingOriginal { path: PathBuf, backup: PathBuf },
 }
@@ -225,8 +226,8 @@ impl Ledger {
                 None => host.probe_writable(&change.path).map(|()| None),
             };
             // Dropping what was staged so far removes it: nothing was written.
-            staged.push(s.map_err(|source| LedgerError::NotWritten {
-                source,
+            staged.push(s.map_err(|cause| LedgerError::NotWritten {
+                cause,
                 files: plan.changes.len(),
             })?);
         }
