@@ -95,8 +95,9 @@ fn read_only_hint(e: &io::Error) -> &'static str {
     if e.raw_os_error() == Some(nix::libc::EROFS) {
         " (make it writable; under rdma-node-agent.service a directory missing when \
          the service started stays read-only to it: create it, then \
-         `systemctl restart rdma-node-agent`; a mount made writable since, the agent \
-         picks up by restarting itself)"
+         `systemctl restart rdma-node-agent`; a mount made writable since, or a \
+         directory outside the unit's ReadWritePaths, the daemon picks up by \
+         granting it to its unit if needed and restarting itself)"
     } else {
         ""
     }

@@ -175,10 +175,13 @@ pub fn decide(
                 }
             };
             // A spec the agent created is its own to move; an operator's stays.
+            // Not behind a Go template the agent cannot edit (k3s/rke2): it
+            // would render the old path back at the next start.
+            let movable = facts.template.is_some() || facts.layout == super::Layout::Plain;
             let spec_path = current
                 .clone()
                 .map(PathBuf::from)
-                .filter(|p| !facts.owned_specs.contains(p))
+                .filter(|p| !movable || !facts.owned_specs.contains(p))
                 .unwrap_or_else(|| facts.spec_path.clone());
             if current.as_deref().map(Path::new) != Some(spec_path.as_path()) {
                 let mut p: Vec<&str> = table.iter().map(String::as_str).collect();
