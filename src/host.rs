@@ -35,8 +35,10 @@ mod resolve;
 pub mod rt;
 pub mod rtnetlink;
 pub mod runtime;
+pub mod sandbox;
 pub mod service;
 pub mod snapshot;
+pub mod stage;
 pub mod state;
 pub mod stop;
 pub mod trust;
@@ -94,8 +96,9 @@ fn read_only_hint(e: &io::Error) -> &'static str {
     if e.raw_os_error() == Some(nix::libc::EROFS) {
         " (make it writable; under rdma-node-agent.service a directory missing when \
          the service started stays read-only to it: create it, then \
-         `systemctl restart rdma-node-agent`; a mount made writable since, the agent \
-         picks up by restarting itself)"
+         `systemctl restart rdma-node-agent`; a mount made writable since, or a \
+         directory outside the unit's ReadWritePaths, the daemon picks up by \
+         granting it to its unit if needed and restarting itself)"
     } else {
         ""
     }
@@ -274,12 +277,16 @@ impl Host {
         if !self.is_live() {
             return false;
         }
-        let Some(dir) = p.parent() else {
-            return false;
-        };
-        let through_pid1 = Path::new("/proc/1/root").join(dir.strip_prefix("/").unwrap_or(dir));
-        nix::sys::statvfs::statvfs(&through_pid1)
-            .is_ok_and(|v| !v.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY))
+        // The nearest directory that exists: where a missing one would be made.
+        for dir in p.ancestors().skip(1) {
+            let through_pid1 = Path::new("/proc/1/root").join(dir.strip_prefix("/").unwrap_or(dir));
+            match nix::sys::statvfs::statvfs(&through_pid1) {
+                Ok(v) => return !v.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY),
+                Err(nix::errno::Errno::ENOENT) => continue,
+                Err(_) => return false,
+            }
+        }
+        false
     }
 
     /// Runs a program of the host, only when acting on the live machine: a fixture

@@ -32,6 +32,7 @@ reasons! {
     FactUnreadable => "fact_unreadable",
     AgentStateUnreadable => "agent_state_unreadable",
     DependencyUnknown => "dependency_unknown",
+    PathNotWritable => "path_not_writable",
     // containerd.memlock
     ConfigUnreadable => "config_unreadable",
     ContainerdAbsent => "containerd_absent",

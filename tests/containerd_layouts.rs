@@ -10,7 +10,9 @@ use std::path::Path;
 use support::containerd::{handlers_of, memlock_of};
 use support::*;
 
-const SPEC: &str = "/etc/containerd/rdma-node-agent/base-spec.json";
+/// k3s keeps the agent's base spec beside its containerd config (not under an
+/// /etc/containerd that k3s nodes often lack).
+const SPEC: &str = "/var/lib/rancher/k3s/agent/etc/containerd/rdma-node-agent/base-spec.json";
 
 fn apply_ok(root: &Path) -> String {
     let o = agent(root, &["apply", "--no-restart"]);
@@ -29,6 +31,10 @@ fn k3s_edits_config_and_template_together() {
     assert!(plan.contains("action: restart k3s-agent.service"), "{plan}");
     assert!(!plan.contains("restart containerd.service"), "{plan}");
     apply_ok(root);
+    assert!(
+        !root.join("etc/containerd").exists(),
+        "nothing is written under /etc/containerd on a k3s node"
+    );
     for f in ["config.toml", "config.toml.tmpl"] {
         let text = read(root, &format!("{dir}/{f}"));
         assert!(
@@ -141,4 +147,48 @@ fn handlers_left_out_of_containerd_handlers_are_said_not_ok() {
         .collect();
     left.sort();
     assert_eq!(left, ["nvidia-cdi", "runc"], "{cm}");
+}
+
+/// A spec the agent wrote under /etc/containerd before k3s got its own place
+/// moves into k3s's tree at the next apply (config and template follow, the old
+/// file goes); behind a Go template, which names the spec itself and which the
+/// agent cannot edit, it stays where the template says.
+#[test]
+fn an_earlier_spec_moves_into_the_layouts_tree_unless_a_go_template_names_it() {
+    let old = "/etc/containerd/rdma-node-agent-old/base-spec.json";
+    let dir = "/var/lib/rancher/k3s/agent/etc/containerd";
+    let cfg = "/etc/rdma-node-agent/config.toml";
+    for go_template in [false, true] {
+        let t = node("k3s");
+        let root = t.path();
+        write(
+            root,
+            cfg,
+            &format!("[containerd]\nbase_spec_path = \"{old}\"\n"),
+        );
+        apply_ok(root);
+        assert!(read(root, &format!("{dir}/config.toml")).contains(old));
+        if go_template {
+            // As the refusal tells the admin: the Go template names the spec.
+            let tmpl = read(root, &format!("{dir}/config.toml.tmpl"));
+            write(
+                root,
+                &format!("{dir}/config.toml.tmpl"),
+                &format!("{{{{ template \"base\" . }}}}\n{tmpl}"),
+            );
+        }
+        write(root, cfg, "");
+        apply_ok(root);
+        let config = read(root, &format!("{dir}/config.toml"));
+        if go_template {
+            assert!(config.contains(old), "{config}");
+            assert!(!config.contains(SPEC), "{config}");
+            assert!(memlock_of(&read(root, old)).is_some());
+        } else {
+            assert!(config.contains(SPEC) && !config.contains(old), "{config}");
+            assert!(read(root, &format!("{dir}/config.toml.tmpl")).contains(SPEC));
+            assert!(memlock_of(&read(root, SPEC)).is_some());
+            assert!(!root.join(&old[1..]).exists(), "the old spec is removed");
+        }
+    }
 }

@@ -108,13 +108,27 @@ fn a_read_only_etc_loses_nothing_and_is_named() {
         "Read-only file system",
         // Remounted read-write: the service's own mount namespace (its
         // read-write paths are bound at start) does not see it; the agent sees
-        // the host's view through PID 1 and exits for systemd to restart it.
+        // the host's view through PID 1, finds the directory among its unit's
+        // ReadWritePaths (a stale mount, not a missing grant) and has systemd
+        // restart it: a queued job, not a crash.
         "mount -o remount,bind,rw /etc/containerd",
     );
     let journal = m.sh("journalctl -u rdma-node-agent --no-pager -o cat");
     assert!(
-        journal.contains("read-only to this service but writable on the host"),
+        journal.contains("read-only to this service but writable on the host")
+            && journal.contains("stale mounts, restarting"),
         "{journal}"
+    );
+    assert_eq!(
+        m.sh_ok("systemctl show -P NRestarts rdma-node-agent")
+            .trim(),
+        "0",
+        "{journal}"
+    );
+    assert_eq!(
+        m.sh("ls /etc/systemd/system/rdma-node-agent.service.d/ 2>/dev/null"),
+        "",
+        "nothing to grant: the unit lists /etc/containerd"
     );
 }
 

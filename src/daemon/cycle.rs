@@ -123,7 +123,8 @@ pub(super) fn reconcile_once(
     let mut actions = Vec::new();
     let mut error = config_error;
     let mut holds = holds;
-    let mut stale_mounts = None;
+    let stale_mounts = None;
+    let mut not_writable = false;
     // One snapshot serves the plan and the report, unless the apply changed the host.
     let first = agent.assess(Scope::All, mode == Mode::Enforce);
     if mode == Mode::Enforce {
@@ -162,13 +163,29 @@ pub(super) fn reconcile_once(
             }
             Err(e) => {
                 tracing::error!(trigger = %trigger, "apply failed: {e}");
-                error = Some(e.to_string());
-                stale_mounts = read_only_here(&e)
-                    .filter(|p| agent.host.writable_for_pid1(p))
-                    .map(|p| format!(
-                        "{} is read-only to this service but writable on the host (remounted since the service started)",
-                        p.display()
-                    ));
+                let mut message = e.to_string();
+                if let Some(p) = read_only_here(&e) {
+                    not_writable = true;
+                    // Read-only to this service only: its sandbox, not the host.
+                    if agent.host.writable_for_pid1(&p) {
+                        let what = match &first.plan {
+                            Ok(plan) => {
+                                super::sandbox::settle(&agent, plan).unwrap_or_else(|why| {
+                                    format!("cannot restart this service: {why}")
+                                })
+                            }
+                            Err(_) => "no plan to act on".into(),
+                        };
+                        tracing::warn!(
+                            "{} is read-only to this service but writable on the host: {what}",
+                            p.display()
+                        );
+                        message = format!(
+                            "{message}; it is read-only to this service but writable on the host: {what}"
+                        );
+                    }
+                }
+                error = Some(message);
             }
         }
     }
@@ -189,7 +206,8 @@ pub(super) fn reconcile_once(
         let mut checks = assessment.checks;
         super::persist::persist(&agent.host, &assessment.observations, &mut checks);
         if let Some(e) = &error {
-            crate::engine::check::note_apply_failure(&mut checks, e);
+            let reason = not_writable.then_some(crate::reason::Reason::PathNotWritable);
+            crate::engine::check::note_apply_failure(&mut checks, e, reason);
         }
         let report = Report::new(checks);
         tracing::info!(trigger = %trigger, ok = report.ok, "{}", report.summary);
@@ -235,6 +253,7 @@ fn read_only_here(e: &AgentError) -> Option<PathBuf> {
     let w = match e {
         AgentError::Exec(ExecError::Host(w)) => w,
         AgentError::Exec(ExecError::Ledger(LedgerError::Host(w))) => w,
+        AgentError::Exec(ExecError::Ledger(LedgerError::NotWritten { cause, .. })) => cause,
         _ => return None,
     };
     match w {

@@ -20,6 +20,7 @@ mod link_events;
 mod machine;
 mod nri;
 mod persist;
+mod sandbox;
 mod state_copy;
 
 use crate::agent::Connection;

@@ -50,7 +50,9 @@ pub struct Check {
 /// the error names (else every check that is not ok) gets the error appended,
 /// so `check`, `/status` and node-problem-detector show the fault (a full disk,
 /// a read-only /etc), not only "not prepared".
-pub fn note_apply_failure(checks: &mut [Check], error: &str) {
+/// `reason`: what the failure means for those checks when it is one cause for
+/// all (a file the agent cannot write: `path_not_writable`).
+pub fn note_apply_failure(checks: &mut [Check], error: &str, reason: Option<Reason>) {
     let bad = |c: &Check| !matches!(c.status, Status::Ok | Status::Skipped);
     let names_it = |c: &Check| {
         c.message
@@ -63,6 +65,9 @@ pub fn note_apply_failure(checks: &mut [Check], error: &str) {
         .filter(|c| bad(c) && (!any || names_it(c)))
     {
         c.message = format!("{}; the last apply failed: {error}", c.message);
+        if reason.is_some() {
+            c.reason = reason;
+        }
     }
 }
 
@@ -200,7 +205,7 @@ mod tests {
             Check::new("app.modules", Status::Ok, "loaded"),
         ];
         let e = "cannot write /etc/app/config.toml: No space left on device (os error 28)";
-        note_apply_failure(&mut checks, e);
+        note_apply_failure(&mut checks, e, None);
         assert!(
             checks[0]
                 .message
@@ -209,7 +214,7 @@ mod tests {
         assert_eq!(checks[1].message, "mlx5_0/1 is DOWN");
         assert_eq!(checks[2].message, "loaded");
         // Naming no file of any check: every check that is not ok says it.
-        note_apply_failure(&mut checks, "ledger: cannot lock");
+        note_apply_failure(&mut checks, "ledger: cannot lock", None);
         assert!(
             checks[1]
                 .message

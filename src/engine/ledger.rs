@@ -15,6 +15,7 @@ use sha2::{Digest, Sha256};
 use crate::engine::plan::{FileChange, Plan};
 use crate::host::files::Ownership;
 use crate::host::read::ReadHost;
+use crate::host::stage::Staged;
 use crate::host::{Host, HostError};
 
 use crate::host::state::STATE_DIR;
@@ -27,6 +28,11 @@ pub enum LedgerError {
         "{path} is corrupt ({message}); move it away to start a new ledger (reverting will then not know the originals)"
     )]
     Corrupt { path: PathBuf, message: String },
+    /// (The cause is in the message, not a `source`: shown once.)
+    #[error(
+        "{cause}; nothing was written: all {files} file(s) of this change are written beside their targets before any is put in place"
+    )]
+    NotWritten { cause: HostError, files: usize },
     #[error("the original of {path} is missing from {backup}: cannot restore it")]
     MissingOriginal { path: PathBuf, backup: PathBuf },
 }
@@ -178,7 +184,13 @@ impl Ledger {
 
     /// Keeps the original before the first change of a file. Written (and fsynced)
     /// before the file itself changes, so a crash in between loses nothing.
-    fn remember(&mut self, host: &Host, change: &FileChange) -> Result<(), LedgerError> {
+    /// `created_dirs`: the directories made to hold a new file.
+    fn remember(
+        &mut self,
+        host: &Host,
+        change: &FileChange,
+        created_dirs: Vec<PathBuf>,
+    ) -> Result<(), LedgerError> {
         if self.files.contains_key(&change.path) {
             return Ok(());
         }
@@ -186,13 +198,6 @@ impl Ledger {
         if let Some(d) = &current {
             host.state_write(&backup_path(&change.path), &d.bytes, 0o600)?;
         }
-        // Behind a directory link the file is created where the link leads:
-        // record the directories made there, never the link.
-        let created_dirs = if current.is_none() {
-            missing_dirs(host, &host.resolve_managed(&change.path)?.real)
-        } else {
-            Vec::new()
-        };
         self.files.insert(
             change.path.clone(),
             Original {
@@ -210,27 +215,69 @@ impl Ledger {
         self.save(host)
     }
 
-    /// Carries out the plan's file changes, atomically, one file at a time.
+    /// Carries out the plan's file changes as a whole or not at all: every new
+    /// file is first written complete beside its target, and every removal's
+    /// directory proven writable; only then is anything renamed into place. So
+    /// no file ever names another that the same apply failed to create.
     pub fn apply(&mut self, host: &Host, plan: &Plan) -> Result<(), LedgerError> {
+        let mut staged = Vec::with_capacity(plan.changes.len());
         for change in &plan.changes {
-            self.remember(host, change)?;
-            // The intent is recorded before the write, so a crash in between leaves
-            // a ledger that knows what the file was meant to become.
-            if let Some(o) = self.files.get_mut(&change.path) {
-                o.written_sha256 = change.new.as_deref().map(sha256);
-            }
-            self.save(host)?;
-            match &change.new {
-                Some(bytes) => host.write_atomic(&change.path, bytes, change.mode)?,
-                None => host.remove(&change.path)?,
-            }
-            let event = match change.kind() {
-                crate::engine::plan::ChangeKind::Create => "create",
-                crate::engine::plan::ChangeKind::Modify => "modify",
-                crate::engine::plan::ChangeKind::Remove => "remove",
+            let s = match &change.new {
+                Some(bytes) => host.stage(&change.path, bytes, change.mode).map(Some),
+                None => host.probe_writable(&change.path).map(|()| None),
             };
-            journal(host, event, &change.path, change.owner, &change.reason);
+            // Dropping what was staged so far removes it: nothing was written.
+            staged.push(s.map_err(|cause| LedgerError::NotWritten {
+                cause,
+                files: plan.changes.len(),
+            })?);
         }
+        for (i, (change, s)) in plan.changes.iter().zip(staged).enumerate() {
+            let done = self.commit_one(host, change, s);
+            if let Err(e) = done {
+                // Every directory took a file a moment ago: put back what this
+                // apply already renamed, so the files stay one consistent set.
+                let partial = Plan {
+                    changes: plan.changes[..i].to_vec(),
+                    ..Plan::default()
+                };
+                if let Err(back) = self.rollback(host, &partial) {
+                    tracing::error!(
+                        "could not undo the first {i} change(s) of a failed apply: {back}"
+                    );
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn commit_one(
+        &mut self,
+        host: &Host,
+        change: &FileChange,
+        staged: Option<Staged>,
+    ) -> Result<(), LedgerError> {
+        let created = staged
+            .as_ref()
+            .map_or_else(Vec::new, |s| s.created_dirs().to_vec());
+        self.remember(host, change, created)?;
+        // The intent is recorded before the write, so a crash in between leaves
+        // a ledger that knows what the file was meant to become.
+        if let Some(o) = self.files.get_mut(&change.path) {
+            o.written_sha256 = change.new.as_deref().map(sha256);
+        }
+        self.save(host)?;
+        match staged {
+            Some(s) => s.commit()?,
+            None => host.remove(&change.path)?,
+        }
+        let event = match change.kind() {
+            crate::engine::plan::ChangeKind::Create => "create",
+            crate::engine::plan::ChangeKind::Modify => "modify",
+            crate::engine::plan::ChangeKind::Remove => "remove",
+        };
+        journal(host, event, &change.path, change.owner, &change.reason);
         Ok(())
     }
 
@@ -338,179 +385,6 @@ impl Ledger {
     }
 }
 
-/// The directories above `path` that do not exist yet, outermost first.
-fn missing_dirs(host: &Host, path: &Path) -> Vec<PathBuf> {
-    let mut dirs: Vec<PathBuf> = path
-        .ancestors()
-        .skip(1)
-        .take_while(|d| !host.exists(d))
-        .map(Path::to_path_buf)
-        .collect();
-    dirs.reverse();
-    dirs
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn change(path: &str, old: Option<&[u8]>, new: Option<&[u8]>) -> FileChange {
-        FileChange {
-            path: path.into(),
-            old: old.map(<[u8]>::to_vec),
-            new: new.map(<[u8]>::to_vec),
-            mode: 0o644,
-            owner: "test",
-            reason: "test".into(),
-            restart: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn apply_then_revert_is_byte_identical() {
-        let t = tempfile::tempdir().unwrap();
-        let host = Host::new(t.path());
-        host.write_atomic(Path::new("/etc/a.toml"), b"# mine\na = 1\n", 0o640)
-            .unwrap();
-        let plan = Plan {
-            changes: vec![
-                change("/etc/a.toml", Some(b"# mine\na = 1\n"), Some(b"a = 2\n")),
-                change("/etc/new/dir/spec.json", None, Some(b"{}\n")),
-            ],
-            ..Plan::default()
-        };
-        let mut l = Ledger::load(&host.reader()).unwrap();
-        l.apply(&host, &plan).unwrap();
-        // A second apply of the same plan must not overwrite the saved original.
-        l.apply(&host, &plan).unwrap();
-        let l = Ledger::load(&host.reader()).unwrap();
-        assert_eq!(l.files.len(), 2);
-        let out = l.revert(&host, false).unwrap();
-        assert_eq!(out.restored, vec![PathBuf::from("/etc/a.toml")]);
-        assert_eq!(out.removed, vec![PathBuf::from("/etc/new/dir/spec.json")]);
-        let a = host.read(Path::new("/etc/a.toml")).unwrap().unwrap();
-        assert_eq!(a.bytes, b"# mine\na = 1\n");
-        assert_eq!(a.mode, 0o640);
-        assert!(!host.exists(Path::new("/etc/new")));
-        assert!(!host.exists(&state_path("ledger.json")));
-        let journal = String::from_utf8(
-            host.state_read(&state_path("journal.jsonl"))
-                .unwrap()
-                .unwrap(),
-        )
-        .unwrap();
-        assert_eq!(journal.lines().count(), 6);
-    }
-
-    #[test]
-    fn rollback_returns_to_the_bytes_before_this_apply() {
-        let t = tempfile::tempdir().unwrap();
-        let host = Host::new(t.path());
-        host.write_atomic(Path::new("/etc/a"), b"v1", 0o644)
-            .unwrap();
-        let mut l = Ledger::default();
-        let first = Plan {
-            changes: vec![change("/etc/a", Some(b"v1"), Some(b"v2"))],
-            ..Plan::default()
-        };
-        l.apply(&host, &first).unwrap();
-        let second = Plan {
-            changes: vec![
-                change("/etc/a", Some(b"v2"), Some(b"v3")),
-                change("/etc/d/new", None, Some(b"n")),
-            ],
-            ..Plan::default()
-        };
-        l.apply(&host, &second).unwrap();
-        l.rollback(&host, &second).unwrap();
-        assert_eq!(
-            host.read(Path::new("/etc/a")).unwrap().unwrap().bytes,
-            b"v2"
-        );
-        assert!(!host.exists(Path::new("/etc/d")));
-        // Revert still knows the very first original.
-        let out = Ledger::load(&host.reader())
-            .unwrap()
-            .revert(&host, false)
-            .unwrap();
-        assert_eq!(out.restored, vec![PathBuf::from("/etc/a")]);
-        assert_eq!(
-            host.read(Path::new("/etc/a")).unwrap().unwrap().bytes,
-            b"v1"
-        );
-    }
-
-    #[test]
-    fn revert_keeps_files_edited_since() {
-        let t = tempfile::tempdir().unwrap();
-        let host = Host::new(t.path());
-        host.write_atomic(Path::new("/etc/a"), b"1", 0o644).unwrap();
-        let mut l = Ledger::default();
-        l.apply(
-            &host,
-            &Plan {
-                changes: vec![change("/etc/a", Some(b"1"), Some(b"2"))],
-                ..Plan::default()
-            },
-        )
-        .unwrap();
-        host.write_atomic(Path::new("/etc/a"), b"3", 0o644).unwrap();
-        let out = Ledger::load(&host.reader())
-            .unwrap()
-            .revert(&host, false)
-            .unwrap();
-        assert_eq!(out.kept.len(), 1);
-        assert!(out.kept[0].1.contains("changed since the agent wrote it"));
-        assert_eq!(host.read(Path::new("/etc/a")).unwrap().unwrap().bytes, b"3");
-        // --force restores the original anyway.
-        let out = Ledger::load(&host.reader())
-            .unwrap()
-            .revert(&host, true)
-            .unwrap();
-        assert_eq!(out.restored.len(), 1);
-        assert_eq!(host.read(Path::new("/etc/a")).unwrap().unwrap().bytes, b"1");
-    }
-
-    /// A file linked out of /etc and a file created in a linked directory: the
-    /// targets change, revert restores (or removes) them and the links stay.
-    #[test]
-    fn revert_acts_on_link_targets_and_keeps_the_links() {
-        use std::os::unix::fs::symlink;
-        let t = tempfile::tempdir().unwrap();
-        let host = Host::new(t.path());
-        let cm = Path::new("/opt/cm/app.toml");
-        host.write_atomic(cm, b"v1", 0o640).unwrap();
-        host.write_atomic(Path::new("/opt/cm-etc/x"), b"", 0o644)
-            .unwrap();
-        std::fs::create_dir_all(t.path().join("etc")).unwrap();
-        symlink(cm, t.path().join("etc/c.toml")).unwrap();
-        symlink("/opt/cm-etc", t.path().join("etc/cm")).unwrap();
-        let plan = Plan {
-            changes: vec![
-                change("/etc/c.toml", Some(b"v1"), Some(b"v2")),
-                change("/etc/cm/new/spec.json", None, Some(b"{}")),
-            ],
-            ..Plan::default()
-        };
-        let mut l = Ledger::default();
-        l.apply(&host, &plan).unwrap();
-        assert_eq!(
-            std::fs::read(t.path().join("opt/cm/app.toml")).unwrap(),
-            b"v2"
-        );
-        assert!(t.path().join("opt/cm-etc/new/spec.json").is_file());
-        let spec = &l.files[Path::new("/etc/cm/new/spec.json")];
-        assert_eq!(spec.created_dirs, vec![PathBuf::from("/opt/cm-etc/new")]);
-        assert_eq!(l.files[Path::new("/etc/c.toml")].link.as_deref(), Some(cm));
-        let out = Ledger::load(&host.reader())
-            .unwrap()
-            .revert(&host, false)
-            .unwrap();
-        assert_eq!((out.restored.len(), out.removed.len()), (1, 1));
-        let d = host.read(cm).unwrap().unwrap();
-        assert_eq!((d.bytes.as_slice(), d.mode), (&b"v1"[..], 0o640));
-        assert_eq!(std::fs::read_link(t.path().join("etc/c.toml")).unwrap(), cm);
-        assert!(!t.path().join("opt/cm-etc/new").exists());
-        assert!(t.path().join("etc/cm").is_symlink());
-    }
-}
+#[path = "ledger_tests.rs"]
+mod tests;

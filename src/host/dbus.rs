@@ -177,6 +177,18 @@ impl ServiceManager for Dbus {
         })
     }
 
+    fn queue_restart(&self, unit: &str) -> Result<(), SystemdError> {
+        self.rt.block_on(async {
+            let m = ManagerProxy::new(&self.conn())
+                .await
+                .map_err(call("Manager"))?;
+            m.restart_unit(unit, "replace")
+                .await
+                .map(|_| ())
+                .map_err(call("RestartUnit"))
+        })
+    }
+
     fn run_transient(
         &self,
         unit: &str,

@@ -114,17 +114,12 @@ impl Host {
     pub fn write_atomic(&self, p: &Path, bytes: &[u8], mode: u32) -> Result<()> {
         let r = self.resolve_managed(p)?;
         let real = self.path(&r.real);
-        let own = match fs::symlink_metadata(&real) {
-            Ok(m) => Some(Ownership::of(&m)),
-            Err(e) if missing(&e) => None,
-            Err(source) => return Err(HostError::Read { path: real, source }),
-        };
-        let own = own.unwrap_or_else(|| Ownership {
-            mode: mode & sibling_bits(real.parent()),
-            uid: nix::unistd::geteuid().as_raw(),
-            gid: nix::unistd::getegid().as_raw(),
-        });
+        let own = ownership_for(&real, mode)?;
         write_file(&real, bytes, &own, self.chown_helper.as_ref())
+    }
+
+    pub(super) fn chown_helper(&self) -> Option<&Helper> {
+        self.chown_helper.as_ref()
     }
 
     /// Writes a file with exactly this mode, owner and group (what `revert` restores).
@@ -180,6 +175,23 @@ impl Host {
     }
 }
 
+/// What a rewrite of `real` keeps (its mode, owner and group), or what a new
+/// file gets: `mode` without the bits none of its siblings has, the agent's owner.
+pub(super) fn ownership_for(real: &Path, mode: u32) -> Result<Ownership> {
+    match fs::symlink_metadata(real) {
+        Ok(m) => Ok(Ownership::of(&m)),
+        Err(e) if missing(&e) => Ok(Ownership {
+            mode: mode & sibling_bits(real.parent()),
+            uid: nix::unistd::geteuid().as_raw(),
+            gid: nix::unistd::getegid().as_raw(),
+        }),
+        Err(source) => Err(HostError::Read {
+            path: real.to_owned(),
+            source,
+        }),
+    }
+}
+
 /// The permission bits any regular file in `dir` has (all of them when it has none):
 /// a new file is never more open than its siblings.
 fn sibling_bits(dir: Option<&Path>) -> u32 {
@@ -199,19 +211,32 @@ fn sibling_bits(dir: Option<&Path>) -> u32 {
     }
 }
 
-fn temp_name(real: &Path) -> PathBuf {
+pub(super) fn temp_name(real: &Path) -> PathBuf {
     let name = real.file_name().unwrap_or_default().to_string_lossy();
     real.with_file_name(format!(".{name}.rdma-node-agent.{}", std::process::id()))
 }
 
 /// The atomic write at a real path, with this ownership.
 fn write_file(real: &Path, bytes: &[u8], own: &Ownership, helper: Option<&Helper>) -> Result<()> {
-    let err = |source| HostError::Write {
+    let dir = real.parent().unwrap_or(Path::new("/")).to_path_buf();
+    fs::create_dir_all(&dir).map_err(|source| HostError::Write {
         path: real.to_owned(),
         source,
-    };
+    })?;
+    let tmp = write_temp(real, bytes, own, helper)?;
+    commit_temp(&tmp, real)
+}
+
+/// The first half of an atomic write: the complete file, owned as asked and
+/// fsynced, at a temp name beside `real` (whose directory exists). Returns the
+/// temp file's real path; on failure nothing is left behind.
+pub(super) fn write_temp(
+    real: &Path,
+    bytes: &[u8],
+    own: &Ownership,
+    helper: Option<&Helper>,
+) -> Result<PathBuf> {
     let dir = real.parent().unwrap_or(Path::new("/")).to_path_buf();
-    fs::create_dir_all(&dir).map_err(err)?;
     let name = real.file_name().unwrap_or_default().to_string_lossy();
     let prefix = format!(".{name}.rdma-node-agent.");
     // A run killed mid-write leaves its temp file: never the real one, but litter.
@@ -262,14 +287,32 @@ fn write_file(real: &Path, bytes: &[u8], own: &Ownership, helper: Option<&Helper
                 f.set_permissions(fs::Permissions::from_mode(own.mode))?;
             }
         }
-        f.sync_all()?;
-        fs::rename(&tmp, real)?;
-        File::open(&dir)?.sync_all()
+        f.sync_all()
     })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
+    match result {
+        Ok(()) => Ok(tmp),
+        Err(source) => {
+            let _ = fs::remove_file(&tmp);
+            Err(HostError::Write {
+                path: real.to_owned(),
+                source,
+            })
+        }
     }
-    result.map_err(err)
+}
+
+/// The second half: the temp file renamed over `real`, and the directory fsynced.
+pub(super) fn commit_temp(tmp: &Path, real: &Path) -> Result<()> {
+    let dir = real.parent().unwrap_or(Path::new("/")).to_path_buf();
+    fs::rename(tmp, real)
+        .and_then(|()| File::open(&dir)?.sync_all())
+        .map_err(|source| {
+            let _ = fs::remove_file(tmp);
+            HostError::Write {
+                path: real.to_owned(),
+                source,
+            }
+        })
 }
 
 fn ownership_error(e: io::Error, own: &Ownership) -> io::Error {

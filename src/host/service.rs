@@ -110,6 +110,14 @@ pub trait ServiceManager: Send + Sync {
     /// up (cancelling the job while it is still queued) when `stop` is requested.
     fn restart(&self, unit: &str, timeout: Duration, stop: &Stop) -> Result<(), SystemdError>;
     fn status(&self, unit: &str) -> Result<UnitStatus, SystemdError>;
+    /// Queues a restart of `unit` and returns without waiting for it: how the
+    /// agent restarts its own unit (the job stops this very process).
+    fn queue_restart(&self, unit: &str) -> Result<(), SystemdError> {
+        Err(SystemdError::Call {
+            call: "RestartUnit".into(),
+            message: format!("{unit}: not supported by this service manager"),
+        })
+    }
     /// Runs `argv` to completion as a transient oneshot service named `unit`: a
     /// host command that must not inherit the agent's sandbox (an initramfs
     /// rebuild writes /boot and reads every module). Its output is in the journal.

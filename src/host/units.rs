@@ -34,6 +34,8 @@ pub struct UnitFile {
     pub environment: BTreeMap<String, String>,
     /// Environment files that could not be read (a `-` prefix makes a missing one fine).
     pub unreadable: Vec<String>,
+    /// Every `ReadWritePaths=` value, prefixes kept (an empty assignment resets).
+    pub read_write_paths: Vec<String>,
 }
 
 impl UnitFile {
@@ -193,6 +195,7 @@ impl Host {
             exec_start: None,
             environment: BTreeMap::new(),
             unreadable: Vec::new(),
+            read_write_paths: Vec::new(),
         };
         unit.sources.extend(dropins.into_values());
         let mut env_files: Vec<String> = Vec::new();
@@ -215,6 +218,8 @@ impl Host {
                     ("Environment", false) => envs.push(v),
                     ("EnvironmentFile", true) => env_files.clear(),
                     ("EnvironmentFile", false) => env_files.push(v),
+                    ("ReadWritePaths", true) => unit.read_write_paths.clear(),
+                    ("ReadWritePaths", false) => unit.read_write_paths.extend(words(&v)),
                     _ => {}
                 }
             }
@@ -314,6 +319,7 @@ mod tests {
             ]
             .into(),
             unreadable: vec![],
+            read_write_paths: vec![],
         };
         assert_eq!(
             unit.command().unwrap(),

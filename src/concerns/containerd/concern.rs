@@ -82,6 +82,7 @@ impl Concern for Memlock {
                 f.unit.clone(),
                 Arc::new(CriProbe {
                     grpc_address: f.grpc_address.clone(),
+                    ctr: f.ctr.clone(),
                 }),
             )],
             ..Decision::default()
@@ -111,7 +112,7 @@ impl Concern for Memlock {
             .any(|c| f.set.files.iter().any(|file| file.path == c.path));
         if touches_config {
             d.preflight.push(Arc::new(ConfigPreflight {
-                binary: cfg.binary.clone(),
+                binary: f.binary.clone(),
                 candidate: f
                     .set
                     .files

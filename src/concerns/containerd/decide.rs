@@ -175,11 +175,14 @@ pub fn decide(
                 }
             };
             // A spec the agent created is its own to move; an operator's stays.
+            // Not behind a Go template the agent cannot edit (k3s/rke2): it
+            // would render the old path back at the next start.
+            let movable = facts.template.is_some() || facts.layout == super::Layout::Plain;
             let spec_path = current
                 .clone()
                 .map(PathBuf::from)
-                .filter(|p| !facts.owned_specs.contains(p))
-                .unwrap_or_else(|| cfg.base_spec_path.clone());
+                .filter(|p| !movable || !facts.owned_specs.contains(p))
+                .unwrap_or_else(|| facts.spec_path.clone());
             if current.as_deref().map(Path::new) != Some(spec_path.as_path()) {
                 let mut p: Vec<&str> = table.iter().map(String::as_str).collect();
                 p.push("base_runtime_spec");
@@ -188,7 +191,7 @@ pub fn decide(
             if i == 0 {
                 report.push((name.clone(), spec_path.display().to_string()));
             }
-            spec_for_path.insert(spec_path.clone(), spec_path == cfg.base_spec_path);
+            spec_for_path.insert(spec_path.clone(), spec_path == facts.spec_path);
         }
         for f in &set.files {
             if f.changed() {

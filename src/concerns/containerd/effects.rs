@@ -33,19 +33,43 @@ impl Preflight for ConfigPreflight {
 
 /// After a restart, containerd is healthy when its socket answers and its CRI
 /// plugin loaded: a base spec CRI cannot load leaves containerd active but
-/// unable to start pods.
+/// unable to start pods. Asked with the `ctr` the layout bundles (k3s, rke2 and
+/// microk8s put none on PATH), else the one on PATH, else over CRI itself: its
+/// `RuntimeService/Status` answers only when the CRI plugin loaded.
 #[derive(Debug)]
 pub struct CriProbe {
     pub grpc_address: PathBuf,
+    /// The layout's own `ctr`, when it bundles one.
+    pub ctr: Option<PathBuf>,
 }
 
 impl Probe for CriProbe {
     fn healthy(&self, cx: &LiveCtx) -> Result<(), String> {
-        if cx.host.which("ctr").is_none() {
-            return Err("ctr not found".into());
-        }
         let address = self.grpc_address.display().to_string();
-        let argv = ["ctr", "--address", &address, "plugins", "ls"].map(str::to_owned);
+        let ctr = self
+            .ctr
+            .clone()
+            .filter(|p| cx.host.which(&p.to_string_lossy()).is_some())
+            .or_else(|| cx.host.which("ctr"));
+        let Some(ctr) = ctr else {
+            return cx
+                .host
+                .host()
+                .cri_config(&self.grpc_address)
+                .map(|_| ())
+                .map_err(|e| {
+                    format!(
+                        "containerd's CRI does not answer on {address} (no ctr to ask besides): {e}"
+                    )
+                });
+        };
+        let argv = [
+            ctr.to_string_lossy().into_owned(),
+            "--address".into(),
+            address.clone(),
+            "plugins".into(),
+            "ls".into(),
+        ];
         let out = cx
             .host
             .run(&argv)

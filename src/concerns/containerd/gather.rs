@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use super::effective::Effective;
 use super::layout::{
-    Layout, daemon_major, load_microk8s_template, load_rancher_template, load_set,
+    Layout, binary, daemon_major, load_microk8s_template, load_rancher_template, load_set,
 };
 use super::spec::{self, SpecError};
 use super::{ContainerdError, Facts, Started, validate, view};
@@ -52,9 +52,15 @@ pub fn gather(
             .map(String::as_str)
             .filter(|d| *d != "cri" || set.version == super::toml::Version::V1),
     );
+    let spec_path = layout.spec_path(&cfg.base_spec_path, &main_path);
+    let binary = binary(host, cfg, &layout);
+    let ctr = layout
+        .bundled_ctr()
+        .map(PathBuf::from)
+        .filter(|p| host.exists(p));
     let template: Option<super::ConfigSet> = match &layout {
         Layout::Plain => None,
-        Layout::Rancher { .. } => load_rancher_template(host, &set, &cfg.base_spec_path)?,
+        Layout::Rancher { .. } => load_rancher_template(host, &set, &spec_path)?,
         Layout::Microk8s => Some(load_microk8s_template(host)?),
     };
     let unit = found.unit.clone();
@@ -91,13 +97,13 @@ pub fn gather(
             .iter()
             .map(|f| f.original.clone().unwrap_or_default())
             .collect();
-        Some(validate::view(host, &cfg.binary, &texts))
+        Some(validate::view(host, &binary, &texts))
     };
     if let Some(Ok(v)) = &dump_view {
         spec_paths_from_view(v, &mut referenced);
     }
     let mut spec_paths = referenced.clone();
-    spec_paths.insert(cfg.base_spec_path.clone());
+    spec_paths.insert(spec_path.clone());
     spec_paths.extend(owned_specs.iter().cloned());
     let mut specs = BTreeMap::new();
     // Only what containerd reads can make a restart due; a time that cannot be
@@ -143,7 +149,10 @@ pub fn gather(
         specs.insert(p, entry);
     }
 
-    let (template_spec, template_source) = match host.query("ctr", &["oci", "spec"]) {
+    let ctr_program = ctr
+        .as_ref()
+        .map_or("ctr".into(), |p| p.display().to_string());
+    let (template_spec, template_source) = match host.query(&ctr_program, &["oci", "spec"]) {
         Some(Ok(out)) if out.status.success() => match spec::template_from_ctr(&out.stdout) {
             Some(t) => (t, "ctr oci spec".to_owned()),
             None => builtin_template(),
@@ -214,6 +223,9 @@ pub fn gather(
         owned_specs: owned_specs.clone(),
         live: host.is_live(),
         grpc_address,
+        spec_path,
+        binary,
+        ctr,
     })
 }
 

@@ -39,12 +39,81 @@ impl Layout {
     }
 }
 
-/// Where k3s, rke2 and microk8s keep the containerd they run (not on PATH).
-const BUNDLED: &[(&str, &str)] = &[
-    ("k3s", "/var/lib/rancher/k3s/data/current/bin/containerd"),
-    ("rke2", "/var/lib/rancher/rke2/bin/containerd"),
-    ("microk8s", "/snap/microk8s/current/bin/containerd"),
+/// What k3s, rke2 and microk8s bundle (neither is on PATH): the containerd they
+/// run and its `ctr`. k3s: `data/<hash>/bin` holds them as links to its
+/// multi-call binary, `data/current` links to the running one (k3s-io/k3s
+/// `scripts/package-cli`); rke2 installs them under `/var/lib/rancher/rke2/bin`
+/// (its docs: "RKE2 ships with ctr and crictl"); microk8s runs
+/// `${SNAP}/bin/containerd` and its `microk8s ctr` wrapper runs `${SNAP}/bin/ctr`
+/// (canonical/microk8s `microk8s-resources/wrappers/microk8s-ctr.wrapper`).
+const BUNDLED: &[(&str, &str, &str)] = &[
+    (
+        "k3s",
+        "/var/lib/rancher/k3s/data/current/bin/containerd",
+        "/var/lib/rancher/k3s/data/current/bin/ctr",
+    ),
+    (
+        "rke2",
+        "/var/lib/rancher/rke2/bin/containerd",
+        "/var/lib/rancher/rke2/bin/ctr",
+    ),
+    (
+        "microk8s",
+        "/snap/microk8s/current/bin/containerd",
+        "/snap/microk8s/current/bin/ctr",
+    ),
 ];
+
+/// The agent's default `base_spec_path` (under /etc/containerd).
+pub const DEFAULT_SPEC_PATH: &str = "/etc/containerd/rdma-node-agent/base-spec.json";
+
+impl Layout {
+    fn who(&self) -> &'static str {
+        match self {
+            Layout::Plain => "",
+            Layout::Rancher { distro } => distro,
+            Layout::Microk8s => "microk8s",
+        }
+    }
+
+    fn bundle(&self) -> Option<&'static (&'static str, &'static str, &'static str)> {
+        BUNDLED.iter().find(|(d, _, _)| *d == self.who())
+    }
+
+    /// The containerd binary this layout runs, when it bundles its own.
+    pub fn bundled_containerd(&self) -> Option<&'static str> {
+        self.bundle().map(|b| b.1)
+    }
+
+    /// The `ctr` this layout bundles beside its containerd.
+    pub fn bundled_ctr(&self) -> Option<&'static str> {
+        self.bundle().map(|b| b.2)
+    }
+
+    /// Where the base spec goes when `base_spec_path` is left at its default:
+    /// inside the tree the layout already keeps its containerd config in, so
+    /// the agent writes in one place per layout, and never names a file in an
+    /// `/etc/containerd` that k3s, rke2 and microk8s nodes often lack (and
+    /// that the unit then cannot create).
+    pub fn spec_path(&self, configured: &Path, main_config: &Path) -> PathBuf {
+        if self == &Layout::Plain || configured != Path::new(DEFAULT_SPEC_PATH) {
+            return configured.to_owned();
+        }
+        main_config
+            .parent()
+            .unwrap_or(Path::new("/"))
+            .join("rdma-node-agent/base-spec.json")
+    }
+}
+
+/// The containerd binary that judges configs: the configured one, unless it is
+/// the default (`containerd` on PATH) and the layout bundles its own, present.
+pub(super) fn binary(host: &ReadHost, cfg: &ContainerdConfig, layout: &Layout) -> PathBuf {
+    match layout.bundled_containerd() {
+        Some(b) if cfg.binary == Path::new("containerd") && host.exists(Path::new(b)) => b.into(),
+        _ => cfg.binary.clone(),
+    }
+}
 
 /// The installed containerd's major version: `--version` of the containerd that
 /// runs here on the live host (a distribution's bundled one first), else the
@@ -57,16 +126,11 @@ pub(super) fn daemon_major(
     if let Some(v) = cfg.daemon_version {
         return Some(v);
     }
-    let who = match layout {
-        Layout::Plain => "",
-        Layout::Rancher { distro } => distro,
-        Layout::Microk8s => "microk8s",
-    };
     let binary = cfg.binary.to_string_lossy().into_owned();
-    let candidates = BUNDLED
-        .iter()
-        .filter(|(d, _)| *d == who)
-        .map(|(_, p)| (*p).to_owned())
+    let candidates = layout
+        .bundled_containerd()
+        .map(str::to_owned)
+        .into_iter()
         .chain(std::iter::once(binary));
     for bin in candidates {
         if let Some(Ok(out)) = host.query(&bin, &["--version"]) {
@@ -296,6 +360,33 @@ mod tests {
         assert_eq!(major_of("2.0.0"), Some(2));
         assert_eq!(major_of("1:2.1.3-1"), Some(2));
         assert_eq!(major_of("abc"), None);
+    }
+
+    #[test]
+    fn layouts_keep_the_spec_in_their_own_tree_unless_told() {
+        let d = Path::new(DEFAULT_SPEC_PATH);
+        let k3s = Path::new("/var/lib/rancher/k3s/agent/etc/containerd/config.toml");
+        let rancher = Layout::Rancher { distro: "k3s" };
+        assert_eq!(
+            rancher.spec_path(d, k3s),
+            Path::new("/var/lib/rancher/k3s/agent/etc/containerd/rdma-node-agent/base-spec.json")
+        );
+        let mk = Path::new("/var/snap/microk8s/current/args/containerd.toml");
+        assert_eq!(
+            Layout::Microk8s.spec_path(d, mk),
+            Path::new("/var/snap/microk8s/current/args/rdma-node-agent/base-spec.json")
+        );
+        assert_eq!(
+            Layout::Plain.spec_path(d, Path::new("/opt/c/config.toml")),
+            d
+        );
+        let mine = Path::new("/srv/spec.json");
+        assert_eq!(rancher.spec_path(mine, k3s), mine);
+        assert_eq!(
+            Layout::Microk8s.bundled_ctr(),
+            Some("/snap/microk8s/current/bin/ctr")
+        );
+        assert_eq!(Layout::Plain.bundled_containerd(), None);
     }
 
     #[test]

@@ -165,6 +165,13 @@ pub struct Facts {
     pub live: bool,
     /// containerd's socket (`grpc.address`), to verify it answers after a restart.
     pub grpc_address: PathBuf,
+    /// The base spec the agent writes for the handlers it manages (`base_spec_path`,
+    /// or the layout's own place for it: `Layout::spec_path`).
+    pub spec_path: PathBuf,
+    /// The containerd whose `config dump` judges configs (the layout's own first).
+    pub binary: PathBuf,
+    /// The `ctr` the layout bundles, if any (else the one on PATH).
+    pub ctr: Option<PathBuf>,
 }
 
 /// When a process started, and whether that is exact (systemd's microsecond
@@ -257,6 +264,9 @@ pub fn facts_from_text(text: &str) -> Result<Facts, ContainerdError> {
         owned_specs: BTreeSet::new(),
         live: false,
         grpc_address: "/run/containerd/containerd.sock".into(),
+        spec_path: layout::DEFAULT_SPEC_PATH.into(),
+        binary: "containerd".into(),
+        ctr: None,
     })
 }
 
