@@ -26,7 +26,9 @@ pub mod links;
 pub mod lock;
 pub mod netlink;
 pub mod nri;
+pub mod own;
 pub mod pci_config;
+pub mod peer;
 pub mod procfs;
 pub mod prometheus;
 pub mod read;
@@ -82,6 +84,10 @@ pub enum HostError {
         "refusing {path}: it is a symbolic link (or under one), and the agent never follows links in its own state directories; remove it"
     )]
     StateLink { path: PathBuf },
+    #[error(
+        "refusing {path}: it is {what}, at a file the agent writes whole; it never reads or writes through a link there, whoever owns it: remove it (the agent then writes a regular file)"
+    )]
+    OwnLink { path: PathBuf, what: String },
 }
 
 pub type Result<T> = std::result::Result<T, HostError>;
@@ -121,6 +127,8 @@ pub struct Host {
     modules_dir: Option<PathBuf>,
     /// Who gives a rewritten file its owner back when this process may not.
     chown_helper: Option<files::Helper>,
+    /// The files the agent writes whole: never through a link (`own`).
+    own: std::sync::Arc<own::OwnPaths>,
 }
 
 /// Under the shipped unit, `ProtectKernelModules=yes` hides `/lib/modules` and
@@ -141,6 +149,7 @@ impl Host {
             root_fd: std::sync::OnceLock::new(),
             modules_dir,
             chown_helper: None,
+            own: std::sync::Arc::default(),
         }
     }
 
