@@ -265,6 +265,9 @@ pub fn fold_datagram(
     Ok(step)
 }
 
+/// What reads a dump's answer a datagram at a time (with the request's sequence number).
+pub type Datagrams<'a> = dyn FnMut(&[u8], u32) -> Result<Step, Unavailable> + 'a;
+
 impl Socket {
     /// A dump request; `each` gets every datagram of its answer (with the
     /// request's sequence number) until it says the dump is done.
@@ -272,7 +275,7 @@ impl Socket {
         &mut self,
         cmd: u16,
         dev: Option<u32>,
-        each: &mut dyn FnMut(&[u8], u32) -> Result<Step, Unavailable>,
+        each: &mut Datagrams<'_>,
     ) -> Result<(), Unavailable> {
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
