@@ -44,14 +44,13 @@ pub struct Agent {
 
 /// The files the agent writes whole, which it never reads or writes through a
 /// link (`host::own`): its drop-in in every unit's directory, its modprobe
-/// options, its base spec, the NFD feature file, the reboot flag.
+/// options, its base spec, the NFD feature file.
 fn own_paths(cfg: &Config) -> OwnPaths {
     OwnPaths::default()
         .dropin("/etc/systemd/system", cfg.systemd.dropin.as_str())
         .file(&cfg.rdma.modprobe_file)
         .file(&cfg.containerd.base_spec_path)
         .file(&cfg.nfd.path)
-        .file(crate::concerns::reboot::SENTINEL)
 }
 
 impl Agent {

@@ -1,5 +1,5 @@
 //! The files the agent writes whole (its LimitMEMLOCK drop-ins, its modprobe
-//! options, its base spec, the NFD feature file, the reboot flag): a link at
+//! options, its base spec, the NFD feature file): a link at
 //! one of these paths is never followed, for reading or writing, whoever owns
 //! it. Unlike containerd's config, its imports and templates (the admin's
 //! files, edited in place, where `links`' trusted-link rule lets config
