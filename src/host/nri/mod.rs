@@ -288,6 +288,8 @@ pub fn probe(host: &super::read::ReadHost, socket: &std::path::Path) -> Result<(
             socket.display()
         ));
     }
+    // A socket someone besides root could have made is not containerd's.
+    super::peer::socket_file(&real)?;
     match host.read_string(std::path::Path::new("/proc/net/unix")) {
         Ok(Some(table)) if listening(&table, &real.to_string_lossy()) => Ok(()),
         Ok(Some(_)) => Err(format!(
@@ -362,6 +364,21 @@ mod tests {
         s.set_base_specs(std::iter::empty());
         assert_eq!(s.base_spec_memlock("runc"), BaseSpec::Set((1, 2)));
         assert_eq!(s.base_spec_memlock(""), BaseSpec::Set((1, 2)));
+    }
+
+    /// `auto` and the check ask `probe`: a socket anyone could have bound is
+    /// no containerd's, whatever listens there.
+    #[test]
+    fn probe_refuses_a_socket_someone_besides_root_could_have_made() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.path().join("run/nri")).unwrap();
+        let real = t.path().join("run/nri/nri.sock");
+        let _l = std::os::unix::net::UnixListener::bind(&real).unwrap();
+        std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let host = Host::new(t.path()).reader();
+        let e = probe(&host, Path::new("/run/nri/nri.sock")).unwrap_err();
+        assert!(e.contains("writable by others"), "{e}");
     }
 
     #[test]
