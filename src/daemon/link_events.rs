@@ -8,9 +8,9 @@
 //! Bounded against pod churn (every pod's veth comes and goes through the same
 //! messages): only netdevs that back an RDMA port are counted (read from
 //! sysfs, re-read at most once a second when another netdev goes down), a
-//! deleted netdev is no down and its entry goes, and a burst is written once
-//! and wakes one reconcile ([`COALESCE`] after its first down, never sooner
-//! than [`MIN_INTERVAL`] after the last write).
+//! deleted netdev is no down and its entry goes, and the tally is written (and
+//! a reconcile asked for) at most once per [`MIN_INTERVAL`]: a burst is one
+//! write, and the daemon's debounce makes it one reconcile.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -22,10 +22,9 @@ use crate::concerns::rdma::link::{EVENTS_PATH, Events};
 use crate::host::Host;
 use crate::host::rtnetlink::{Change, LinkEvents};
 
-/// How long a burst of events is gathered before the tally is written.
-pub const COALESCE: Duration = Duration::from_secs(1);
-/// The least time between two writes (and so two reconciles) of the tally.
-pub const MIN_INTERVAL: Duration = Duration::from_secs(5);
+/// The least time between two writes of the tally (and two wakes): a down
+/// after a quiet spell is written at once, the rest of its burst gathered.
+pub const MIN_INTERVAL: Duration = Duration::from_secs(1);
 /// The least time between two reads of which netdevs back RDMA ports.
 const REFRESH_MIN: Duration = Duration::from_secs(1);
 const CLASS: &str = "/sys/class/infiniband";
@@ -119,7 +118,7 @@ impl Tally {
 
 /// When a change first seen at `first` is written.
 fn due(first: Instant, last_write: Instant) -> Instant {
-    (first + COALESCE).max(last_write + MIN_INTERVAL)
+    first.max(last_write + MIN_INTERVAL)
 }
 
 fn write(host: &Host, events: &Events) -> bool {
