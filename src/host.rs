@@ -26,8 +26,10 @@ pub mod links;
 pub mod lock;
 pub mod netlink;
 pub mod nri;
+pub mod own;
 pub mod pci_config;
 pub mod pci_helper;
+pub mod peer;
 pub mod procfs;
 pub mod prometheus;
 pub mod read;
@@ -85,6 +87,10 @@ pub enum HostError {
         "refusing {path}: it is a symbolic link (or under one), and the agent never follows links in its own state directories; remove it"
     )]
     StateLink { path: PathBuf },
+    #[error(
+        "refusing {path}: it is {what}, at a file the agent writes whole; it never reads or writes through a link there, whoever owns it: remove it (the agent then writes a regular file)"
+    )]
+    OwnLink { path: PathBuf, what: String },
 }
 
 pub type Result<T> = std::result::Result<T, HostError>;
@@ -125,6 +131,8 @@ pub struct Host {
     modules_dir: Option<PathBuf>,
     /// Who gives a rewritten file its owner back when this process may not.
     chown_helper: Option<files::Helper>,
+    /// The files the agent writes whole: never through a link (`own`).
+    own: std::sync::Arc<own::OwnPaths>,
 }
 
 /// Under the shipped unit, `ProtectKernelModules=yes` hides `/lib/modules` and
@@ -145,6 +153,7 @@ impl Host {
             root_fd: std::sync::OnceLock::new(),
             modules_dir,
             chown_helper: None,
+            own: std::sync::Arc::default(),
         }
     }
 

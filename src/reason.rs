@@ -49,6 +49,7 @@ reasons! {
     NriUnavailable => "nri_unavailable",
     NriPluginNotRunning => "nri_plugin_not_running",
     NriPluginNotRegistered => "nri_plugin_not_registered",
+    NriBaseSpecUnknown => "nri_base_spec_unknown",
     // systemd.memlock, pods.memlock
     DropinMissing => "dropin_missing",
     DaemonReloadPending => "daemon_reload_pending",

@@ -17,6 +17,7 @@ use crate::engine::holds::Holds;
 use crate::engine::plan::Plan;
 use crate::engine::{self, Assessment, PlanError, Scope};
 use crate::host::Host;
+use crate::host::own::OwnPaths;
 use crate::host::snapshot::Snapshot;
 use crate::host::stop::Stop;
 
@@ -41,11 +42,22 @@ pub struct Agent {
     pub nri: Option<std::sync::Arc<crate::host::nri::State>>,
 }
 
+/// The files the agent writes whole, which it never reads or writes through a
+/// link (`host::own`): its drop-in in every unit's directory, its modprobe
+/// options, its base spec, the NFD feature file.
+fn own_paths(cfg: &Config) -> OwnPaths {
+    OwnPaths::default()
+        .dropin("/etc/systemd/system", cfg.systemd.dropin.as_str())
+        .file(&cfg.rdma.modprobe_file)
+        .file(&cfg.containerd.base_spec_path)
+        .file(&cfg.nfd.path)
+}
+
 impl Agent {
     /// On a tree: checks and plans, no live action.
     pub fn new(host: Host, config: Config) -> Self {
         Agent {
-            host,
+            host: host.with_own_paths(own_paths(&config)),
             config,
             live: None,
             stop: Stop::new(),

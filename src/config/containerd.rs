@@ -43,6 +43,9 @@ pub struct ContainerdConfig {
     /// Container or pod annotations that ask the NRI plugin for the target
     /// memlock without an RDMA device in the container.
     pub nri_annotations: Vec<String>,
+    /// The namespaces whose pods may ask by annotation (none: no pod may; any
+    /// pod can annotate itself, so this is the admin's allow-list).
+    pub nri_annotation_namespaces: Vec<String>,
 }
 
 impl ContainerdConfig {
@@ -72,6 +75,7 @@ impl Default for ContainerdConfig {
             nri_socket: crate::host::nri::DEFAULT_SOCKET.into(),
             nri_index: "10".into(),
             nri_annotations: vec![super::nri::ANNOTATION.into()],
+            nri_annotation_namespaces: Vec::new(),
         }
     }
 }

@@ -12,13 +12,16 @@ use crate::concerns::containerd::nri::{self as decide, Target, Verdict};
 use crate::config::Config;
 use crate::host::Host;
 use crate::host::nri::plugin::{self, Identity};
-use crate::host::nri::{Handler, State, api};
+use crate::host::nri::{BaseSpec, Handler, State, api};
 
 pub const PLUGIN_NAME: &str = "rdma-node-agent";
 /// How often a connected plugin looks whether its settings changed.
 const RELOAD: Duration = Duration::from_secs(10);
 const BACKOFF_MIN: Duration = Duration::from_millis(500);
 const BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// How long the first registration waits for a reconcile to read the
+/// handlers' base specs (until then no RDMA container would be raised).
+const FIRST_TABLE: Duration = Duration::from_secs(20);
 
 /// The settings one session runs with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +51,7 @@ fn settings(host: &Host, cfg: &Config) -> Option<Settings> {
         target: Target {
             memlock: c.memlock,
             annotations: c.nri_annotations.clone(),
+            annotation_namespaces: c.nri_annotation_namespaces.clone(),
         },
     })
 }
@@ -64,7 +68,11 @@ impl Handler for Adjuster {
             .iter()
             .filter(|c| {
                 let pod = pods.iter().find(|p| p.id == c.pod_sandbox_id);
-                !matches!(decide::adjust(pod, c, None, &self.target), Verdict::NotRdma)
+                let unset = BaseSpec::Unset;
+                !matches!(
+                    decide::adjust(pod, c, &unset, &self.target),
+                    Verdict::NotRdma
+                )
             })
             .count();
         tracing::info!(
@@ -82,7 +90,7 @@ impl Handler for Adjuster {
         };
         let handler = req.pod.as_ref().map_or("", |p| p.runtime_handler.as_str());
         let base_spec = self.state.base_spec_memlock(handler);
-        let v = decide::adjust(req.pod.as_ref(), c, base_spec, &self.target);
+        let v = decide::adjust(req.pod.as_ref(), c, &base_spec, &self.target);
         let pod = req
             .pod
             .as_ref()
@@ -95,6 +103,10 @@ impl Handler for Adjuster {
             Verdict::KeptLower { soft, hard, reason } => {
                 self.state.count_kept_lower();
                 tracing::warn!(container = %c.name, id = %c.id, pod = ?pod, "NRI: RDMA container ({reason}) has an explicit RLIMIT_MEMLOCK soft {soft} hard {hard}, below the target {}: kept, not raised; remove the lower limit (a base spec or another NRI plugin sets it) for RDMA to register memory", self.target.memlock);
+            }
+            Verdict::BaseSpecUnknown { reason, why } => {
+                self.state.count_base_spec_unknown();
+                tracing::warn!(container = %c.name, id = %c.id, pod = ?pod, "NRI: RDMA container ({reason}) not raised to {}: its runtime handler's base spec, which may set a lower RLIMIT_MEMLOCK the operator wants kept, is not known ({why})", self.target.memlock);
             }
             Verdict::AlreadyEnough { .. } | Verdict::NotRdma => {}
         }
@@ -141,6 +153,16 @@ pub async fn run(
     let mut backoff = BACKOFF_MIN;
     let mut last_logged: Option<String> = None;
     let mut last_good: Option<Settings> = None;
+    // Registered before the base specs are known, new RDMA containers would be
+    // left unraised (never over an unknown lower limit): wait for the first
+    // reconcile's table a while.
+    let start = tokio::time::Instant::now();
+    while !state.base_specs_known() && start.elapsed() < FIRST_TABLE {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            _ = stop.changed() => return,
+        }
+    }
     loop {
         let wanted = match load_quietly(&host, &config_path) {
             Some(c) => {

@@ -35,6 +35,13 @@ pub struct FleetArgs {
     /// Do not check the server's certificate (a test server; never across a network you do not own).
     #[arg(long)]
     pub insecure_skip_verify: bool,
+    /// Send the bearer token or basic auth password over a plain http:// URL
+    /// (refused otherwise: anyone on the path can read them).
+    #[arg(long)]
+    pub allow_http_credentials: bool,
+    /// The largest answer to one query that is read (bytes); a larger one is an error.
+    #[arg(long, default_value_t = crate::host::prometheus::MAX_ANSWER_BYTES, value_name = "BYTES")]
+    pub max_answer_bytes: u64,
     /// The label naming a node; series without it are named by `instance`.
     #[arg(long, default_value = "node", value_name = "LABEL")]
     pub node_label: String,
@@ -78,7 +85,8 @@ fn print(bytes: &[u8]) {
 
 /// Says why Prometheus could not be asked, on stderr (and as JSON on stdout with --json).
 fn cannot_ask(json: bool, msg: &str) -> u8 {
-    eprintln!("rdma-node-agent fleet: {msg}");
+    // The message may quote the server's answer.
+    eprintln!("rdma-node-agent fleet: {}", render::terminal_safe(msg));
     if json {
         let mut b =
             serde_json::to_vec_pretty(&serde_json::json!({ "error": msg })).unwrap_or_default();
@@ -111,6 +119,8 @@ pub fn run(a: &FleetArgs) -> u8 {
             ca_file: a.ca_file.clone(),
             insecure_skip_verify: a.insecure_skip_verify,
             timeout: a.timeout,
+            allow_http_credentials: a.allow_http_credentials,
+            max_answer_bytes: a.max_answer_bytes,
         })
     });
     let prom = match prom {

@@ -189,7 +189,7 @@ pub struct Flapper {
 }
 
 /// Everything `fleet` found; `--json` prints it as is.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Report {
     pub nodes: usize,
     pub ready: usize,

@@ -5,10 +5,31 @@ use std::time::Duration;
 
 use super::{Report, Settings, duration};
 
-/// Columns padded to their widest cell, two spaces apart, indented.
+/// A value from Prometheus as the terminal may show it: control characters
+/// (an escape sequence in a label value could rewrite the screen or the
+/// title) and bidirectional overrides written as `\u{..}` escapes.
+pub fn terminal_safe(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        let bidi = matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        if c.is_control() || bidi {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Columns padded to their widest cell, two spaces apart, indented; every
+/// cell made safe for the terminal.
 fn table(out: &mut String, head: &[&str], rows: &[Vec<String>]) {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| r.iter().map(|c| terminal_safe(c)).collect())
+        .collect();
     let mut w: Vec<usize> = head.iter().map(|h| h.chars().count()).collect();
-    for r in rows {
+    for r in &rows {
         for (i, c) in r.iter().enumerate() {
             w[i] = w[i].max(c.chars().count());
         }
@@ -29,7 +50,7 @@ fn table(out: &mut String, head: &[&str], rows: &[Vec<String>]) {
         out,
         &head.iter().map(|h| (*h).to_owned()).collect::<Vec<_>>(),
     );
-    for r in rows {
+    for r in &rows {
         line(out, r);
     }
 }
@@ -239,7 +260,7 @@ pub fn text(r: &Report, url: &str, set: &Settings, took: Duration, now: f64) -> 
             format!(
                 "{} node(s) need attention: {}",
                 r.problem_nodes.len(),
-                r.problem_nodes.join(", ")
+                terminal_safe(&r.problem_nodes.join(", "))
             )
         }
     );
@@ -250,6 +271,41 @@ pub fn text(r: &Report, url: &str, set: &Settings, took: Duration, now: f64) -> 
 mod tests {
     use super::*;
     use crate::fleetview::{Flapper, ReasonGroup};
+
+    /// A label value with a terminal escape (a title change, a screen clear)
+    /// and a bidi override is printed escaped, everywhere the table shows it.
+    #[test]
+    fn control_characters_in_label_values_are_escaped() {
+        let evil = "gpu-1\x1b]0;owned\x07\x1b[2J\u{202e}x\n";
+        let r = Report {
+            nodes: 1,
+            ready: 0,
+            not_ready: vec![ReasonGroup {
+                reason: "port_down\r".into(),
+                checks: vec!["rdma.devices".into()],
+                count: 1,
+                nodes: vec![evil.into()],
+            }],
+            problem_nodes: vec![evil.into()],
+            ..Report::default()
+        };
+        let set = Settings {
+            node_label: "node".into(),
+            flap_threshold: 3.0,
+            flap_window: Duration::from_secs(3600),
+        };
+        let t = text(&r, "http://p:9090/", &set, Duration::ZERO, 0.0);
+        assert!(
+            !t.chars().any(|c| c.is_control() && c != '\n') && !t.contains('\u{202e}'),
+            "{t:?}"
+        );
+        assert!(
+            t.contains("gpu-1\\u{1b}]0;owned\\u{7}\\u{1b}[2J\\u{202e}x\\u{a}"),
+            "{t}"
+        );
+        assert!(t.contains("port_down\\u{d}"), "{t}");
+        assert_eq!(terminal_safe("node-7 ümlaut"), "node-7 ümlaut");
+    }
 
     #[test]
     fn the_table_names_every_problem_and_says_none_for_empty_sections() {

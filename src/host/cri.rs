@@ -39,15 +39,17 @@ impl super::Host {
         }
         let socket = socket.to_owned();
         let shown = socket.display().to_string();
+        // What answers decides which base specs are judged: containerd's only.
+        super::peer::socket_file(&socket).map_err(|e| format!("cannot ask {shown}: {e}"))?;
         let ask = async move {
             let channel = Endpoint::try_from("http://[::]")
                 .map_err(|e| e.to_string())?
                 .connect_with_connector(tower::service_fn(move |_: Uri| {
                     let socket = socket.clone();
                     async move {
-                        Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                            tokio::net::UnixStream::connect(socket).await?,
-                        ))
+                        let s = tokio::net::UnixStream::connect(&socket).await?;
+                        super::peer::peer(&s, &socket).map_err(std::io::Error::other)?;
+                        Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(s))
                     }
                 }))
                 .await

@@ -164,8 +164,12 @@ fn visit(
         match parse_cgroup(&format!("0::{path}")) {
             Some((pod, Some(container))) => {
                 let mut procs = Vec::new();
-                let procs = match procs_under(dir, &name, 0, &mut procs) {
+                let mut budget = MAX_SUBCGROUPS;
+                let procs = match procs_under(dir, &name, 0, &mut procs, &mut budget) {
                     Ok(false) => return Ok(false),
+                    Ok(true) if budget == 0 && procs.is_empty() => Err(format!(
+                        "{MAX_SUBCGROUPS} of its cgroups read, none with a process: read no further (a bound against a container making empty cgroups)"
+                    )),
                     Ok(true) => {
                         procs.sort_unstable();
                         Ok(procs)
@@ -193,16 +197,25 @@ fn visit(
     Ok(true)
 }
 
+/// Sub-cgroups of one container read at most, looking for its processes: a
+/// container can create any number of empty ones.
+pub const MAX_SUBCGROUPS: usize = 512;
+
 /// The processes of cgroup `name` in `dir`; where it has none, those of the
 /// cgroups under it (a container running its own init, systemd, moves its
-/// processes into sub-cgroups such as init.scope). False when it has no
-/// `cgroup.procs`.
+/// processes into sub-cgroups such as init.scope), reading at most `budget`
+/// cgroups (left at 0 when it ran out). False when it has no `cgroup.procs`.
 fn procs_under(
     dir: &super::Dir<'_>,
     name: &str,
     depth: usize,
     out: &mut Vec<u32>,
+    budget: &mut usize,
 ) -> super::Result<bool> {
+    if *budget == 0 {
+        return Ok(true);
+    }
+    *budget -= 1;
     let before = out.len();
     match dir.read_string(&format!("{name}/cgroup.procs"))? {
         Some(t) => out.extend(t.lines().filter_map(|l| l.parse::<u32>().ok())),
@@ -211,7 +224,7 @@ fn procs_under(
     if out.len() == before && depth < 4 {
         if let Some(sub) = dir.subdir(name) {
             for child in sub.subdirs()? {
-                if !procs_under(&sub, &child, depth + 1, out)? {
+                if !procs_under(&sub, &child, depth + 1, out, budget)? {
                     return Ok(false);
                 }
             }
@@ -223,6 +236,48 @@ fn procs_under(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A container that made thousands of empty sub-cgroups: the walk reads
+    /// no more than the bound and says so; one whose processes lie in a
+    /// sub-cgroup (systemd's init.scope) is still found.
+    #[test]
+    fn the_walk_under_a_container_is_bounded() {
+        let t = tempfile::tempdir().unwrap();
+        let pod = t.path().join("sys/fs/cgroup/kubepods/besteffort/pod1");
+        let other = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210";
+        for id in [ID, other] {
+            std::fs::create_dir_all(pod.join(id)).unwrap();
+            std::fs::write(pod.join(id).join("cgroup.procs"), "").unwrap();
+        }
+        for i in 0..2 * MAX_SUBCGROUPS {
+            let d = pod.join(ID).join(format!("s{i}"));
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("cgroup.procs"), "").unwrap();
+        }
+        let init = pod.join(other).join("init.scope");
+        std::fs::create_dir_all(&init).unwrap();
+        std::fs::write(init.join("cgroup.procs"), "42\n").unwrap();
+        let host = crate::host::Host::new(t.path()).reader();
+        let tree = Tree {
+            mount: "/sys/fs/cgroup",
+            prefix: "/kubepods".into(),
+        };
+        let found = containers(&host, &tree).unwrap();
+        let procs = |id: &str| {
+            found
+                .iter()
+                .find(|c| c.container == id)
+                .unwrap()
+                .procs
+                .clone()
+        };
+        let e = procs(ID).unwrap_err();
+        assert!(
+            e.contains("512 of its cgroups read, none with a process"),
+            "{e}"
+        );
+        assert_eq!(procs(other), Ok(vec![42]));
+    }
 
     #[test]
     fn the_tree_is_found_from_a_pod_process() {

@@ -26,6 +26,9 @@
 //! here (`trust` decides for the files that need it). The path returned has
 //! every link resolved, so a write or a removal goes to the file the check
 //! looked at, inside the root, whatever the kernel would make of an absolute link.
+//!
+//! The rule is for the admin's files the agent edits in place; at the files the
+//! agent writes whole a link is never followed (`own`).
 
 use std::ffi::OsString;
 use std::fs::{self, Metadata};
@@ -65,6 +68,9 @@ struct Seen {
 impl Host {
     /// Where the bytes of managed path `p` live, by the rule above.
     pub fn resolve_managed(&self, p: &Path) -> Result<Resolved> {
+        if self.is_own(p) {
+            return self.resolve_own(p);
+        }
         self.walk(p, true)
     }
 
@@ -298,7 +304,7 @@ fn kind(ft: &fs::FileType) -> &'static str {
 
 /// For callers that must tell a refused link from other read errors.
 pub fn is_unsafe_link(e: &HostError) -> bool {
-    matches!(e, HostError::UnsafeLink { .. })
+    matches!(e, HostError::UnsafeLink { .. } | HostError::OwnLink { .. })
 }
 
 #[cfg(test)]

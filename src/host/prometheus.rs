@@ -2,6 +2,9 @@
 //! which Thanos Query and Mimir serve too), for `rdma-node-agent fleet`.
 //! Secrets are read from files and never shown: not in errors, not in `Debug`.
 //! The response format: <https://prometheus.io/docs/prometheus/latest/querying/api/>.
+//! Credentials go over plain `http://` only when asked for explicitly; no
+//! proxy is used (`*_PROXY` is ignored: the URL given is the server asked);
+//! an answer is read up to a bound ([`Options::max_answer_bytes`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -59,7 +62,14 @@ pub struct Options {
     pub ca_file: Option<PathBuf>,
     pub insecure_skip_verify: bool,
     pub timeout: Duration,
+    /// Send the credentials over plain http:// (where anyone on the path reads them).
+    pub allow_http_credentials: bool,
+    /// The largest answer read; a larger one is an error, not a memory spike.
+    pub max_answer_bytes: u64,
 }
+
+/// The default bound on one answer: ~100k series of the agent's.
+pub const MAX_ANSWER_BYTES: u64 = 32 << 20;
 
 /// One element of an instant vector: its labels (with `__name__` when the
 /// expression keeps it) and its value.
@@ -109,6 +119,18 @@ pub enum PromError {
         "{url} did not answer with the query API's JSON: {why} (is it a Prometheus-compatible query endpoint?)"
     )]
     Malformed { url: String, why: String },
+    #[error(
+        "refusing to send credentials to {url} over plain http://, where anyone on the path can read them: use https://, or --allow-http-credentials for a server you reach over a network you trust"
+    )]
+    PlainHttpCredentials { url: String },
+    #[error(
+        "Prometheus at {url} answered more than {limit} bytes to the query `{query}`; read no further (raise --max-answer-bytes if that fleet is that large)"
+    )]
+    TooLarge {
+        url: String,
+        query: String,
+        limit: u64,
+    },
 }
 
 pub struct Prometheus {
@@ -118,25 +140,29 @@ pub struct Prometheus {
     /// The URL as given, for messages.
     shown: String,
     auth: Auth,
+    max_answer_bytes: u64,
 }
 
 /// The envelope every API answer has, success or error.
 #[derive(Deserialize)]
-struct Envelope {
+struct Envelope<'a> {
     status: String,
-    #[serde(default)]
-    data: Option<Data>,
+    #[serde(default, borrow)]
+    data: Option<Data<'a>>,
     #[serde(default, rename = "errorType")]
     error_type: Option<String>,
     #[serde(default)]
     error: Option<String>,
 }
 
+/// The result is kept as the answer's own bytes until its type is known, then
+/// decoded straight into samples (no `Value` tree: a 30 MB answer took 686 MB).
 #[derive(Deserialize)]
-struct Data {
+struct Data<'a> {
     #[serde(rename = "resultType")]
     result_type: String,
-    result: serde_json::Value,
+    #[serde(borrow)]
+    result: &'a serde_json::value::RawValue,
 }
 
 #[derive(Deserialize)]
@@ -175,9 +201,15 @@ impl Prometheus {
             });
         }
         let shown = base.to_string();
+        if base.scheme() == "http" && !matches!(o.auth, Auth::None) && !o.allow_http_credentials {
+            return Err(PromError::PlainHttpCredentials { url: shown });
+        }
         let path = format!("{}/api/v1/query", base.path().trim_end_matches('/'));
         base.set_path(&path);
         let mut b = super::http_client::blocking_builder()
+            // The URL given is the server asked: HTTP(S)_PROXY would send the
+            // credentials to whoever set it.
+            .no_proxy()
             .timeout(o.timeout)
             .connect_timeout(o.timeout)
             .user_agent(concat!(
@@ -215,6 +247,7 @@ impl Prometheus {
             endpoint: base,
             shown,
             auth: o.auth.clone(),
+            max_answer_bytes: o.max_answer_bytes,
         })
     }
 
@@ -238,10 +271,27 @@ impl Prometheus {
             why: chain(&e.without_url()),
         })?;
         let status = resp.status().as_u16();
-        let body = resp.bytes().map_err(|e| PromError::Unreachable {
+        let limit = self.max_answer_bytes;
+        let too_large = || PromError::TooLarge {
             url: self.shown.clone(),
-            why: format!("reading the answer: {}", chain(&e.without_url())),
+            query: promql.into(),
+            limit,
+        };
+        if resp.content_length().is_some_and(|n| n > limit) {
+            return Err(too_large());
+        }
+        let mut body = Vec::new();
+        std::io::Read::read_to_end(
+            &mut std::io::Read::take(resp, limit.saturating_add(1)),
+            &mut body,
+        )
+        .map_err(|e| PromError::Unreachable {
+            url: self.shown.clone(),
+            why: format!("reading the answer: {}", chain(&e)),
         })?;
+        if body.len() as u64 > limit {
+            return Err(too_large());
+        }
         decode(&self.shown, promql, status, &body)
     }
 }
@@ -274,7 +324,9 @@ fn decode(url: &str, query: &str, status: u16, body: &[u8]) -> Result<Vec<Sample
             404 => {
                 "check the URL's path: the query API must answer at <URL>/api/v1/query (Thanos and Mimir: include their prefix, e.g. /prometheus)"
             }
-            407 => "a proxy asks for credentials; fleet does not use one",
+            407 => {
+                "a proxy asks for credentials; fleet uses none (HTTP_PROXY and HTTPS_PROXY are ignored), so the URL itself answered so"
+            }
             s if s >= 500 => "the server failed; check its logs, or try again",
             _ => "check the URL",
         };
@@ -319,7 +371,7 @@ fn decode(url: &str, query: &str, status: u16, body: &[u8]) -> Result<Vec<Sample
         )));
     }
     let elements: Vec<VectorElement> =
-        serde_json::from_value(data.result).map_err(|e| malformed(e.to_string()))?;
+        serde_json::from_str(data.result.get()).map_err(|e| malformed(e.to_string()))?;
     elements
         .into_iter()
         .map(|v| {

@@ -8,6 +8,16 @@ const PASSWORD: &str = "pw-77a1-never-shown";
 
 /// One HTTP exchange on loopback: answers `status` and `body`, hands back the request.
 fn serve_once(status: u16, body: &'static str) -> (String, std::thread::JoinHandle<String>) {
+    serve_raw(status, body.as_bytes().to_vec(), true)
+}
+
+/// `serve_once` with any body, with or without a Content-Length (without, the
+/// answer ends when the connection closes).
+fn serve_raw(
+    status: u16,
+    body: Vec<u8>,
+    content_length: bool,
+) -> (String, std::thread::JoinHandle<String>) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/prefix/", l.local_addr().unwrap());
     let h = std::thread::spawn(move || {
@@ -21,12 +31,18 @@ fn serve_once(status: u16, body: &'static str) -> (String, std::thread::JoinHand
             }
             req.extend_from_slice(&buf[..n]);
         }
+        let length = if content_length {
+            format!("Content-Length: {}\r\n", body.len())
+        } else {
+            String::new()
+        };
         write!(
             s,
-            "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
+            "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n{length}Connection: close\r\n\r\n"
         )
         .unwrap();
+        // The client may stop reading (and close) once past its bound.
+        let _ = s.write_all(&body);
         String::from_utf8(req).unwrap()
     });
     (url, h)
@@ -39,6 +55,9 @@ fn options(url: &str, auth: Auth) -> Options {
         ca_file: None,
         insecure_skip_verify: false,
         timeout: Duration::from_secs(5),
+        // The loopback test server speaks plain http.
+        allow_http_credentials: true,
+        max_answer_bytes: MAX_ANSWER_BYTES,
     }
 }
 
@@ -222,4 +241,75 @@ fn a_ca_file_without_certificates_is_refused() {
     o.ca_file = Some(p);
     let e = Prometheus::new(&o).err().unwrap();
     assert!(matches!(e, PromError::BadCa { .. }), "{e}");
+}
+
+/// Credentials over plain http:// are refused before anything is sent, unless
+/// asked for; the message names neither secret.
+#[test]
+fn credentials_over_plain_http_need_the_explicit_flag() {
+    let t = tempfile::tempdir().unwrap();
+    for auth in [
+        Auth::Bearer(secret(t.path(), "t", TOKEN)),
+        Auth::Basic {
+            user: "fleet".into(),
+            password: secret(t.path(), "p", PASSWORD),
+        },
+    ] {
+        let o = Options {
+            allow_http_credentials: false,
+            ..options("http://127.0.0.1:9/", auth.clone())
+        };
+        let e = Prometheus::new(&o).err().unwrap().to_string();
+        assert!(
+            e.contains("refusing to send credentials to http://127.0.0.1:9/ over plain http://")
+                && e.contains("--allow-http-credentials")
+                && !e.contains(TOKEN)
+                && !e.contains(PASSWORD),
+            "{e}"
+        );
+        let https = Options {
+            allow_http_credentials: false,
+            ..options("https://127.0.0.1:9/", auth)
+        };
+        assert!(Prometheus::new(&https).is_ok());
+    }
+    let none = Options {
+        allow_http_credentials: false,
+        ..options("http://127.0.0.1:9/", Auth::None)
+    };
+    assert!(Prometheus::new(&none).is_ok());
+}
+
+/// An answer past the bound is an error naming it, whether the server says
+/// its length first or streams it until it closes.
+#[test]
+fn an_answer_past_the_bound_is_refused() {
+    for content_length in [true, false] {
+        let mut body = VECTOR.as_bytes().to_vec();
+        body.resize(4 << 20, b' ');
+        let (url, h) = serve_raw(200, body, content_length);
+        let o = Options {
+            max_answer_bytes: 1 << 20,
+            ..options(&url, Auth::None)
+        };
+        let e = Prometheus::new(&o)
+            .unwrap()
+            .query("rdma_node_agent_ready")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("answered more than 1048576 bytes to the query `rdma_node_agent_ready`")
+                && e.contains("--max-answer-bytes"),
+            "{content_length}: {e}"
+        );
+        h.join().unwrap();
+    }
+    // Within the bound: read as ever.
+    let (url, h) = serve_raw(200, VECTOR.as_bytes().to_vec(), false);
+    let o = Options {
+        max_answer_bytes: VECTOR.len() as u64,
+        ..options(&url, Auth::None)
+    };
+    assert_eq!(Prometheus::new(&o).unwrap().query("x").unwrap().len(), 2);
+    h.join().unwrap();
 }

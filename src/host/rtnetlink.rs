@@ -2,19 +2,22 @@
 //! network devices went down, so that the daemon counts a link that goes down
 //! and up between two reconciles (Soft-RoCE ports have no `link_downed`
 //! counter to tell). A device is up when the kernel says IFF_UP and
-//! IFF_RUNNING (RFC 2863 operational state up); a flap is up → not up.
+//! IFF_RUNNING (RFC 2863 operational state up); a flap is up → not up. A
+//! deleted device (RTM_DELLINK) is gone, not down: a pod's veth torn down is no flap.
 //!
 //! Message layout from include/uapi/linux/netlink.h and rtnetlink.h:
 //! `nlmsghdr` (16 bytes), `ifinfomsg` (16 bytes), then `rtattr`s aligned to 4.
 
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::sys::socket::{
     AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType, bind, recv, sendto,
-    socket,
+    setsockopt, socket, sockopt,
 };
+use nix::sys::time::TimeVal;
 
 const RTMGRP_LINK: u32 = 1;
 const RTM_NEWLINK: u16 = 16;
@@ -33,8 +36,19 @@ const IFINFO: usize = 16;
 pub struct Link {
     pub index: i32,
     pub name: Option<String>,
-    /// IFF_UP and IFF_RUNNING; a deleted device is not up.
+    /// IFF_UP and IFF_RUNNING.
     pub up: bool,
+    /// RTM_DELLINK: the device is gone.
+    pub deleted: bool,
+}
+
+/// What one link message changed, by netdev name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// It was up and is not (a flap, when it comes back).
+    Down(String),
+    /// It was deleted: its state and any count of it can go.
+    Gone(String),
 }
 
 fn align4(n: usize) -> usize {
@@ -81,9 +95,34 @@ pub fn decode(buf: &[u8]) -> Vec<Link> {
                 index,
                 name,
                 up: kind == RTM_NEWLINK && flags & IFF_UP != 0 && flags & IFF_RUNNING != 0,
+                deleted: kind == RTM_DELLINK,
             });
         }
         at += align4(len);
+    }
+    out
+}
+
+/// Folds decoded links into the known states (ifindex → name, up): the devices
+/// that went down, and those deleted (forgotten, so `seen` holds only live devices).
+pub fn fold_links(seen: &mut HashMap<i32, (String, bool)>, links: Vec<Link>) -> Vec<Change> {
+    let mut out = Vec::new();
+    for l in links {
+        let name = l
+            .name
+            .or_else(|| seen.get(&l.index).map(|(n, _)| n.clone()));
+        let Some(name) = name else { continue };
+        if l.deleted {
+            seen.remove(&l.index);
+            out.push(Change::Gone(name));
+            continue;
+        }
+        if let Some((_, true)) = seen.get(&l.index) {
+            if !l.up {
+                out.push(Change::Down(name.clone()));
+            }
+        }
+        seen.insert(l.index, (name, l.up));
     }
     out
 }
@@ -130,13 +169,21 @@ impl LinkEvents {
         })
     }
 
-    /// Waits for the next datagram; returns the devices that went down in it.
-    pub fn wait_downs(&mut self) -> Result<Vec<String>, Errno> {
+    /// Waits for the next datagram, at most `timeout` (none: for ever); returns
+    /// what it changed (nothing when the wait timed out).
+    pub fn wait(&mut self, timeout: Option<Duration>) -> Result<Vec<Change>, Errno> {
+        // Zero would mean "for ever" to SO_RCVTIMEO.
+        let t = timeout.map_or(TimeVal::new(0, 0), |t| {
+            let t = t.max(Duration::from_millis(1));
+            TimeVal::new(t.as_secs() as i64, i64::from(t.subsec_micros()))
+        });
+        setsockopt(&self.fd, sockopt::ReceiveTimeout, &t)?;
         let mut buf = vec![0u8; 65536];
         let n = loop {
             match recv(self.fd.as_raw_fd(), &mut buf, MsgFlags::empty()) {
                 Ok(n) => break n,
                 Err(Errno::EINTR) => continue,
+                Err(Errno::EAGAIN) if timeout.is_some() => return Ok(Vec::new()),
                 // The socket's buffer overflowed: states were lost, not a flap.
                 Err(Errno::ENOBUFS) => return Ok(Vec::new()),
                 Err(e) => return Err(e),
@@ -145,22 +192,14 @@ impl LinkEvents {
         Ok(self.fold(decode(&buf[..n])))
     }
 
-    /// Folds decoded links into the known states; the names that went down.
-    pub fn fold(&mut self, links: Vec<Link>) -> Vec<String> {
-        let mut down = Vec::new();
-        for l in links {
-            let name = l
-                .name
-                .or_else(|| self.seen.get(&l.index).map(|(n, _)| n.clone()));
-            let Some(name) = name else { continue };
-            if let Some((_, true)) = self.seen.get(&l.index) {
-                if !l.up {
-                    down.push(name.clone());
-                }
-            }
-            self.seen.insert(l.index, (name, l.up));
-        }
-        down
+    /// Folds decoded links into the known states (see [`fold_links`]).
+    pub fn fold(&mut self, links: Vec<Link>) -> Vec<Change> {
+        fold_links(&mut self.seen, links)
+    }
+
+    /// How many devices are known (every live one, none deleted).
+    pub fn known(&self) -> usize {
+        self.seen.len()
     }
 }
 
@@ -206,12 +245,14 @@ mod tests {
                 Link {
                     index: 3,
                     name: Some("veth0".into()),
-                    up: true
+                    up: true,
+                    deleted: false
                 },
                 Link {
                     index: 4,
                     name: Some("veth1".into()),
-                    up: false
+                    up: false,
+                    deleted: false
                 }
             ]
         );
@@ -258,12 +299,18 @@ mod tests {
             while let Ok(n) = recv(ev.fd.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT) {
                 downs.extend(ev.fold(decode(&buf[..n])));
             }
-            downs
+            // The deleted pair is forgotten: only `lo` is left.
+            (downs, ev.known())
         })
         .join()
         .unwrap();
-        let count = |n: &str| found.iter().filter(|d| *d == n).count();
-        assert_eq!((count("fn0"), count("fn1")), (2, 2), "{found:?}");
+        let (found, known) = found;
+        let count = |c: Change| found.iter().filter(|d| **d == c).count();
+        let down = |n: &str| count(Change::Down(n.into()));
+        let gone = |n: &str| count(Change::Gone(n.into()));
+        assert_eq!((down("fn0"), down("fn1")), (2, 2), "{found:?}");
+        assert_eq!((gone("fn0"), gone("fn1")), (1, 1), "{found:?}");
+        assert_eq!(known, 1, "{found:?}");
     }
 
     #[test]
@@ -283,12 +330,25 @@ mod tests {
             index: 3,
             name: Some("veth0".into()),
             up,
+            deleted: false,
         };
+        let down = || Change::Down("veth0".into());
         // First seen down: a baseline, no flap.
         assert!(ev.fold(vec![l(false)]).is_empty());
         assert!(ev.fold(vec![l(true)]).is_empty());
         // Repeated messages of one state count once.
-        assert_eq!(ev.fold(vec![l(false), l(false)]), ["veth0"]);
-        assert_eq!(ev.fold(vec![l(true), l(false)]), ["veth0"]);
+        assert_eq!(ev.fold(vec![l(false), l(false)]), [down()]);
+        assert_eq!(ev.fold(vec![l(true), l(false)]), [down()]);
+        // Deleted while up (RTM_DELLINK, named by index only): gone, not down,
+        // and forgotten.
+        assert!(ev.fold(vec![l(true)]).is_empty());
+        let del = Link {
+            name: None,
+            up: false,
+            deleted: true,
+            ..l(false)
+        };
+        assert_eq!(ev.fold(vec![del]), [Change::Gone("veth0".into())]);
+        assert_eq!(ev.known(), 0);
     }
 }

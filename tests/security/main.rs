@@ -9,8 +9,10 @@
 mod support;
 
 mod files;
+mod fleet_http;
 mod links;
 mod listener;
+mod own_paths;
 mod secrets;
 mod trust;
 

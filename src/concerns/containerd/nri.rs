@@ -22,6 +22,8 @@ const MEMLOCK: &str = "RLIMIT_MEMLOCK";
 pub struct Target {
     pub memlock: Limit,
     pub annotations: Vec<String>,
+    /// The namespaces whose pods the annotations are heard from (none: off).
+    pub annotation_namespaces: Vec<String>,
 }
 
 /// Why a container gets the target, or why not.
@@ -40,6 +42,9 @@ pub enum Verdict {
         hard: u64,
         reason: String,
     },
+    /// Its handler's base spec is not known (it may set a lower limit the
+    /// operator wants kept): not raised; reported.
+    BaseSpecUnknown { reason: String, why: String },
 }
 
 /// A device node RDMA verbs or the connection manager use (device plugins
@@ -86,7 +91,7 @@ pub fn base_spec_observations(f: &super::Facts) -> Vec<Observation> {
 pub fn adjust(
     pod: Option<&api::PodSandbox>,
     c: &api::Container,
-    base_spec: Option<(u64, u64)>,
+    base_spec: &nri::BaseSpec,
     t: &Target,
 ) -> Verdict {
     let device = c
@@ -94,23 +99,34 @@ pub fn adjust(
         .as_ref()
         .and_then(|l| l.devices.iter().find(|d| rdma_device(&d.path)))
         .map(|d| format!("device {}", d.path));
+    // Any pod can annotate itself: heard only in the namespaces allowed.
     let annotation = || {
+        let pod = pod.filter(|p| t.annotation_namespaces.contains(&p.namespace))?;
         asks(&c.annotations, &t.annotations)
             .map(|k| format!("container annotation {k}"))
             .or_else(|| {
-                pod.and_then(|p| asks(&p.annotations, &t.annotations))
-                    .map(|k| format!("pod annotation {k}"))
+                asks(&pod.annotations, &t.annotations).map(|k| format!("pod annotation {k}"))
             })
     };
     let Some(reason) = device.or_else(annotation) else {
         return Verdict::NotRdma;
     };
-    let explicit = c
+    let own = c
         .rlimits
         .iter()
         .find(|r| r.r#type == MEMLOCK)
-        .map(|r| (r.soft, r.hard))
-        .or(base_spec);
+        .map(|r| (r.soft, r.hard));
+    let explicit = match (own, base_spec) {
+        (Some(l), _) => Some(l),
+        (None, nri::BaseSpec::Set(l)) => Some(*l),
+        (None, nri::BaseSpec::Unset) => None,
+        (None, nri::BaseSpec::Unknown(why)) => {
+            return Verdict::BaseSpecUnknown {
+                reason,
+                why: why.clone(),
+            };
+        }
+    };
     match explicit {
         None => Verdict::Adjust { reason },
         Some((soft, hard)) if soft >= t.memlock.0 && hard >= t.memlock.0 => {
@@ -220,6 +236,7 @@ fn judge(f: &Facts) -> Check {
         "registrations": p.map(|p| p.registrations),
         "adjusted_containers": p.map(|p| p.adjusted),
         "kept_lower": p.map(|p| p.kept_lower),
+        "base_spec_unknown": p.map(|p| p.base_spec_unknown),
         "last_error": p.and_then(|p| p.last_error.clone()),
     });
     let c = |s, m: String| Check::new(CHECK_ID, s, m).with_details(details.clone());
@@ -250,6 +267,14 @@ fn judge(f: &Facts) -> Check {
             format!("memlock_via = \"{via}\": containerd accepts NRI plugins on {sock}, but {why}; new RDMA containers get no memlock from the agent until `rdma-node-agent serve` runs"),
         )
         .with_reason(Reason::NriPluginNotRunning),
+        (_, Ok(()), Ok(p)) if p.registered && p.base_spec_unknown > 0 => c(
+            Status::Warn,
+            format!(
+                "memlock_via = \"{via}\": the NRI plugin is registered on {sock}{}, but {} RDMA container(s) were not raised: their runtime handler's base spec was not known (it may set a lower RLIMIT_MEMLOCK to keep), so they run with containerd's default; the agent's log names them. {} adjusted, {} kept a lower explicit limit",
+                f.source, p.base_spec_unknown, p.adjusted, p.kept_lower
+            ),
+        )
+        .with_reason(Reason::NriBaseSpecUnknown),
         (_, Ok(()), Ok(p)) if p.registered => c(
             Status::Ok,
             format!(

@@ -4,13 +4,14 @@ use super::*;
 
 /// As containerd 2.1 asks: no base spec rlimit known.
 fn no_base_spec(pod: Option<&api::PodSandbox>, c: &api::Container, t: &Target) -> Verdict {
-    adjust(pod, c, None, t)
+    adjust(pod, c, &nri::BaseSpec::Unset, t)
 }
 
 fn target() -> Target {
     Target {
         memlock: Limit(64 << 20),
         annotations: vec![crate::config::nri::ANNOTATION.into()],
+        annotation_namespaces: vec!["rdma-jobs".into()],
     }
 }
 
@@ -130,22 +131,26 @@ fn an_explicit_lower_limit_is_kept_and_reported_not_raised() {
     assert!(matches!(v, Verdict::KeptLower { .. }), "{v:?}");
 }
 
+/// A pod of an allowed namespace (`rdma-jobs`) may ask by annotation, on the
+/// pod or the container.
 #[test]
 fn the_annotation_on_container_or_pod_asks_without_a_device() {
     let t = target();
-    let mut c = container(&[], None);
-    c.annotations = HashMap::from([(crate::config::nri::ANNOTATION.to_owned(), "true".to_owned())]);
-    assert!(
-        matches!(no_base_spec(None, &c, &t), Verdict::Adjust { reason } if reason.starts_with("container annotation"))
-    );
-    c.annotations = HashMap::from([(
-        crate::config::nri::ANNOTATION.to_owned(),
-        "false".to_owned(),
-    )]);
-    assert_eq!(no_base_spec(None, &c, &t), Verdict::NotRdma);
-    let pod = api::PodSandbox {
-        annotations: HashMap::from([(crate::config::nri::ANNOTATION.to_owned(), "yes".to_owned())]),
+    let ann = |v: &str| HashMap::from([(crate::config::nri::ANNOTATION.to_owned(), v.to_owned())]);
+    let allowed = api::PodSandbox {
+        namespace: "rdma-jobs".into(),
         ..Default::default()
+    };
+    let mut c = container(&[], None);
+    c.annotations = ann("true");
+    assert!(
+        matches!(no_base_spec(Some(&allowed), &c, &t), Verdict::Adjust { reason } if reason.starts_with("container annotation"))
+    );
+    c.annotations = ann("false");
+    assert_eq!(no_base_spec(Some(&allowed), &c, &t), Verdict::NotRdma);
+    let pod = api::PodSandbox {
+        annotations: ann("yes"),
+        ..allowed.clone()
     };
     let plain = container(&[], None);
     assert!(
@@ -157,6 +162,84 @@ fn the_annotation_on_container_or_pod_asks_without_a_device() {
         ..t
     };
     assert_eq!(no_base_spec(Some(&pod), &plain, &none), Verdict::NotRdma);
+}
+
+/// Any pod can annotate itself: outside the allowed namespaces (and by
+/// default, none allowed) an annotation gets nothing; a device still does.
+#[test]
+fn annotations_are_heard_only_from_allowed_namespaces() {
+    let t = target();
+    let ann = HashMap::from([(crate::config::nri::ANNOTATION.to_owned(), "true".to_owned())]);
+    let mut c = container(&[], None);
+    c.annotations = ann.clone();
+    let elsewhere = api::PodSandbox {
+        namespace: "default".into(),
+        annotations: ann,
+        ..Default::default()
+    };
+    assert_eq!(no_base_spec(Some(&elsewhere), &c, &t), Verdict::NotRdma);
+    assert_eq!(no_base_spec(None, &c, &t), Verdict::NotRdma);
+    let by_default = Target {
+        annotation_namespaces: crate::config::Config::default()
+            .containerd
+            .nri_annotation_namespaces,
+        ..target()
+    };
+    let allowed = api::PodSandbox {
+        namespace: "rdma-jobs".into(),
+        ..elsewhere.clone()
+    };
+    assert_eq!(
+        no_base_spec(Some(&allowed), &c, &by_default),
+        Verdict::NotRdma
+    );
+    let device = container(&["/dev/infiniband/uverbs0"], None);
+    assert!(matches!(
+        no_base_spec(Some(&elsewhere), &device, &t),
+        Verdict::Adjust { .. }
+    ));
+}
+
+/// A handler whose base spec is not known is not raised (it may set a lower
+/// limit to keep); the check says so, with the count.
+#[test]
+fn an_unknown_base_spec_is_not_raised_and_the_check_says_so() {
+    let t = target();
+    let c = container(&["/dev/infiniband/uverbs0"], None);
+    let v = adjust(
+        None,
+        &c,
+        &nri::BaseSpec::Unknown("no reconcile yet".into()),
+        &t,
+    );
+    assert!(
+        matches!(&v, Verdict::BaseSpecUnknown { why, .. } if why == "no reconcile yet"),
+        "{v:?}"
+    );
+    assert!(response(&v, &t).adjust.is_none());
+    // The container's own explicit limit is known whatever the handler's.
+    let own = container(&["/dev/infiniband/uverbs0"], Some((u64::MAX, u64::MAX)));
+    assert!(matches!(
+        adjust(None, &own, &nri::BaseSpec::Unknown("x".into()), &t),
+        Verdict::AlreadyEnough { .. }
+    ));
+    let status = nri::Status {
+        registered: true,
+        registrations: 1,
+        base_spec_unknown: 2,
+        ..Default::default()
+    };
+    let check = judge(&facts(MemlockVia::Nri, Ok(()), Some(status)));
+    assert_eq!(check.status, Status::Warn);
+    assert!(
+        check
+            .message
+            .contains("2 RDMA container(s) were not raised")
+            && check.message.contains("base spec was not known"),
+        "{}",
+        check.message
+    );
+    assert_eq!(check.details["base_spec_unknown"], 2);
 }
 
 fn facts(via: MemlockVia, probe: Result<(), String>, plugin: Option<nri::Status>) -> Facts {
@@ -244,18 +327,18 @@ fn the_handlers_base_spec_memlock_counts_as_explicit() {
     // appends an adjustment after it: a lower one must not be overridden.
     let t = target();
     let c = container(&["/dev/infiniband/uverbs0"], None);
-    let v = adjust(None, &c, Some((1 << 20, 1 << 20)), &t);
+    let v = adjust(None, &c, &nri::BaseSpec::Set((1 << 20, 1 << 20)), &t);
     assert!(
         matches!(v, Verdict::KeptLower { soft, .. } if soft == 1 << 20),
         "{v:?}"
     );
     assert!(response(&v, &t).adjust.is_none());
-    let v = adjust(None, &c, Some((u64::MAX, u64::MAX)), &t);
+    let v = adjust(None, &c, &nri::BaseSpec::Set((u64::MAX, u64::MAX)), &t);
     assert!(matches!(v, Verdict::AlreadyEnough { .. }), "{v:?}");
     // What the container itself shows wins over the handler's spec.
     let own = container(&["/dev/infiniband/uverbs0"], Some((u64::MAX, u64::MAX)));
     assert!(matches!(
-        adjust(None, &own, Some((1, 1)), &t),
+        adjust(None, &own, &nri::BaseSpec::Set((1, 1)), &t),
         Verdict::AlreadyEnough { .. }
     ));
 }

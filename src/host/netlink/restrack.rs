@@ -40,6 +40,12 @@ pub const RDMA_NLDEV_ATTR_RES_PID: u16 = 28;
 pub const RDMA_NLDEV_ATTR_RES_KERN_NAME: u16 = 29;
 /// `NLM_F_ROOT | NLM_F_MATCH` (linux/netlink.h).
 pub const NLM_F_DUMP: u16 = 0x300;
+/// Owned entries read from the kernel in one ask, at most: any process can
+/// create millions of PDs. The answer is read a datagram at a time, and past
+/// this bound it is not used (the fd scan stands in, saying why).
+pub const MAX_ENTRIES: usize = 1 << 18;
+/// Devices in the device dump, at most.
+pub const MAX_DEVICES: usize = 4096;
 
 /// A kind of resource: its dump command and the nested table and entry
 /// attributes of the answer.
@@ -221,13 +227,56 @@ pub enum Unavailable {
     NoNetlinkDevices,
     #[error("{device}: the kernel answered none of the resource dumps ({why})")]
     NoDump { device: String, why: String },
+    #[error(
+        "the kernel tracks more than {limit} RDMA {what}; the agent reads no more of its answer than that"
+    )]
+    TooMany { limit: usize, what: &'static str },
     #[error("{0}")]
     Netlink(#[from] NetlinkError),
 }
 
+/// Folds one datagram of `kind`'s answer on `device` into `h` as it arrives,
+/// never holding more than that datagram; `entries` counts the owned entries
+/// read so far (across the whole ask), and more than `max` ends it.
+pub fn fold_datagram(
+    buf: &[u8],
+    kind: Kind,
+    seq: u32,
+    device: &str,
+    h: &mut Holders,
+    entries: &mut usize,
+    max: usize,
+) -> Result<Step, Unavailable> {
+    let mut got = Vec::new();
+    let step = collect(buf, kind.cmd, seq, &mut got)?;
+    for p in got {
+        let pids = parse_pids(&p, kind)?;
+        *entries += pids.len();
+        if *entries > max {
+            return Err(Unavailable::TooMany {
+                limit: max,
+                what: "resources",
+            });
+        }
+        for pid in pids {
+            h.add(pid, device, kind);
+        }
+    }
+    Ok(step)
+}
+
+/// What reads a dump's answer a datagram at a time (with the request's sequence number).
+pub type Datagrams<'a> = dyn FnMut(&[u8], u32) -> Result<Step, Unavailable> + 'a;
+
 impl Socket {
-    /// A dump request, and the payloads of its answer up to NLMSG_DONE.
-    pub fn dump(&mut self, cmd: u16, dev: Option<u32>) -> Result<Vec<Vec<u8>>, NetlinkError> {
+    /// A dump request; `each` gets every datagram of its answer (with the
+    /// request's sequence number) until it says the dump is done.
+    pub fn stream(
+        &mut self,
+        cmd: u16,
+        dev: Option<u32>,
+        each: &mut Datagrams<'_>,
+    ) -> Result<(), Unavailable> {
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
         sendto(
@@ -237,58 +286,75 @@ impl Socket {
             MsgFlags::empty(),
         )
         .map_err(NetlinkError::Io)?;
-        let mut got = Vec::new();
         // Dump messages are sized to the reader's buffer, up to 32 KiB.
         let mut buf = vec![0u8; 65536];
         loop {
             let n = match recv(self.fd.as_raw_fd(), &mut buf, MsgFlags::MSG_TRUNC) {
                 Ok(n) => n,
-                Err(Errno::EAGAIN) => return Err(NetlinkError::Timeout),
+                Err(Errno::EAGAIN) => return Err(NetlinkError::Timeout.into()),
                 Err(Errno::EINTR) => continue,
-                Err(e) => return Err(NetlinkError::Io(e)),
+                Err(e) => return Err(NetlinkError::Io(e).into()),
             };
             if n > buf.len() {
                 return Err(NetlinkError::Malformed(format!(
                     "a datagram of {n} bytes overran the {}-byte buffer",
                     buf.len()
-                )));
+                ))
+                .into());
             }
-            if collect(&buf[..n], cmd, seq, &mut got)? == Step::Done {
-                return Ok(got);
+            if each(&buf[..n], seq)? == Step::Done {
+                return Ok(());
             }
         }
     }
+
+    /// The devices (`RDMA_NLDEV_CMD_GET`), at most [`MAX_DEVICES`].
+    pub fn devices(&mut self) -> Result<Vec<(u32, String)>, Unavailable> {
+        let mut devices = Vec::new();
+        self.stream(RDMA_NLDEV_CMD_GET, None, &mut |buf, seq| {
+            let mut got = Vec::new();
+            let step = collect(buf, RDMA_NLDEV_CMD_GET, seq, &mut got)?;
+            for p in got {
+                devices.extend(parse_device(&p)?);
+            }
+            if devices.len() > MAX_DEVICES {
+                return Err(Unavailable::TooMany {
+                    limit: MAX_DEVICES,
+                    what: "devices",
+                });
+            }
+            Ok(step)
+        })?;
+        Ok(devices)
+    }
 }
 
-/// Asks an open socket: every device, then each kind on each device. A kind
+/// Asks an open socket: every device, then each kind on each device, each
+/// answer folded as its datagrams arrive. A kind
 /// the kernel refuses (EOPNOTSUPP, or EINVAL from a kernel without it) is noted;
 /// a device on which no kind answers makes the whole answer unusable.
 pub fn ask(socket: &mut Socket) -> Result<Holders, Unavailable> {
-    let mut devices = Vec::new();
-    for p in socket.dump(RDMA_NLDEV_CMD_GET, None)? {
-        devices.extend(parse_device(&p)?);
-    }
+    let devices = socket.devices()?;
     if devices.is_empty() {
         return Err(Unavailable::NoNetlinkDevices);
     }
     let mut h = Holders::default();
+    let mut entries = 0;
     for (index, name) in devices {
         let mut answered = 0;
         let mut why = Vec::new();
         for kind in KINDS {
-            match socket.dump(kind.cmd, Some(index)) {
-                Ok(payloads) => {
-                    answered += 1;
-                    for p in payloads {
-                        for pid in parse_pids(&p, kind)? {
-                            h.add(pid, &name, kind);
-                        }
-                    }
-                }
-                Err(e @ (NetlinkError::NotSupported(_) | NetlinkError::Invalid(_))) => {
+            let folded = socket.stream(kind.cmd, Some(index), &mut |buf, seq| {
+                fold_datagram(buf, kind, seq, &name, &mut h, &mut entries, MAX_ENTRIES)
+            });
+            match folded {
+                Ok(()) => answered += 1,
+                Err(Unavailable::Netlink(
+                    e @ (NetlinkError::NotSupported(_) | NetlinkError::Invalid(_)),
+                )) => {
                     why.push(format!("{}: {e}", kind.name));
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(e),
             }
         }
         if answered == 0 {

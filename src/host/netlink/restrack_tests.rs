@@ -125,3 +125,28 @@ fn only_the_running_kernel_is_asked() {
     let host = ReadHost::new(crate::host::Host::new(t.path()));
     assert_eq!(live(&host), Err(Unavailable::NotLive));
 }
+
+/// An answer is folded a datagram at a time; past the bound on entries it is
+/// not used, and the error says how many and of what.
+#[test]
+fn answers_are_folded_as_they_arrive_and_bounded() {
+    let mut h = Holders::default();
+    let mut entries = 0;
+    let first = answer(PD, 4, &[Some(10), None, Some(11)]);
+    let step = fold_datagram(&first, PD, 4, "rxe0", &mut h, &mut entries, 5).unwrap();
+    assert_eq!((step, entries), (Step::More, 2));
+    assert_eq!(h.pids.keys().copied().collect::<Vec<_>>(), [10, 11]);
+    let step = fold_datagram(&done(4, 0), PD, 4, "rxe0", &mut h, &mut entries, 5).unwrap();
+    assert_eq!(step, Step::Done);
+    // One more datagram of four: over the bound of five.
+    let more = answer(PD, 5, &[Some(12), Some(13), Some(14), Some(15)]);
+    let e = fold_datagram(&more, PD, 5, "rxe0", &mut h, &mut entries, 5).unwrap_err();
+    assert_eq!(
+        e,
+        Unavailable::TooMany {
+            limit: 5,
+            what: "resources"
+        }
+    );
+    assert!(e.to_string().contains("more than 5 RDMA resources"), "{e}");
+}

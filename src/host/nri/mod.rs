@@ -47,12 +47,14 @@ pub struct State {
     registrations: AtomicU64,
     adjusted: AtomicU64,
     kept_lower: AtomicU64,
+    base_spec_unknown: AtomicU64,
     last_error: Mutex<Option<String>>,
     /// Where every change is published for `check` from a shell (the daemon).
     publish: OnceLock<Host>,
-    /// Each CRI handler's base-spec RLIMIT_MEMLOCK (from the last reconcile),
-    /// and the default handler's name.
-    base_specs: Mutex<BaseSpecs>,
+    /// Each CRI handler's base-spec RLIMIT_MEMLOCK (from the last reconcile
+    /// that saw containerd's view), and the default handler's name; `None`
+    /// until one did.
+    base_specs: Mutex<Option<BaseSpecs>>,
 }
 
 /// Soft and hard limits, in bytes.
@@ -63,6 +65,17 @@ pub type Limits = (u64, u64);
 struct BaseSpecs {
     by_handler: HashMap<String, Option<Limits>>,
     default: String,
+}
+
+/// A runtime handler's base-spec RLIMIT_MEMLOCK, as the plugin knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BaseSpec {
+    /// Its base spec sets none (or it has no base spec).
+    Unset,
+    /// Its base spec sets these (soft, hard).
+    Set(Limits),
+    /// Not known, and why: nothing is raised over a limit the operator may have set.
+    Unknown(String),
 }
 
 /// Where the daemon publishes its plugin's [`Status`], for `check` run from a
@@ -80,6 +93,9 @@ pub struct Status {
     pub adjusted: u64,
     /// RDMA containers left with an explicit lower limit (reported, not raised).
     pub kept_lower: u64,
+    /// RDMA containers not raised because their handler's base spec was not known.
+    #[serde(default)]
+    pub base_spec_unknown: u64,
     /// Why the last connection failed or ended, if it did.
     pub last_error: Option<String>,
 }
@@ -170,11 +186,14 @@ impl State {
             registrations: self.registrations.load(Ordering::Relaxed),
             adjusted: self.adjusted.load(Ordering::Relaxed),
             kept_lower: self.kept_lower.load(Ordering::Relaxed),
+            base_spec_unknown: self.base_spec_unknown.load(Ordering::Relaxed),
             last_error: self.last_error.lock().expect("nri state").clone(),
         }
     }
 
-    /// What the last reconcile found: (handler, is the default, base-spec memlock).
+    /// What the last reconcile found: (handler, is the default, base-spec
+    /// memlock). Nothing found (containerd's view missing this time) keeps the
+    /// last good table: forgetting it would raise over an operator's lower limit.
     pub fn set_base_specs(
         &self,
         handlers: impl IntoIterator<Item = (String, bool, Option<Limits>)>,
@@ -186,22 +205,46 @@ impl State {
             }
             specs.by_handler.insert(name, memlock);
         }
-        *self.base_specs.lock().expect("nri state") = specs;
+        if specs.by_handler.is_empty() {
+            return;
+        }
+        *self.base_specs.lock().expect("nri state") = Some(specs);
+    }
+
+    /// Whether a reconcile has told the plugin the handlers' base specs.
+    pub fn base_specs_known(&self) -> bool {
+        self.base_specs.lock().expect("nri state").is_some()
     }
 
     /// The base-spec memlock of a pod's runtime handler ("": the default).
-    pub fn base_spec_memlock(&self, handler: &str) -> Option<Limits> {
+    pub fn base_spec_memlock(&self, handler: &str) -> BaseSpec {
         let specs = self.base_specs.lock().expect("nri state");
+        let Some(specs) = specs.as_ref() else {
+            return BaseSpec::Unknown(
+                "no reconcile has read containerd's runtime handlers and base specs yet".into(),
+            );
+        };
         let name = if handler.is_empty() {
             specs.default.as_str()
         } else {
             handler
         };
-        specs.by_handler.get(name).copied().flatten()
+        match specs.by_handler.get(name) {
+            Some(Some(l)) => BaseSpec::Set(*l),
+            Some(None) => BaseSpec::Unset,
+            None => BaseSpec::Unknown(format!(
+                "runtime handler {name:?} was not among containerd's handlers at the last reconcile"
+            )),
+        }
     }
 
     pub fn count_adjusted(&self) {
         self.adjusted.fetch_add(1, Ordering::Relaxed);
+        self.publish();
+    }
+
+    pub fn count_base_spec_unknown(&self) {
+        self.base_spec_unknown.fetch_add(1, Ordering::Relaxed);
         self.publish();
     }
 
@@ -245,6 +288,8 @@ pub fn probe(host: &super::read::ReadHost, socket: &std::path::Path) -> Result<(
             socket.display()
         ));
     }
+    // A socket someone besides root could have made is not containerd's.
+    super::peer::socket_file(&real)?;
     match host.read_string(std::path::Path::new("/proc/net/unix")) {
         Ok(Some(table)) if listening(&table, &real.to_string_lossy()) => Ok(()),
         Ok(Some(_)) => Err(format!(
@@ -297,10 +342,43 @@ mod tests {
             ("runc".to_owned(), true, Some((1, 2))),
             ("nvidia".to_owned(), false, None),
         ]);
-        assert_eq!(s.base_spec_memlock(""), Some((1, 2)));
-        assert_eq!(s.base_spec_memlock("runc"), Some((1, 2)));
-        assert_eq!(s.base_spec_memlock("nvidia"), None);
-        assert_eq!(s.base_spec_memlock("unknown"), None);
+        assert_eq!(s.base_spec_memlock(""), BaseSpec::Set((1, 2)));
+        assert_eq!(s.base_spec_memlock("runc"), BaseSpec::Set((1, 2)));
+        assert_eq!(s.base_spec_memlock("nvidia"), BaseSpec::Unset);
+        assert!(matches!(
+            s.base_spec_memlock("kata"),
+            BaseSpec::Unknown(why) if why.contains("\"kata\" was not among")
+        ));
+    }
+
+    /// Before the first reconcile nothing is known; a reconcile without
+    /// containerd's view keeps the last good table rather than empty it.
+    #[test]
+    fn the_last_good_table_is_kept() {
+        let s = State::default();
+        assert!(matches!(
+            s.base_spec_memlock(""),
+            BaseSpec::Unknown(why) if why.contains("no reconcile")
+        ));
+        s.set_base_specs([("runc".to_owned(), true, Some((1, 2)))]);
+        s.set_base_specs(std::iter::empty());
+        assert_eq!(s.base_spec_memlock("runc"), BaseSpec::Set((1, 2)));
+        assert_eq!(s.base_spec_memlock(""), BaseSpec::Set((1, 2)));
+    }
+
+    /// `auto` and the check ask `probe`: a socket anyone could have bound is
+    /// no containerd's, whatever listens there.
+    #[test]
+    fn probe_refuses_a_socket_someone_besides_root_could_have_made() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.path().join("run/nri")).unwrap();
+        let real = t.path().join("run/nri/nri.sock");
+        let _l = std::os::unix::net::UnixListener::bind(&real).unwrap();
+        std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let host = Host::new(t.path()).reader();
+        let e = probe(&host, Path::new("/run/nri/nri.sock")).unwrap_err();
+        assert!(e.contains("writable by others"), "{e}");
     }
 
     #[test]

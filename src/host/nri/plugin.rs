@@ -41,6 +41,9 @@ pub enum SessionError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// The socket or what listens on it is not containerd's (`host::peer`).
+    #[error("{0}")]
+    Untrusted(String),
     #[error("NRI RegisterPlugin on {path}: {message}")]
     Register { path: PathBuf, message: String },
     #[error("{0}")]
@@ -163,12 +166,15 @@ pub async fn session(
     state: &State,
     stop: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), SessionError> {
+    // Whoever answers here is told every container and could pose as containerd.
+    crate::host::peer::socket_file(&id.socket).map_err(SessionError::Untrusted)?;
     let trunk = tokio::net::UnixStream::connect(&id.socket)
         .await
         .map_err(|source| SessionError::Connect {
             path: id.socket.clone(),
             source,
         })?;
+    crate::host::peer::peer(&trunk, &id.socket).map_err(SessionError::Untrusted)?;
     let (mux, mut conns) = mux::split(
         trunk,
         &[mux::PLUGIN_SERVICE_CONN, mux::RUNTIME_SERVICE_CONN],

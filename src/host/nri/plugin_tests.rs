@@ -185,3 +185,35 @@ async fn registers_configures_synchronizes_adjusts_and_notices_the_end() {
     assert!(st.last_error.is_some());
     assert_eq!(st.registrations, 1);
 }
+
+/// A socket someone besides root could have bound (here: writable by all) is
+/// refused before connecting, naming it: the plugin is never told a container
+/// by an impostor, nor registered by one.
+#[tokio::test]
+async fn an_untrusted_socket_is_refused_before_connecting() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("nri.sock");
+    let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let id = Identity {
+        socket: socket.clone(),
+        name: "rdma-node-agent".into(),
+        index: "10".into(),
+        registration_timeout: Duration::from_secs(5),
+    };
+    let handler = Arc::new(Fixed {
+        synced: Mutex::default(),
+    });
+    let state = State::default();
+    let (_stop_tx, mut stop) = tokio::sync::watch::channel(false);
+    let e = session(&id, handler, &state, &mut stop).await.unwrap_err();
+    assert!(
+        matches!(&e, SessionError::Untrusted(why) if why.contains("nri.sock") && why.contains("writable by others")),
+        "{e}"
+    );
+    assert!(!state.status().registered);
+    // Nothing connected.
+    let accepted = tokio::time::timeout(Duration::from_millis(100), listener.accept()).await;
+    assert!(accepted.is_err(), "the plugin connected anyway");
+}
