@@ -92,7 +92,7 @@ pub fn apply_exit_code(actions: &[ActionOutcome]) -> u8 {
 
 /// `apply`: an action is owed that this run could not carry out.
 pub const APPLY_PENDING: u8 = 2;
-/// `apply`: a live action (restart, netns switch, initramfs rebuild, ACS clear) failed.
+/// `apply`: a live action (a restart, or an effect a concern asked for) failed.
 pub const APPLY_ACTION_FAILED: u8 = 3;
 
 #[cfg(test)]
