@@ -235,6 +235,41 @@ fn rpm_contents_scripts_and_scratch_install() {
     assert!(String::from_utf8_lossy(&version.stdout).starts_with("rdma-node-agent "));
 }
 
+/// `apply` by the installed binary: a restart it could not ask systemd for is
+/// pending (exit 2, and `pending:` on stderr says what to run), not success.
+#[test]
+#[ignore = "needs root, systemd-nspawn and the built packages: run via scripts/test.sh"]
+fn apply_exits_2_naming_the_restart_it_could_not_ask_for() {
+    let deb = package("RDMA_AGENT_DEB");
+    let m = Machine::boot();
+    m.write("/etc/rdma-node-agent/config.toml", NODE_CONFIG);
+    m.install(&deb, "/var/tmp/agent.deb", 0o644);
+    apt(&m, "install /var/tmp/agent.deb");
+    m.wait("/readyz 200", Duration::from_secs(30), ready);
+    // A new memlock needs a containerd restart; with the system bus gone
+    // systemd cannot be asked for it.
+    m.sh_ok("systemctl stop rdma-node-agent");
+    m.write(
+        "/etc/rdma-node-agent/config.toml",
+        &NODE_CONFIG.replacen("4MiB", "2MiB", 1),
+    );
+    m.sh_ok("systemctl stop dbus.socket dbus.service");
+    let out = m.exec(&["rdma-node-agent", "apply"]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(2), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("changed: /etc/containerd/rdma-node-agent/base-spec.json"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("pending: restart containerd.service: systemd is not reachable"),
+        "{stderr}"
+    );
+}
+
 /// The .rpm's files unpacked onto a real systemd node and its %post run as rpm
 /// runs it at first install ($1 = 1), under RHEL's default preset, which
 /// disables every service the package does not enable by a preset of its own.
