@@ -274,7 +274,7 @@ fn apply_exits_2_naming_the_restart_it_could_not_ask_for() {
 /// runs it at first install ($1 = 1), under RHEL's default preset, which
 /// disables every service the package does not enable by a preset of its own.
 #[test]
-#[ignore = "needs root, systemd-nspawn, rpm2cpio and the built packages: run via scripts/test.sh"]
+#[ignore = "needs root, systemd-nspawn, rpm and the built packages: run via scripts/test.sh"]
 fn rpm_post_install_enables_and_starts_under_a_disable_all_preset() {
     let rpm = package("RDMA_AGENT_RPM");
     let m = Machine::boot();
@@ -283,11 +283,14 @@ fn rpm_post_install_enables_and_starts_under_a_disable_all_preset() {
         "# As RHEL 9 ships it, last line.\ndisable *\n",
     );
     m.write("/etc/rdma-node-agent/config.toml", NODE_CONFIG);
-    let unpack = Command::new("sh")
-        .arg("-c")
-        .arg("rpm2cpio \"$0\" | cpio -idm --quiet --no-absolute-filenames")
+    // rpm itself puts the files in place (no scriptlets: rpm is not the
+    // machine's package manager), keeping the operator's config as
+    // %config(noreplace) does.
+    let unpack = Command::new("rpm")
+        .arg("--root")
+        .arg(m.path("/"))
+        .args(["--nodeps", "--noscripts", "-i"])
         .arg(&rpm)
-        .current_dir(m.path("/"))
         .output()
         .unwrap();
     assert!(
@@ -295,8 +298,7 @@ fn rpm_post_install_enables_and_starts_under_a_disable_all_preset() {
         "{}",
         String::from_utf8_lossy(&unpack.stderr)
     );
-    // cpio kept the operator's config only if rpm would have: restore it as %config(noreplace) does.
-    m.write("/etc/rdma-node-agent/config.toml", NODE_CONFIG);
+    assert_eq!(m.read("/etc/rdma-node-agent/config.toml"), NODE_CONFIG);
     let post = Command::new("rpm")
         .args(["-qp", "--queryformat", "%{POSTIN}"])
         .arg(&rpm)
