@@ -219,8 +219,32 @@ fn role_reports_first_then_enforces_previews_and_uninstalls() {
     .must_pass("check mode, converged");
     assert!(check.recap().contains("changed=0"), "{}", check.out);
 
-    // Uninstall reverts first, then removes the package and what the role wrote.
-    play(&m, "uninstall.yml", &vars("enforce", file), "").must_pass("uninstall");
+    // Uninstall reverts first: a file edited by hand since the agent wrote it
+    // stops the play before the package (and its ledger of originals) goes.
+    let hand_edited = format!(
+        "{}# edited by hand\n",
+        m.read("/etc/containerd/config.toml")
+    );
+    m.write("/etc/containerd/config.toml", &hand_edited);
+    let kept = play(&m, "uninstall.yml", &vars("enforce", file.clone()), "");
+    assert!(
+        !kept.ok,
+        "uninstall went on past a failed revert:\n{}",
+        kept.out
+    );
+    assert!(
+        kept.out.contains("kept: /etc/containerd/config.toml"),
+        "{}",
+        kept.out
+    );
+    assert!(m.path("/usr/bin/rdma-node-agent").exists());
+    assert!(m.path("/var/lib/rdma-node-agent/ledger.json").exists());
+    // Then, told to, it restores that file too and removes everything.
+    let force = serde_json::json!({
+        "rdma_node_agent_package_file": "dist/agent.deb",
+        "rdma_node_agent_revert_force": true,
+    });
+    play(&m, "uninstall.yml", &vars("enforce", force), "").must_pass("uninstall");
     assert_eq!(touched(&m), before, "uninstall left a file changed");
     for gone in [
         "/usr/bin/rdma-node-agent",
