@@ -146,6 +146,19 @@ fn role_reports_first_then_enforces_previews_and_uninstalls() {
     let before = touched(&m);
     let containerd = m.main_pid("containerd");
 
+    // Check mode on a node without the package: the package file is not on the
+    // node yet, so its install is a change to show, not a failure; nothing happens.
+    let fresh = play(
+        &m,
+        "playbook.yml",
+        &vars("report", file.clone()),
+        "--check --diff",
+    )
+    .must_pass("check mode, no package yet");
+    assert!(!fresh.recap().contains("changed=0"), "{}", fresh.out);
+    assert!(!m.path("/usr/bin/rdma-node-agent").exists());
+    assert!(!m.path("/etc/rdma-node-agent").exists());
+
     // Report first, on a node without the package: the package's own start
     // already reads the role's config, so nothing is written, nothing restarted.
     let report = play(&m, "playbook.yml", &vars("report", file.clone()), "").must_pass("report");
