@@ -283,12 +283,13 @@ fn rpm_post_install_enables_and_starts_under_a_disable_all_preset() {
         "# As RHEL 9 ships it, last line.\ndisable *\n",
     );
     m.write("/etc/rdma-node-agent/config.toml", NODE_CONFIG);
-    // rpm itself puts the files in place (no scriptlets: rpm is not the
-    // machine's package manager), keeping the operator's config as
-    // %config(noreplace) does.
+    // The files as rpm lays them out (into a scratch root: `--root` at the
+    // machine would keep rpm's database on this host), then onto the node,
+    // keeping the operator's config as %config(noreplace) does.
+    let scratch = tempfile::tempdir().unwrap();
     let unpack = Command::new("rpm")
         .arg("--root")
-        .arg(m.path("/"))
+        .arg(scratch.path())
         .args(["--nodeps", "--noscripts", "-i"])
         .arg(&rpm)
         .output()
@@ -298,7 +299,19 @@ fn rpm_post_install_enables_and_starts_under_a_disable_all_preset() {
         "{}",
         String::from_utf8_lossy(&unpack.stderr)
     );
-    assert_eq!(m.read("/etc/rdma-node-agent/config.toml"), NODE_CONFIG);
+    let list = Command::new("rpm").arg("-qpl").arg(&rpm).output().unwrap();
+    for f in String::from_utf8_lossy(&list.stdout).lines() {
+        let src = scratch.path().join(f.trim_start_matches('/'));
+        if src.is_file() && f != "/etc/rdma-node-agent/config.toml" {
+            let mode =
+                std::os::unix::fs::PermissionsExt::mode(&src.metadata().unwrap().permissions());
+            m.install(&src, f, mode & 0o7777);
+        }
+    }
+    assert!(
+        m.path("/usr/lib/systemd/system-preset/50-rdma-node-agent.preset")
+            .exists()
+    );
     let post = Command::new("rpm")
         .args(["-qp", "--queryformat", "%{POSTIN}"])
         .arg(&rpm)
