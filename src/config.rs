@@ -56,6 +56,10 @@ pub struct Config {
     /// What the file says that is no longer read, and what to write instead.
     #[serde(skip)]
     pub warnings: Vec<String>,
+    /// SHA-256 of the file's bytes (None: no file, the built-in defaults), shown
+    /// in `/status` so a rollout can wait for a reconcile with the config it wrote.
+    #[serde(skip)]
+    pub sha256: Option<String>,
 }
 
 /// What `serve` does with what it finds: converge, or only report (never writes).
@@ -103,7 +107,10 @@ impl Config {
                 let text = String::from_utf8(d.bytes).map_err(|_| HostError::NotUtf8 {
                     path: host.path(path),
                 })?;
-                let cfg = Config::parse(&text, &host.path(path))?;
+                let mut cfg = Config::parse(&text, &host.path(path))?;
+                use sha2::Digest;
+                let digest = sha2::Sha256::digest(text.as_bytes());
+                cfg.sha256 = Some(digest.iter().map(|b| format!("{b:02x}")).collect());
                 for w in &cfg.warnings {
                     tracing::warn!("{w}");
                 }

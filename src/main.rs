@@ -45,6 +45,10 @@ enum Command {
         exit_code: bool,
     },
     /// Converge the host; a second run changes nothing.
+    ///
+    /// Exit 0 converged, 1 nothing applied (an error, or rolled back), 2 applied but an action
+    /// is pending (a reboot, or a restart systemd could not be asked for), 3 applied but a live
+    /// action failed (named on stderr).
     Apply {
         #[arg(long)]
         json: bool,
@@ -213,7 +217,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             for n in &out.notes {
                 eprintln!("note: {n}");
             }
-            Ok(ExitCode::SUCCESS)
+            use rdma_node_agent::engine::outcome::{ActionStatus, apply_exit_code};
+            for a in &out.actions {
+                match a.status {
+                    ActionStatus::Done | ActionStatus::Skipped => {}
+                    ActionStatus::Pending => eprintln!("pending: {}: {}", a.action, a.detail),
+                    s => eprintln!("error: {} {s}: {}", a.action, a.detail),
+                }
+            }
+            Ok(ExitCode::from(apply_exit_code(&out.actions)))
         }
         Command::GenerateAssets { dir } => {
             generate_assets(dir)?;
@@ -405,25 +417,17 @@ fn selftest(
     Ok(ExitCode::from(report.exit_code as u8))
 }
 
-/// The man page (rdma-node-agent.8) and bash, zsh and fish completions.
+/// The man pages (rdma-node-agent.8 and one per subcommand) and bash, zsh and
+/// fish completions.
 fn generate_assets(dir: &std::path::Path) -> anyhow::Result<()> {
     use clap::CommandFactory;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let cmd = Cli::command().name("rdma-node-agent");
-    let mut man = Vec::new();
-    clap_mangen::Man::new(cmd.clone())
-        .section("8")
-        .render(&mut man)
-        .context("cannot render the man page")?;
-    std::fs::write(dir.join("rdma-node-agent.8"), man)?;
-    for (shell, file) in [
-        (clap_complete::Shell::Bash, "rdma-node-agent.bash"),
-        (clap_complete::Shell::Zsh, "_rdma-node-agent"),
-        (clap_complete::Shell::Fish, "rdma-node-agent.fish"),
-    ] {
-        let mut out = Vec::new();
-        clap_complete::generate(shell, &mut cmd.clone(), "rdma-node-agent", &mut out);
-        std::fs::write(dir.join(file), out)?;
+    let assets = rdma_node_agent::outputs::assets::render(cmd, "rdma-node-agent")
+        .context("cannot render the man pages")?;
+    for (name, bytes) in assets {
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).with_context(|| format!("cannot write {}", path.display()))?;
     }
     Ok(())
 }

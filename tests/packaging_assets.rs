@@ -50,3 +50,89 @@ fn shipped_man_page_and_completions_are_fresh() {
         names(&got)
     );
 }
+
+/// The role renders the whole agent config from its variables: keys of every
+/// table (nested tables, lists of tables, `[containerd]` keys the old
+/// `extra_config` could not set) come out as TOML the agent itself accepts.
+#[test]
+#[ignore = "needs ansible-core (ansible-playbook): run via scripts/test.sh"]
+fn ansible_role_renders_every_table_as_a_config_the_agent_accepts() {
+    let role =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/ansible/roles/rdma_node_agent");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("config.toml");
+    let play = format!(
+        "- hosts: localhost\n  gather_facts: false\n  vars_files: [{r}/defaults/main.yml, {r}/vars/main.yml]\n  tasks:\n    - ansible.builtin.template: {{src: {r}/templates/config.toml.j2, dest: {o}, mode: \"0644\"}}\n",
+        r = role.display(),
+        o = out.display()
+    );
+    fs::write(dir.path().join("play.yml"), play).unwrap();
+    let config = serde_json::json!({
+        "containerd": {
+            "enabled": true, "memlock_via": "both", "unit": "containerd.service",
+            "nri_index": "10", "nri_annotations": ["memlock.rdma-node-agent.io/nri"],
+            "daemon_version": 2, "required": false, "rlimits": {"RLIMIT_NOFILE": 1048576},
+        },
+        "systemd": {"dropin": "50-rdma-node-agent.conf"},
+        "pods": {"below_target": "fail", "rdma": "warn"},
+        "daemon": {"interval_secs": 120, "debounce_ms": 200},
+        "http": {"max_connections": 1024},
+        "nfd": {"path": "/etc/kubernetes/node-feature-discovery/features.d/rdma-node-agent"},
+        "rdma": {
+            "netns_mode": "exclusive", "reboot_sentinel": true, "flap_window": "1h",
+            "ignore_ports": ["mlx5_1/1"], "min_active_ports": {"InfiniBand": 2},
+            "expect_port": [{"device": "mlx5_0", "port": 1, "min_rate_gbps": 200},
+                            {"device": "mlx5_2"}],
+        },
+        "gpudirect": {"required_gpus": ["0000:1b:00.0"], "acs": "report"},
+        "kernel": {"required_modules": [], "dkms_modules": []},
+        "kubelet": {"expected_resources": ["rdma/hca"], "mismatch": "warn"},
+        "mode": "report",
+        "unused": null,
+    });
+    let vars =
+        serde_json::json!({"rdma_node_agent_memlock": "4MiB", "rdma_node_agent_config": config});
+    let run = Command::new("ansible-playbook")
+        .arg("play.yml")
+        .arg("-e")
+        .arg(vars.to_string())
+        .current_dir(dir.path())
+        .env("ANSIBLE_FILTER_PLUGINS", role.join("filter_plugins"))
+        .env("ANSIBLE_NOCOLOR", "1")
+        .output()
+        .expect("ansible-playbook (ansible-core) is installed by scripts/test.sh");
+    assert!(
+        run.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let text = fs::read_to_string(&out).unwrap();
+    for line in [
+        "mode = \"report\"",
+        "[containerd]\nmemlock = \"4MiB\"",
+        "memlock_via = \"both\"",
+        "[containerd.rlimits]\nRLIMIT_NOFILE = 1048576",
+        "[rdma.min_active_ports]\nInfiniBand = 2",
+        "[[rdma.expect_port]]\ndevice = \"mlx5_2\"",
+    ] {
+        assert!(text.contains(line), "{line:?} not in:\n{text}");
+    }
+    assert!(!text.contains("unused"), "{text}");
+    // The agent's own parser: `check` on an empty tree says when its config is invalid.
+    let root = tempfile::tempdir().unwrap();
+    fs::create_dir_all(root.path().join("etc/rdma-node-agent")).unwrap();
+    fs::copy(&out, root.path().join("etc/rdma-node-agent/config.toml")).unwrap();
+    let check = Command::new(env!("CARGO_BIN_EXE_rdma-node-agent"))
+        .arg("--root")
+        .arg(root.path())
+        .arg("check")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        !said.contains("config is invalid"),
+        "{text}\n{said}{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+}

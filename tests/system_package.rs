@@ -1,8 +1,8 @@
 //! The real .deb installed into real systemd (nspawn): install → running and
 //! converged → upgrade keeps the operator's config → purge leaves every touched
-//! file byte-identical to before install. The Ansible role, run twice with real
-//! ansible-playbook, converges and then changes nothing. The .rpm is inspected
-//! and installed into a scratch root as far as this Debian machine allows.
+//! file byte-identical to before install. The .rpm is inspected, installed into
+//! a scratch root, and its %post run on real systemd under a `disable *` preset
+//! as RHEL ships it. The Ansible role: tests/system_rollout.rs.
 //!
 //! scripts/test.sh builds the packages first (scripts/package.sh) and passes
 //! their paths in RDMA_AGENT_DEB, RDMA_AGENT_DEB_UPGRADE and RDMA_AGENT_RPM.
@@ -10,7 +10,7 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -28,6 +28,19 @@ fn package(var: &str) -> PathBuf {
 /// memlock limit of 8 MiB allows no more for containerd itself.
 const NODE_CONFIG: &str = "[containerd]\nmemlock = \"4MiB\"\n\n[systemd]\nmemlock = \"4MiB\"\n\n\
     # The test machines' kernel has no module support (no /proc/modules).\n[kernel]\nrequired_modules = []\n";
+
+/// The man pages: the command's, and one for each subcommand it names.
+const MAN_PAGES: &[&str] = &[
+    "rdma-node-agent.8",
+    "rdma-node-agent-check.8",
+    "rdma-node-agent-plan.8",
+    "rdma-node-agent-apply.8",
+    "rdma-node-agent-serve.8",
+    "rdma-node-agent-status.8",
+    "rdma-node-agent-selftest.8",
+    "rdma-node-agent-fleet.8",
+    "rdma-node-agent-revert.8",
+];
 
 /// Files the agent may touch, with their bytes (None: absent).
 fn touched(m: &Machine) -> BTreeMap<&'static str, Option<Vec<u8>>> {
@@ -96,10 +109,13 @@ fn deb_install_upgrade_purge_leaves_no_trace() {
         .arg(&deb)
         .output()
         .unwrap();
-    assert!(
-        String::from_utf8_lossy(&contents.stdout)
-            .contains("./usr/share/man/man8/rdma-node-agent.8.gz")
-    );
+    let contents = String::from_utf8_lossy(&contents.stdout);
+    for page in MAN_PAGES {
+        assert!(
+            contents.contains(&format!("./usr/share/man/man8/{page}.gz")),
+            "{page} not in the .deb:\n{contents}"
+        );
+    }
     assert!(
         m.path("/usr/share/bash-completion/completions/rdma-node-agent")
             .exists()
@@ -147,71 +163,6 @@ fn deb_install_upgrade_purge_leaves_no_trace() {
 }
 
 #[test]
-#[ignore = "needs root, systemd-nspawn, ansible-core and the built packages: run via scripts/test.sh"]
-fn ansible_role_converges_then_changes_nothing() {
-    let deb = package("RDMA_AGENT_DEB");
-    let m = Machine::boot();
-    let ansible = Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/ansible");
-    let out = Command::new("cp")
-        .arg("-r")
-        .arg(&ansible)
-        .arg(m.path("/root/ansible"))
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    m.install(&deb, "/root/ansible/dist/agent.deb", 0o644);
-    // The machine is its own controller: ansible runs inside with a local connection.
-    m.write("/root/ansible/test-inventory.ini", "[rdma_nodes]\nlocalhost ansible_connection=local ansible_python_interpreter=/usr/bin/python3\n");
-    // The test machines' kernel has no module support: no module can be required.
-    let vars = r#"{"rdma_node_agent_package_file": "dist/agent.deb", "rdma_node_agent_memlock": "4MiB", "rdma_node_agent_systemd_memlock": "4MiB", "rdma_node_agent_extra_config": "[kernel]\nrequired_modules = []"}"#;
-    let play = |extra: &str| {
-        m.exec(&[
-            "sh",
-            "-c",
-            &format!("cd /root/ansible && ANSIBLE_NOCOLOR=1 ansible-playbook -i test-inventory.ini playbook.yml -e '{vars}' {extra}"),
-        ])
-    };
-
-    let first = play("");
-    let text = String::from_utf8_lossy(&first.stdout).into_owned();
-    assert!(
-        first.status.success(),
-        "first run failed:\n{text}\n{}",
-        String::from_utf8_lossy(&first.stderr)
-    );
-    println!(
-        "{}",
-        text.lines()
-            .filter(|l| l.contains("changed="))
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
-    assert!(ready(&m));
-
-    // Check mode on a converged node shows nothing to change.
-    let check = play("--check --diff");
-    assert!(
-        check.status.success(),
-        "{}",
-        String::from_utf8_lossy(&check.stdout)
-    );
-
-    let second = play("");
-    let text = String::from_utf8_lossy(&second.stdout).into_owned();
-    assert!(second.status.success(), "{text}");
-    let recap = text
-        .lines()
-        .find(|l| l.contains("changed="))
-        .unwrap_or_default()
-        .to_owned();
-    println!("second run: {recap}");
-    assert!(
-        recap.contains("changed=0"),
-        "second run changed something:\n{text}"
-    );
-}
-
-#[test]
 #[ignore = "needs the built packages and rpm: run via scripts/test.sh"]
 fn rpm_contents_scripts_and_scratch_install() {
     let rpm = package("RDMA_AGENT_RPM");
@@ -221,12 +172,17 @@ fn rpm_contents_scripts_and_scratch_install() {
         .output()
         .expect("rpm is installed by scripts/test.sh");
     let list = String::from_utf8_lossy(&list.stdout);
+    let pages = MAN_PAGES.iter().map(|p| format!("/usr/share/man/man8/{p}"));
     for f in [
         "/usr/bin/rdma-node-agent",
         "/usr/lib/systemd/system/rdma-node-agent.service",
+        "/usr/lib/systemd/system-preset/50-rdma-node-agent.preset",
         "/etc/rdma-node-agent/config.toml",
-        "/usr/share/man/man8/rdma-node-agent.8",
-    ] {
+    ]
+    .map(String::from)
+    .into_iter()
+    .chain(pages)
+    {
         assert!(list.lines().any(|l| l == f), "{f} not in the rpm:\n{list}");
     }
     let config = Command::new("rpm")
@@ -277,6 +233,107 @@ fn rpm_contents_scripts_and_scratch_install() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&version.stdout).starts_with("rdma-node-agent "));
+}
+
+/// `apply` by the installed binary: a restart it could not ask systemd for is
+/// pending (exit 2, and `pending:` on stderr says what to run), not success.
+#[test]
+#[ignore = "needs root, systemd-nspawn and the built packages: run via scripts/test.sh"]
+fn apply_exits_2_naming_the_restart_it_could_not_ask_for() {
+    let deb = package("RDMA_AGENT_DEB");
+    let m = Machine::boot();
+    m.write("/etc/rdma-node-agent/config.toml", NODE_CONFIG);
+    m.install(&deb, "/var/tmp/agent.deb", 0o644);
+    apt(&m, "install /var/tmp/agent.deb");
+    m.wait("/readyz 200", Duration::from_secs(30), ready);
+    // A new memlock needs a containerd restart; with the system bus gone
+    // systemd cannot be asked for it.
+    m.sh_ok("systemctl stop rdma-node-agent");
+    m.write(
+        "/etc/rdma-node-agent/config.toml",
+        &NODE_CONFIG.replacen("4MiB", "2MiB", 1),
+    );
+    m.sh_ok("systemctl stop dbus.socket dbus.service");
+    let out = m.exec(&["rdma-node-agent", "apply"]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(2), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("changed: /etc/containerd/rdma-node-agent/base-spec.json"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("pending: restart containerd.service: systemd is not reachable"),
+        "{stderr}"
+    );
+}
+
+/// The .rpm's files unpacked onto a real systemd node and its %post run as rpm
+/// runs it at first install ($1 = 1), under RHEL's default preset, which
+/// disables every service the package does not enable by a preset of its own.
+#[test]
+#[ignore = "needs root, systemd-nspawn, rpm and the built packages: run via scripts/test.sh"]
+fn rpm_post_install_enables_and_starts_under_a_disable_all_preset() {
+    let rpm = package("RDMA_AGENT_RPM");
+    let m = Machine::boot();
+    m.write(
+        "/usr/lib/systemd/system-preset/90-default.preset",
+        "# As RHEL 9 ships it, last line.\ndisable *\n",
+    );
+    m.write("/etc/rdma-node-agent/config.toml", NODE_CONFIG);
+    // The files as rpm lays them out (into a scratch root: `--root` at the
+    // machine would keep rpm's database on this host), then onto the node,
+    // keeping the operator's config as %config(noreplace) does.
+    let scratch = tempfile::tempdir().unwrap();
+    let unpack = Command::new("rpm")
+        .arg("--root")
+        .arg(scratch.path())
+        .args(["--nodeps", "--noscripts", "-i"])
+        .arg(&rpm)
+        .output()
+        .unwrap();
+    assert!(
+        unpack.status.success(),
+        "{}",
+        String::from_utf8_lossy(&unpack.stderr)
+    );
+    let list = Command::new("rpm").arg("-qpl").arg(&rpm).output().unwrap();
+    for f in String::from_utf8_lossy(&list.stdout).lines() {
+        let src = scratch.path().join(f.trim_start_matches('/'));
+        if src.is_file() && f != "/etc/rdma-node-agent/config.toml" {
+            let mode =
+                std::os::unix::fs::PermissionsExt::mode(&src.metadata().unwrap().permissions());
+            m.install(&src, f, mode & 0o7777);
+        }
+    }
+    assert!(
+        m.path("/usr/lib/systemd/system-preset/50-rdma-node-agent.preset")
+            .exists()
+    );
+    let post = Command::new("rpm")
+        .args(["-qp", "--queryformat", "%{POSTIN}"])
+        .arg(&rpm)
+        .output()
+        .unwrap();
+    m.write("/root/postin.sh", &String::from_utf8_lossy(&post.stdout));
+    m.sh_ok("sh /root/postin.sh 1");
+    assert_eq!(
+        m.sh("systemctl is-enabled rdma-node-agent").trim(),
+        "enabled"
+    );
+    assert_eq!(m.sh("systemctl is-active rdma-node-agent").trim(), "active");
+    m.wait("/readyz 200", Duration::from_secs(30), ready);
+    // Without the package's preset, the same %post leaves it disabled.
+    m.sh_ok(
+        "systemctl disable --now rdma-node-agent && \
+         rm /usr/lib/systemd/system-preset/50-rdma-node-agent.preset && sh /root/postin.sh 1",
+    );
+    assert_eq!(
+        m.sh("systemctl is-enabled rdma-node-agent").trim(),
+        "disabled"
+    );
 }
 
 /// Whether a 64-bit little-endian ELF file asks for a dynamic loader (PT_INTERP).

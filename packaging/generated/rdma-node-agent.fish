@@ -53,7 +53,7 @@ complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand apply" -
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand apply" -l config -d 'The agent\'s config, resolved under --root [default: /etc/rdma-node-agent/config.toml, which may be absent (built-in defaults); a FILE given here must exist]' -r -F
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand apply" -l json
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand apply" -l no-restart -d 'Change files only; leave restarts for later'
-complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand apply" -s h -l help -d 'Print help'
+complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand apply" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand serve" -l listen -d 'Where the health endpoint listens (`host:port` or `unix:/path`); default from the config' -r
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand serve" -l root -d 'Act on the tree under DIR instead of the live host (like `systemctl --root`)' -r -F
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand serve" -l config -d 'The agent\'s config, resolved under --root [default: /etc/rdma-node-agent/config.toml, which may be absent (built-in defaults); a FILE given here must exist]' -r -F

@@ -105,6 +105,7 @@ pub(super) fn reconcile_once(
     let interval = Duration::from_secs(config.daemon.interval_secs.max(1));
     let debounce = Duration::from_millis(config.daemon.debounce_ms);
     let mode = config.mode;
+    let config_sha256 = config.sha256.clone();
     // The daemon acts on the host it runs on (`--root` only in tests, then with
     // no live action).
     let mut agent = if host.is_live() {
@@ -234,6 +235,7 @@ pub(super) fn reconcile_once(
     let cycle = Cycle {
         report,
         mode: Some(mode),
+        config_sha256,
         finished_unix: 0,
         duration_ms: 0,
         trigger,

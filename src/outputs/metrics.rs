@@ -296,6 +296,7 @@ mod tests {
                     .with_reason(crate::reason::Reason::MemlockBelowTarget),
             ])),
             mode: Some(crate::config::Mode::Enforce),
+            config_sha256: None,
             finished_unix: 1_700_000_000,
             duration_ms: 12,
             trigger: "start".into(),

@@ -1,6 +1,7 @@
 //! What the daemon publishes after each reconcile, for the health outputs
 //! (HTTP, metrics) to render: they read this record, never the host.
 
+pub mod assets;
 pub mod exposition;
 mod fleet_metrics;
 mod gpudirect_metrics;
@@ -27,6 +28,9 @@ pub struct Cycle {
     /// `None`: the cycle ended before a config was read (shown as "unknown").
     #[serde(serialize_with = "mode_or_unknown")]
     pub mode: Option<Mode>,
+    /// SHA-256 of the config file this cycle ran with (null: built-in defaults,
+    /// or none loaded): a rollout waits for the one it wrote.
+    pub config_sha256: Option<String>,
     pub finished_unix: u64,
     pub duration_ms: u64,
     pub trigger: String,
@@ -51,6 +55,7 @@ impl Cycle {
         Cycle {
             report: None,
             mode: None,
+            config_sha256: None,
             finished_unix: 0,
             duration_ms: 0,
             trigger,
