@@ -183,7 +183,7 @@ _rdma__node__agent() {
             return 0
             ;;
         rdma__subcmd__node__subcmd__agent__subcmd__fleet)
-            opts="-h --prometheus --bearer-token-file --basic-auth-user --basic-auth-password-file --ca-file --insecure-skip-verify --node-label --json --timeout --flap-window --flap-threshold --root --config --help"
+            opts="-h --prometheus --bearer-token-file --basic-auth-user --basic-auth-password-file --ca-file --insecure-skip-verify --allow-http-credentials --max-answer-bytes --node-label --json --timeout --flap-window --flap-threshold --root --config --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -206,6 +206,10 @@ _rdma__node__agent() {
                     return 0
                     ;;
                 --ca-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-answer-bytes)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -76,6 +76,7 @@ complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand fleet" -
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand fleet" -l basic-auth-user -d 'Basic auth user; its password comes from --basic-auth-password-file' -r
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand fleet" -l basic-auth-password-file -d 'A file holding the basic auth password (never printed)' -r -F
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand fleet" -l ca-file -d 'PEM certificate(s) to trust besides the system\'s, for an https URL' -r -F
+complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand fleet" -l max-answer-bytes -d 'The largest answer to one query that is read (bytes); a larger one is an error' -r
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand fleet" -l node-label -d 'The label naming a node; series without it are named by `instance`' -r
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand fleet" -l timeout -d 'How long each query may take (connect included)' -r
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand fleet" -l flap-window -d 'The window in which flaps are counted; also how far back a node that stopped reporting is remembered' -r
@@ -83,6 +84,7 @@ complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand fleet" -
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand fleet" -l root -d 'Act on the tree under DIR instead of the live host (like `systemctl --root`)' -r -F
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand fleet" -l config -d 'The agent\'s config, resolved under --root [default: /etc/rdma-node-agent/config.toml, which may be absent (built-in defaults); a FILE given here must exist]' -r -F
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand fleet" -l insecure-skip-verify -d 'Do not check the server\'s certificate (a test server; never across a network you do not own)'
+complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand fleet" -l allow-http-credentials -d 'Send the bearer token or basic auth password over a plain http:// URL (refused otherwise: anyone on the path can read them)'
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand fleet" -l json -d 'Print the report as JSON (errors as {"error": …})'
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand fleet" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c rdma-node-agent -n "__fish_rdma_node_agent_using_subcommand pci-config; and not __fish_seen_subcommand_from read write-acs help" -l root -d 'Act on the tree under DIR instead of the live host (like `systemctl --root`)' -r -F
