@@ -151,10 +151,45 @@ impl Config {
         one(&self.kubelet, text, shown_path)
     }
 
+    /// Keys that said a second time what another says (and could disagree):
+    /// the old one is taken as the new one where that is unset, and either way
+    /// the file gets a warning saying exactly what to write.
+    fn migrate(&mut self, shown_path: &Path) {
+        self.migrate_gpudirect(shown_path);
+        self.migrate_units(shown_path);
+    }
+
+    /// `[rdma] gpudirect_required` said "GPUDirect is required" beside
+    /// `[gpudirect] required`: the modules now live in `[gpudirect]` too.
+    fn migrate_gpudirect(&mut self, shown_path: &Path) {
+        let Some(old) = self.rdma.gpudirect_required.take() else {
+            return;
+        };
+        let shown = shown_path.display();
+        let list = |m: &[rdma::GpuDirectModule]| {
+            let names: Vec<String> = m.iter().map(|m| format!("{:?}", m.name())).collect();
+            format!("[{}]", names.join(", "))
+        };
+        let new = &self.gpudirect.required_modules;
+        if new.is_empty() || *new == old {
+            self.warnings.push(format!(
+                "{shown}: `gpudirect_required` under [rdma] is no longer read; it is taken as `required_modules = {}` under [gpudirect], the one place that says GPUDirect is required: write that there instead, and delete the line under [rdma]",
+                list(&old)
+            ));
+            self.gpudirect.required_modules = old;
+        } else {
+            self.warnings.push(format!(
+                "{shown}: `gpudirect_required = {}` under [rdma] is no longer read: `required_modules = {}` under [gpudirect] says which GPUDirect modules must be loaded; delete the line under [rdma]",
+                list(&old),
+                list(new)
+            ));
+        }
+    }
+
     /// `[systemd] units` named the unit that runs containerd a second time, and
     /// the two could disagree: one entry becomes `[containerd] unit` (when that
     /// is unset), and either way the file gets a warning saying what to write.
-    fn migrate(&mut self, shown_path: &Path) {
+    fn migrate_units(&mut self, shown_path: &Path) {
         let Some(units) = self.systemd.units.take() else {
             return;
         };
@@ -310,5 +345,37 @@ below_target = "fail"
         Config::parse("", Path::new("c.toml")).unwrap();
         let ok = "[gpudirect]\nrequired_gpus = [\"0000:1b:00.0\"]\n[http]\nlisten = \"unix:/run/x.sock\"\n";
         Config::parse(ok, Path::new("c.toml")).unwrap();
+    }
+
+    /// One place says GPUDirect is required: the old `[rdma]` key still loads,
+    /// as the `[gpudirect]` one, with a warning that says what to write.
+    #[test]
+    fn the_old_gpudirect_key_loads_as_the_new_one_with_a_warning() {
+        use rdma::GpuDirectModule::{Gdrdrv, NvidiaPeermem};
+        let old = "[rdma]\ngpudirect_required = [\"nvidia_peermem\", \"gdrdrv\"]\n";
+        let c = Config::parse(old, Path::new("/etc/rdma-node-agent/config.toml")).unwrap();
+        assert_eq!(c.gpudirect.required_modules, [NvidiaPeermem, Gdrdrv]);
+        assert_eq!(c.rdma.gpudirect_required, None);
+        assert_eq!(
+            c.warnings,
+            [
+                "/etc/rdma-node-agent/config.toml: `gpudirect_required` under [rdma] is no longer read; it is taken as `required_modules = [\"nvidia_peermem\", \"gdrdrv\"]` under [gpudirect], the one place that says GPUDirect is required: write that there instead, and delete the line under [rdma]"
+            ]
+        );
+        // What the warning says to write means the same, with no warning.
+        let new = "[gpudirect]\nrequired_modules = [\"nvidia_peermem\", \"gdrdrv\"]\n";
+        let n = Config::parse(new, Path::new("c.toml")).unwrap();
+        assert_eq!(n.gpudirect, c.gpudirect);
+        assert!(n.warnings.is_empty());
+        // Both, differing: the new key wins, the old line is to go.
+        let both = format!("{old}[gpudirect]\nrequired_modules = [\"gdrdrv\"]\n");
+        let b = Config::parse(&both, Path::new("c.toml")).unwrap();
+        assert_eq!(b.gpudirect.required_modules, [Gdrdrv]);
+        assert!(
+            b.warnings[0]
+                .contains("is no longer read: `required_modules = [\"gdrdrv\"]` under [gpudirect]"),
+            "{:?}",
+            b.warnings
+        );
     }
 }

@@ -32,6 +32,7 @@ reasons! {
     FactUnreadable => "fact_unreadable",
     AgentStateUnreadable => "agent_state_unreadable",
     PathNotWritable => "path_not_writable",
+    DependencyUnknown => "dependency_unknown",
     // containerd.memlock
     ConfigUnreadable => "config_unreadable",
     ContainerdAbsent => "containerd_absent",
@@ -44,6 +45,10 @@ reasons! {
     ContainerdNotRunning => "containerd_not_running",
     HandlerUnmanaged => "handler_unmanaged",
     ContainerdConfigWarning => "containerd_config_warning",
+    // containerd.nri
+    NriUnavailable => "nri_unavailable",
+    NriPluginNotRunning => "nri_plugin_not_running",
+    NriPluginNotRegistered => "nri_plugin_not_registered",
     // systemd.memlock, pods.memlock
     DropinMissing => "dropin_missing",
     DaemonReloadPending => "daemon_reload_pending",
@@ -89,6 +94,8 @@ reasons! {
     DkmsNotInstalled => "dkms_not_installed",
     DkmsNotInstalledForPendingKernel => "dkms_not_installed_for_pending_kernel",
     DkmsStatusDisagrees => "dkms_status_disagrees",
+    DkmsStatusTimeout => "dkms_status_timeout",
+    DkmsStatusFailed => "dkms_status_failed",
 }
 
 impl std::fmt::Display for Reason {

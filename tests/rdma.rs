@@ -131,7 +131,7 @@ fn a_down_port_expected_active_fails_naming_it() {
     write(
         t.path(),
         CONFIG,
-        "[rdma]\ngpudirect_required = [\"nvidia_peermem\", \"gdrdrv\"]\n\
+        "[gpudirect]\nrequired_modules = [\"nvidia_peermem\", \"gdrdrv\"]\n\
          [[rdma.expect_port]]\ndevice = \"mlx5_0\"\nport = 1\n\
          [[rdma.expect_port]]\ndevice = \"mlx5_1\"\nport = 1\nmin_rate_gbps = 200\n",
     );
@@ -141,7 +141,7 @@ fn a_down_port_expected_active_fails_naming_it() {
     assert_eq!(
         c["message"],
         "mlx5_0/1 is DOWN (Disabled), expected ACTIVE; GPUDirect module gdrdrv is not loaded \
-         (2 NVIDIA GPU(s) present; required by rdma.gpudirect_required)"
+         (2 NVIDIA GPU(s) present; required by gpudirect.required_modules)"
     );
     let o = agent(t.path(), &["check"]);
     assert!(
@@ -361,4 +361,40 @@ fn a_thousand_sriov_devices() {
         c["message"],
         "1024 RDMA device(s) (1016 VFs), 1024/1024 port(s) ACTIVE"
     );
+}
+
+/// `kubelet.devices` counts the host's ports from `rdma.devices`: when that
+/// gather fails it saw none, and said `ok` ("0 of 0 ACTIVE") or a false
+/// mismatch. The engine carries the unknown along `needs()`.
+#[test]
+fn kubelet_devices_is_unknown_when_rdma_devices_could_not_be_read() {
+    let t = node("v100");
+    let class = t.path().join("sys/class/infiniband");
+    std::fs::remove_dir_all(&class).unwrap();
+    // A link to itself: listing it fails (ELOOP), even as root.
+    std::os::unix::fs::symlink("infiniband", &class).unwrap();
+    let o = agent(t.path(), &["check", "--json", "--only", "kubelet.devices"]);
+    let v = json(&o);
+    let by_id = |id: &str| {
+        v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == id)
+            .unwrap_or_else(|| panic!("no {id}: {v}"))
+            .clone()
+    };
+    // `--only` shows the asked check (rdma.devices ran for it, unseen).
+    assert_eq!(v["checks"].as_array().unwrap().len(), 1, "{v}");
+    let k = by_id("kubelet.devices");
+    assert_eq!(k["status"], "unknown", "{k}");
+    assert_eq!(k["reason"], "dependency_unknown", "{k}");
+    let m = k["message"].as_str().unwrap();
+    assert!(
+        m.starts_with(
+            "not established: it reads rdma.devices, whose facts could not be gathered (unknown: "
+        ) && m.contains("/sys/class/infiniband"),
+        "{m}"
+    );
+    assert_eq!(code(&o), 2, "{}", stdout(&o));
 }

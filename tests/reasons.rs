@@ -38,7 +38,11 @@ fn trees() -> Vec<PathBuf> {
 /// The checks of `check --json` that are neither ok nor skipped, each with
 /// its reason (or what is wrong with it).
 fn unexplained(root: &Path) -> (usize, Vec<String>) {
-    let o = agent(root, &["check", "--json"]);
+    unexplained_with(root, &["check", "--json"])
+}
+
+fn unexplained_with(root: &Path, args: &[&str]) -> (usize, Vec<String>) {
+    let o = agent(root, args);
     let v: serde_json::Value = serde_json::from_str(&stdout(&o))
         .unwrap_or_else(|e| panic!("{}: {e}: {}", root.display(), stderr(&o)));
     let mut non_ok = 0;
@@ -104,5 +108,57 @@ fn every_non_ok_check_on_every_fixture_tree_has_one_known_reason() {
     assert!(seen >= 30, "only {seen} fixture trees found");
     // The trees hold real faults: the test judges something.
     assert!(non_ok >= 20, "only {non_ok} non-ok checks seen");
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// `containerd.nri` is skipped on every tree above (`memlock_via` defaults to
+/// the base spec): with each NRI route, on every sample node (no NRI socket,
+/// no daemon under `--root`), its non-ok results carry a reason too.
+#[test]
+fn containerd_nri_has_a_reason_on_every_route() {
+    let mut bad = Vec::new();
+    let mut non_ok = 0;
+    let nodes: Vec<PathBuf> = std::fs::read_dir(fixtures().join("nodes"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    assert!(!nodes.is_empty());
+    for node in &nodes {
+        for via in ["nri", "both"] {
+            let t = tempfile::tempdir().unwrap();
+            copy_tree(node, t.path());
+            let config = t.path().join("etc/rdma-node-agent/config.toml");
+            std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+            let old = std::fs::read_to_string(&config).unwrap_or_default();
+            // The key goes into the file's [containerd] table, or a new one.
+            let text = if old.contains("[containerd]\n") {
+                old.replacen(
+                    "[containerd]\n",
+                    &format!("[containerd]\nmemlock_via = \"{via}\"\n"),
+                    1,
+                )
+            } else {
+                format!("[containerd]\nmemlock_via = \"{via}\"\n\n{old}")
+            };
+            std::fs::write(&config, text).unwrap();
+            let (n, b) =
+                unexplained_with(t.path(), &["check", "--only", "containerd.nri", "--json"]);
+            assert!(
+                n > 0,
+                "{} memlock_via = {via}: containerd.nri was ok",
+                node.display()
+            );
+            non_ok += n;
+            bad.extend(
+                b.into_iter()
+                    .map(|b| format!("{} (memlock_via = {via}): {b}", node.display())),
+            );
+        }
+    }
+    eprintln!(
+        "{} nodes, {non_ok} non-ok containerd.nri results",
+        nodes.len()
+    );
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }

@@ -8,6 +8,7 @@
 use std::path::Path;
 
 use crate::config::Config;
+use crate::config::nri::MemlockVia;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::fleet::Fact;
 use crate::host::snapshot::Snapshot;
@@ -20,6 +21,8 @@ pub struct Facts {
     ports: Vec<Fact>,
     kernel: String,
     gpu_driver: String,
+    /// The route containers get memlock by this cycle: `auto` resolved.
+    memlock_via: &'static str,
 }
 
 pub struct Export;
@@ -36,7 +39,7 @@ impl Concern for Export {
         true
     }
 
-    fn gather(&self, snap: &Snapshot, _cfg: &Config) -> Result<Facts, GatherError> {
+    fn gather(&self, snap: &Snapshot, cfg: &Config) -> Result<Facts, GatherError> {
         let host = snap;
         let text = |p: &Path| {
             host.read_string(p)
@@ -129,6 +132,7 @@ impl Concern for Export {
             ports,
             kernel: snap.kernel_release().unwrap_or_default(),
             gpu_driver: text(Path::new("/sys/module/nvidia/version")),
+            memlock_via: memlock_via(cfg, snap),
         })
     }
 
@@ -141,8 +145,7 @@ impl Concern for Export {
                 .map(|m| m.as_str().to_owned())
                 .unwrap_or_default(),
             memlock_target: ctx.config.containerd.memlock.to_string(),
-            // The one mechanism today; NRI is to come.
-            memlock_via: "base-spec".to_owned(),
+            memlock_via: f.memlock_via.to_owned(),
             gpu_driver: f.gpu_driver.clone(),
         };
         let observations = f
@@ -157,6 +160,19 @@ impl Concern for Export {
             observations,
             ..Decision::default()
         }
+    }
+}
+
+/// How containers get their memlock here, as `[containerd] memlock_via`
+/// spells it, with `auto` resolved as `containerd.memlock` resolves it this
+/// cycle; empty when the agent does not prepare containerd.
+fn memlock_via(cfg: &Config, snap: &Snapshot) -> &'static str {
+    let via = cfg.containerd.memlock_via;
+    match via {
+        _ if !cfg.containerd.enabled => "",
+        MemlockVia::Auto if cfg.containerd.base_spec_route(snap) => MemlockVia::BaseSpec.as_str(),
+        MemlockVia::Auto => MemlockVia::Nri.as_str(),
+        _ => via.as_str(),
     }
 }
 
@@ -255,5 +271,26 @@ mod tests {
              eth0\t0002000A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n";
         assert_eq!(roce_subnet(routes, "eth0").as_deref(), Some("10.0.2.0/24"));
         assert_eq!(roce_subnet(routes, "eth1"), None);
+    }
+
+    /// `node_info{memlock_via}` is the route this cycle takes: before, it
+    /// said "base-spec" whatever the config.
+    #[test]
+    fn memlock_via_is_the_route_taken() {
+        let t = tempfile::tempdir().unwrap();
+        let snap = Snapshot::new(crate::host::Host::new(t.path()));
+        let via = |text: &str| {
+            let cfg = Config::parse(text, Path::new("c.toml")).unwrap();
+            memlock_via(&cfg, &snap)
+        };
+        assert_eq!(via(""), "base-spec");
+        assert_eq!(via("[containerd]\nmemlock_via = \"nri\"\n"), "nri");
+        assert_eq!(via("[containerd]\nmemlock_via = \"both\"\n"), "both");
+        // `auto` with no NRI socket to take plugins: the base spec.
+        assert_eq!(via("[containerd]\nmemlock_via = \"auto\"\n"), "base-spec");
+        assert_eq!(
+            via("[containerd]\nenabled = false\nmemlock_via = \"nri\"\n"),
+            ""
+        );
     }
 }

@@ -46,13 +46,29 @@ fn as_display<S: serde::Serializer>(l: &Limit, s: S) -> std::result::Result<S::O
     s.collect_str(l)
 }
 
-pub fn gather(host: &Snapshot) -> Result<Vec<PodProcess>> {
+/// The pod processes read, and the processes that could not be: each of
+/// those may be a pod container below target.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pods {
+    pub procs: Vec<PodProcess>,
+    /// `pid N: what could not be read` (a process gone meanwhile is not here).
+    pub unreadable: Vec<String>,
+}
+
+pub fn gather(host: &Snapshot) -> Result<Pods> {
     let mut out: Vec<PodProcess> = Vec::new();
+    let mut unreadable = Vec::new();
     // Once per gather: it turns each container's start ticks into a time.
     let boot = procfs::boot_time(host);
     for pid in procfs::pids(host)? {
-        let Some(cg) = procfs::read(host, pid, "cgroup") else {
-            continue;
+        let cg = match host.proc_read(pid, "cgroup") {
+            Ok(Some(cg)) => cg,
+            // Gone since /proc was listed.
+            Ok(None) => continue,
+            Err(e) => {
+                unreadable.push(format!("pid {pid}: {e}"));
+                continue;
+            }
         };
         let Some((pod_uid, container_id)) = parse_cgroup(&cg) else {
             continue;
@@ -69,10 +85,24 @@ pub fn gather(host: &Snapshot) -> Result<Vec<PodProcess>> {
             .and_then(|ppid| procfs::read(host, ppid, "cmdline"))
             .and_then(|c| parse_shim_id(&c));
         let started = stat.zip(boot).and_then(|(s, b)| procfs::started_at(&s, b));
-        let Some(memlock) = procfs::read(host, pid, "limits")
-            .and_then(|l| procfs::parse_limit(&l, procfs::MEMLOCK_ROW))
-        else {
-            continue;
+        let memlock = match host.proc_read(pid, "limits") {
+            // The kernel prints nothing for a process that has exited.
+            Ok(Some(l)) if l.trim().is_empty() => continue,
+            Ok(Some(l)) => match procfs::parse_limit(&l, procfs::MEMLOCK_ROW) {
+                Some(m) => m,
+                None => {
+                    unreadable.push(format!(
+                        "pid {pid}: /proc/{pid}/limits has no \"{}\" row",
+                        procfs::MEMLOCK_ROW
+                    ));
+                    continue;
+                }
+            },
+            Ok(None) => continue,
+            Err(e) => {
+                unreadable.push(format!("pid {pid}: {e}"));
+                continue;
+            }
         };
         out.push(PodProcess {
             pid,
@@ -84,36 +114,62 @@ pub fn gather(host: &Snapshot) -> Result<Vec<PodProcess>> {
             started,
         });
     }
-    Ok(out)
+    Ok(Pods {
+        procs: out,
+        unreadable,
+    })
 }
 
 /// `containerd_started`: when the running containerd, which has read the current
 /// config, started (`None` when unknown or a restart is pending). A container
 /// below target that started before it predates the change and needs its pod
 /// recreated; one started since runs on a handler that does not get the base spec.
+/// A process that could not be read is not "none below": the check is
+/// `unknown` (or `fail`, when a container read is below target and the
+/// severity is `fail`), naming them and how many.
 pub fn check(
-    procs: &[PodProcess],
+    pods: &Pods,
     target: Limit,
     severity: Severity,
     containerd_started: Option<SystemTime>,
 ) -> Check {
+    let procs = &pods.procs;
     let low: Vec<&PodProcess> = procs
         .iter()
         .filter(|p| !p.is_sandbox() && p.memlock < target)
         .collect();
+    let unread = (!pods.unreadable.is_empty()).then(|| {
+        format!(
+            "{} process(es) could not be read, so whether they are pod containers below memlock {target} is not known: {}",
+            pods.unreadable.len(),
+            first_five(&pods.unreadable)
+        )
+    });
     if low.is_empty() {
-        return Check::new(
-            CHECK_ID,
-            Status::Ok,
-            format!(
-                "{} pod container(s) running, none below memlock {target}",
-                procs.len()
-            ),
+        let seen = format!(
+            "{} pod container(s) running, none below memlock {target}",
+            procs.len()
         );
+        return match unread {
+            None => Check::new(CHECK_ID, Status::Ok, seen),
+            Some(u) => Check::new(
+                CHECK_ID,
+                Status::Unknown,
+                format!("{u}; of those read, {seen}"),
+            )
+            .with_reason(crate::reason::Reason::FactUnreadable)
+            .with_details(json!({ "unreadable": pods.unreadable })),
+        };
     }
-    let status = match severity {
+    let found = match severity {
         Severity::Warn => Status::Warn,
         Severity::Fail => Status::Fail,
+    };
+    // The worse of what was found and what could not be read.
+    let status = if unread.is_some() {
+        found.max(Status::Unknown)
+    } else {
+        found
     };
     // /proc start times are exact to a clock tick, containerd's to the microsecond
     // or a second: a second of slack keeps a pod started with containerd "before".
@@ -137,9 +193,28 @@ pub fn check(
             name_some(&after)
         ));
     }
+    parts.extend(unread);
+    let reason = if status == found {
+        crate::reason::Reason::MemlockBelowTarget
+    } else {
+        crate::reason::Reason::FactUnreadable
+    };
     Check::new(CHECK_ID, status, parts.join("; "))
-        .with_reason(crate::reason::Reason::MemlockBelowTarget)
-        .with_details(json!({ "below_target": before, "started_since_containerd": after }))
+        .with_reason(reason)
+        .with_details(json!({
+            "below_target": before,
+            "started_since_containerd": after,
+            "unreadable": pods.unreadable,
+        }))
+}
+
+/// The first five, and how many more.
+fn first_five(items: &[String]) -> String {
+    let more = match items.len() {
+        n if n > 5 => format!(" and {} more", n - 5),
+        _ => String::new(),
+    };
+    format!("{}{more}", items[..items.len().min(5)].join("; "))
 }
 
 /// The first five, and how many more.
@@ -170,7 +245,7 @@ fn name_some(procs: &[&PodProcess]) -> String {
 pub struct Memlock;
 
 impl crate::engine::concern::Concern for Memlock {
-    type Facts = Vec<PodProcess>;
+    type Facts = Pods;
 
     fn ids(&self) -> &'static [&'static str] {
         &[CHECK_ID]
@@ -189,19 +264,19 @@ impl crate::engine::concern::Concern for Memlock {
         &self,
         snap: &Snapshot,
         _cfg: &crate::config::Config,
-    ) -> std::result::Result<Vec<PodProcess>, crate::engine::concern::GatherError> {
+    ) -> std::result::Result<Pods, crate::engine::concern::GatherError> {
         gather(snap).map_err(crate::engine::concern::GatherError::unknown)
     }
 
     fn decide(
         &self,
-        procs: &Vec<PodProcess>,
+        pods: &Pods,
         ctx: &crate::engine::concern::Ctx,
     ) -> crate::engine::concern::Decision {
         use crate::observe::Observations;
         crate::engine::concern::Decision {
             checks: vec![check(
-                procs,
+                pods,
                 ctx.config.containerd.memlock,
                 ctx.config.pods.below_target,
                 ctx.observations.containerd_current_since(),
@@ -216,6 +291,13 @@ mod tests {
     use super::*;
 
     const ID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    fn pods(procs: Vec<PodProcess>) -> Pods {
+        Pods {
+            procs,
+            unreadable: Vec::new(),
+        }
+    }
 
     fn proc(comm: &str, memlock: Limit) -> PodProcess {
         PodProcess {
@@ -232,10 +314,10 @@ mod tests {
     #[test]
     fn names_containers_below_target() {
         let c = check(
-            &[
+            &pods(vec![
                 proc("ib_write_bw", Limit(65536)),
                 proc("pause", Limit(65536)),
-            ],
+            ]),
             Limit::UNLIMITED,
             Severity::Warn,
             None,
@@ -248,14 +330,14 @@ mod tests {
             c.message
         );
         let ok = check(
-            &[
+            &pods(vec![
                 proc("x", Limit::UNLIMITED),
                 // A sandbox of a non-standard pause image, known by its shim.
                 PodProcess {
                     shim_id: Some(ID.into()),
                     ..proc("sleep", Limit(65536))
                 },
-            ],
+            ]),
             Limit::UNLIMITED,
             Severity::Fail,
             None,
@@ -272,7 +354,11 @@ mod tests {
         };
         // containerd started at t + 100.
         let c = check(
-            &[at(50, "old"), at(100, "with-containerd"), at(200, "new")],
+            &pods(vec![
+                at(50, "old"),
+                at(100, "with-containerd"),
+                at(200, "new"),
+            ]),
             Limit(4 << 20),
             Severity::Warn,
             Some(t + Duration::from_secs(100)),
@@ -294,11 +380,91 @@ mod tests {
         assert_eq!(c.details["below_target"].as_array().unwrap().len(), 2);
         assert_eq!(c.details["started_since_containerd"][0]["comm"], "new");
         // Without containerd's start time, every one counts as started before.
-        let c = check(&[at(200, "new")], Limit(4 << 20), Severity::Warn, None);
+        let c = check(
+            &pods(vec![at(200, "new")]),
+            Limit(4 << 20),
+            Severity::Warn,
+            None,
+        );
         assert!(
             c.message.starts_with("1 pod container(s) run below"),
             "{}",
             c.message
         );
+    }
+
+    /// A process whose cgroup or limits cannot be read may be a pod container
+    /// below target: before, it was skipped and the check said "none below".
+    #[test]
+    fn unreadable_processes_make_it_unknown_never_none_below() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path();
+        let pod = format!(
+            "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod12_34.slice/cri-containerd-{ID}.scope\n"
+        );
+        let ok_limits = "Limit  Soft Limit  Hard Limit  Units\nMax locked memory         unlimited            unlimited            bytes\n";
+        for pid in ["100", "101", "102", "103"] {
+            std::fs::create_dir_all(root.join("proc").join(pid)).unwrap();
+        }
+        // 100: read, unlimited. 101: limits unreadable. 102: cgroup unreadable.
+        std::fs::write(root.join("proc/100/cgroup"), &pod).unwrap();
+        std::fs::write(root.join("proc/100/limits"), ok_limits).unwrap();
+        std::fs::write(
+            root.join("proc/101/cgroup"),
+            pod.replace(ID, &"1".repeat(64)),
+        )
+        .unwrap();
+        // A directory: unreadable as a file, even to root.
+        std::fs::create_dir(root.join("proc/101/limits")).unwrap();
+        std::fs::create_dir(root.join("proc/102/cgroup")).unwrap();
+        // 103 exited while read: the kernel prints empty limits. Gone, not unreadable.
+        std::fs::write(
+            root.join("proc/103/cgroup"),
+            pod.replace(ID, &"3".repeat(64)),
+        )
+        .unwrap();
+        std::fs::write(root.join("proc/103/limits"), "").unwrap();
+        let snap = Snapshot::new(crate::host::Host::new(root));
+        let got = gather(&snap).unwrap();
+        assert_eq!(got.procs.len(), 1);
+        assert_eq!(got.unreadable.len(), 2, "{:?}", got.unreadable);
+        assert!(
+            got.unreadable[0].starts_with("pid 101: "),
+            "{:?}",
+            got.unreadable
+        );
+        assert!(
+            got.unreadable[1].starts_with("pid 102: "),
+            "{:?}",
+            got.unreadable
+        );
+        let c = check(&got, Limit::UNLIMITED, Severity::Warn, None);
+        assert_eq!(c.status, Status::Unknown, "{}", c.message);
+        assert_eq!(c.reason, Some(crate::reason::Reason::FactUnreadable));
+        assert!(
+            c.message.starts_with("2 process(es) could not be read, so whether they are pod containers below memlock unlimited is not known: pid 101: "),
+            "{}",
+            c.message
+        );
+        assert!(
+            c.message.ends_with(
+                "; of those read, 1 pod container(s) running, none below memlock unlimited"
+            ),
+            "{}",
+            c.message
+        );
+        // A finding stays in the message; `fail` stays `fail`.
+        let mut below = got.clone();
+        below.procs.push(proc("ib_write_bw", Limit(65536)));
+        let c = check(&below, Limit::UNLIMITED, Severity::Warn, None);
+        assert_eq!(c.status, Status::Unknown);
+        assert!(
+            c.message.contains("run below memlock unlimited"),
+            "{}",
+            c.message
+        );
+        let c = check(&below, Limit::UNLIMITED, Severity::Fail, None);
+        assert_eq!(c.status, Status::Fail);
+        assert_eq!(c.reason, Some(crate::reason::Reason::MemlockBelowTarget));
     }
 }

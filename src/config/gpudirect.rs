@@ -1,8 +1,11 @@
-//! The `[gpudirect]` section: whether `gpudirect.path` runs, which GPUs
-//! must have a working GPUDirect RDMA path to their nearest NIC, and whether
-//! `apply` clears the ACS redirect bits on those paths.
+//! The `[gpudirect]` section, the one place that says GPUDirect is required:
+//! whether `gpudirect.path` runs, which GPUs must have a working GPUDirect
+//! RDMA path to their nearest NIC, which GPUDirect modules must be loaded, and
+//! whether `apply` clears the ACS redirect bits on those paths.
 
 use serde::Deserialize;
+
+use super::rdma::GpuDirectModule;
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -13,6 +16,9 @@ pub struct GpuDirectConfig {
     pub required: bool,
     /// Only these GPUs (PCI addresses, `0000:1b:00.0`) must.
     pub required_gpus: Vec<String>,
+    /// GPUDirect modules that must be loaded when NVIDIA GPUs are present
+    /// (`rdma.devices` fails without them).
+    pub required_modules: Vec<GpuDirectModule>,
     /// `report` (default): only say where ACS redirects peer-to-peer;
     /// `disable`: `apply` (and the daemon, after every boot) clears ACSCtl on
     /// the bridges of each GPU↔NIC path, `revert` writes the old values back.
@@ -33,6 +39,7 @@ impl Default for GpuDirectConfig {
             enabled: true,
             required: false,
             required_gpus: Vec::new(),
+            required_modules: Vec::new(),
             acs: AcsMode::Report,
         }
     }

@@ -22,8 +22,9 @@ pub struct RdmaConfig {
     pub ignore_ports: Vec<String>,
     /// Link layer (`InfiniBand`, `Ethernet`) → minimum number of ACTIVE ports.
     pub min_active_ports: BTreeMap<String, u32>,
-    /// GPUDirect modules that must be loaded when NVIDIA GPUs are present.
-    pub gpudirect_required: Vec<GpuDirectModule>,
+    /// No longer read: `[gpudirect] required_modules` (taken from here, with
+    /// a warning, by `Config::migrate`).
+    pub gpudirect_required: Option<Vec<GpuDirectModule>>,
     pub netns_mode: NetnsSetting,
     /// The agent's own modprobe.d file persisting the mode.
     pub modprobe_file: PathBuf,
@@ -77,7 +78,7 @@ impl Default for RdmaConfig {
             expect_port: Vec::new(),
             ignore_ports: Vec::new(),
             min_active_ports: BTreeMap::new(),
-            gpudirect_required: Vec::new(),
+            gpudirect_required: None,
             netns_mode: NetnsSetting::Unmanaged,
             modprobe_file: "/etc/modprobe.d/rdma-node-agent.conf".into(),
             shared_plugin: PluginPolicy::Refuse,

@@ -29,6 +29,7 @@ use crate::engine::check::{Check, Status};
 use crate::engine::plan::Plan;
 use crate::host::snapshot::Snapshot;
 use crate::observe::Observation;
+use crate::reason::Reason;
 use concern::{Ctx, Run};
 
 /// Why no plan could be made.
@@ -95,6 +96,8 @@ pub fn assess(
     let mut watch = Vec::new();
     let mut summaries = Vec::new();
     let mut blocked: Option<String> = None;
+    // Check ids of the concerns whose gather failed: they left no observations.
+    let mut not_gathered: BTreeSet<&str> = BTreeSet::new();
     for (c, _) in concerns.iter().zip(&keep).filter(|(_, k)| **k) {
         if !c.enabled(config) {
             checks.extend(
@@ -102,6 +105,27 @@ pub fn assess(
                     .iter()
                     .map(|id| Check::new(id, Status::Skipped, "disabled in the agent config")),
             );
+            continue;
+        }
+        // What it reads of others is not known: neither is its verdict, and
+        // nothing is planned from it.
+        let unknown = unknown_needs(c.needs(), &checks, &not_gathered);
+        if !unknown.is_empty() {
+            let why = unknown.join("; ");
+            checks.extend(c.ids().iter().map(|id| {
+                Check::new(
+                    id,
+                    Status::Unknown,
+                    format!("not established: it reads {why}"),
+                )
+                .with_reason(Reason::DependencyUnknown)
+            }));
+            if c.writes() {
+                plan.notes.push(format!(
+                    "nothing planned by the concern that reads {}: {why}",
+                    c.needs().join(", ")
+                ));
+            }
             continue;
         }
         let ctx = Ctx {
@@ -130,6 +154,9 @@ pub fn assess(
                 });
             }
             Err(e) => {
+                if e.status != Status::Skipped {
+                    not_gathered.extend(c.ids());
+                }
                 checks.extend(
                     c.ids().iter().map(|id| {
                         Check::new(id, e.status, e.message.clone()).with_reason(e.reason())
@@ -155,6 +182,27 @@ pub fn assess(
         watch,
         summaries,
     }
+}
+
+/// The needs whose facts are not known, each with why: a check that is
+/// `unknown`, one whose concern could not gather (it left no observations),
+/// or one that was not reported at all.
+fn unknown_needs(needs: &[&str], checks: &[Check], not_gathered: &BTreeSet<&str>) -> Vec<String> {
+    needs
+        .iter()
+        .filter_map(|need| match checks.iter().find(|c| c.id == *need) {
+            None => Some(format!("{need}, which was not assessed")),
+            Some(c) if not_gathered.contains(need) => Some(format!(
+                "{need}, whose facts could not be gathered ({}: {})",
+                c.status.as_str(),
+                c.message
+            )),
+            Some(c) if c.status == Status::Unknown => {
+                Some(format!("{need}, which is unknown ({})", c.message))
+            }
+            Some(_) => None,
+        })
+        .collect()
 }
 
 /// Each preflight of the plan (they may spawn programs: only before writing).
@@ -256,6 +304,79 @@ mod tests {
         let list: [&dyn Run; 2] = [&a, &reader];
         let out = assess(&snap, &Config::default(), &list, Scope::All, false);
         assert!(out.plan.is_ok());
+    }
+
+    /// A concern that reads another's facts says nothing when they are not
+    /// known: before, it decided from no observations ("0 of 0 ACTIVE": ok).
+    #[test]
+    fn a_need_that_is_unknown_or_not_gathered_makes_the_reader_unknown() {
+        let t = tempfile::tempdir().unwrap();
+        let snap = Snapshot::new(Host::new(t.path()));
+        let failed = fixed(&["devices"], Err(GatherError::fail("no sysfs")));
+        let mut reader = fixed(&["reader"], Ok(1));
+        reader.needs = &["devices"];
+        let list: [&dyn Run; 2] = [&failed, &reader];
+        let out = assess(&snap, &Config::default(), &list, Scope::All, false);
+        let c = &out.checks[1];
+        assert_eq!((c.id.as_str(), c.status), ("reader", Status::Unknown));
+        assert_eq!(c.reason, Some(Reason::DependencyUnknown));
+        assert_eq!(
+            c.message,
+            "not established: it reads devices, whose facts could not be gathered (fail: no sysfs)"
+        );
+
+        // A need whose own verdict is unknown.
+        struct Unknowing;
+        impl Concern for Unknowing {
+            type Facts = ();
+            fn ids(&self) -> &'static [&'static str] {
+                &["devices"]
+            }
+            fn enabled(&self, _cfg: &Config) -> bool {
+                true
+            }
+            fn gather(&self, _s: &Snapshot, _c: &Config) -> Result<(), GatherError> {
+                Ok(())
+            }
+            fn decide(&self, _f: &(), _ctx: &Ctx) -> Decision {
+                Decision {
+                    checks: vec![Check::new(
+                        "devices",
+                        Status::Unknown,
+                        "mlx5_0/1 unreadable",
+                    )],
+                    ..Decision::default()
+                }
+            }
+        }
+        let mut writer = fixed(&["writer"], Ok(2));
+        writer.needs = &["devices"];
+        writer.writes = true;
+        let list: [&dyn Run; 3] = [&Unknowing, &reader, &writer];
+        let out = assess(&snap, &Config::default(), &list, Scope::All, false);
+        assert_eq!(out.checks[1].status, Status::Unknown);
+        assert_eq!(
+            out.checks[1].message,
+            "not established: it reads devices, which is unknown (mlx5_0/1 unreadable)"
+        );
+        // A writer plans nothing from it, and says so, without blocking the rest.
+        let plan = out.plan.unwrap();
+        assert!(
+            plan.notes.iter().any(|n| n.contains("reads devices")),
+            "{:?}",
+            plan.notes
+        );
+
+        // Known needs (ok, warn, fail from a decision, skipped) change nothing.
+        let known = fixed(&["devices"], Err(GatherError::skipped("no RDMA device")));
+        let list: [&dyn Run; 2] = [&known, &reader];
+        let out = assess(&snap, &Config::default(), &list, Scope::All, false);
+        assert_eq!(out.checks[1].status, Status::Ok);
+        let off = fixed(&["off"], Ok(0));
+        reader.needs = &["off"];
+        let list: [&dyn Run; 2] = [&off, &reader];
+        let out = assess(&snap, &Config::default(), &list, Scope::All, false);
+        assert_eq!(out.checks[1].status, Status::Ok);
     }
 
     #[test]

@@ -233,10 +233,19 @@ impl Snapshot {
         let mut m = self.proc_files.lock().expect("snapshot lock");
         m.entry((pid, name))
             .or_insert_with(|| {
-                self.host
+                match self
+                    .host
                     .read_string(Path::new(&format!("/proc/{pid}/{name}")))
-                    .map(|o| o.map(Arc::from))
-                    .map_err(|e| e.to_string())
+                {
+                    Ok(o) => Ok(o.map(Arc::from)),
+                    // It exited between open and read: gone, not unreadable.
+                    Err(crate::host::HostError::Read { source, .. })
+                        if source.raw_os_error() == Some(nix::libc::ESRCH) =>
+                    {
+                        Ok(None)
+                    }
+                    Err(e) => Err(e.to_string()),
+                }
             })
             .clone()
     }

@@ -77,7 +77,7 @@ pub(super) fn fleet(m: &mut Families, seen: &[Observation]) {
     let f = m.family(
         "node_info",
         Kind::Gauge,
-        "1; labels: kernel release, netns_mode (live RDMA netns mode, empty when ib_core is not loaded), memlock_target, memlock_via (how containers get it: base-spec), gpu_driver (NVIDIA driver version, empty without one)",
+        "1; labels: kernel release, netns_mode (live RDMA netns mode, empty when ib_core is not loaded), memlock_target, memlock_via (how containers get it: base-spec, nri or both, auto resolved; empty when containerd is not prepared), gpu_driver (NVIDIA driver version, empty without one)",
     );
     for fact in facts(seen) {
         if let Fact::Node {

@@ -89,11 +89,25 @@ pub fn check(
             }
             Ok(view) => view,
         };
-        let problems = disagreements(view, facts, cfg);
         details[view_key(view)] = json!({
             "default": view.default,
             "handlers": view.handlers.iter().map(|h| json!({"handler": h.name, "base_runtime_spec": h.base_spec})).collect::<Vec<_>>(),
         });
+        // No handler to judge confirms nothing, however it is read.
+        let Some(problems) = disagreements(view, facts, cfg) else {
+            return Check::new(
+                CHECK_ID,
+                Status::Unknown,
+                format!(
+                    "handlers {} are configured for memlock {} in {config}, not confirmed by containerd: {} lists no Linux runtime handler and no default",
+                    names.join(", "),
+                    cfg.memlock,
+                    view.source
+                ),
+            )
+            .with_reason(Reason::ContainerdUnconfirmed)
+            .with_details(details);
+        };
         if !problems.is_empty() {
             return Check::new(
                 CHECK_ID,
@@ -207,8 +221,9 @@ fn view_key(v: &View) -> &'static str {
 }
 
 /// Where containerd's view falls short of the target: each handler CRI can use
-/// (the configured ones, else every Linux handler and the default).
-fn disagreements(view: &View, facts: &Facts, cfg: &ContainerdConfig) -> Vec<String> {
+/// (the configured ones, else every Linux handler and the default). `None`
+/// when there is no handler to judge.
+fn disagreements(view: &View, facts: &Facts, cfg: &ContainerdConfig) -> Option<Vec<String>> {
     let mut judged: Vec<String> = if cfg.handlers.is_empty() {
         view.handlers
             .iter()
@@ -220,6 +235,9 @@ fn disagreements(view: &View, facts: &Facts, cfg: &ContainerdConfig) -> Vec<Stri
     };
     if cfg.handlers.is_empty() && !view.default.is_empty() && !judged.contains(&view.default) {
         judged.push(view.default.clone());
+    }
+    if judged.is_empty() {
+        return None;
     }
     let mut out = Vec::new();
     for name in &judged {
@@ -251,7 +269,7 @@ fn disagreements(view: &View, facts: &Facts, cfg: &ContainerdConfig) -> Vec<Stri
             Some(Some(_)) => {}
         }
     }
-    out
+    Some(out)
 }
 
 /// CRI is off in the config containerd reads: it serves no pods.
@@ -291,4 +309,62 @@ fn cri_off_check(facts: &Facts, entry: &str, config: &str) -> Check {
 fn unix(t: std::time::SystemTime) -> f64 {
     t.duration_since(std::time::SystemTime::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Started, facts_from_text};
+    use super::*;
+    use crate::engine::plan::Plan;
+
+    fn decided() -> Decision {
+        Decision {
+            plan: Plan::default(),
+            handlers: vec![("runc".into(), "/etc/containerd/base.json".into())],
+            pending: Vec::new(),
+            unmanaged: Vec::new(),
+            foreign: Vec::new(),
+        }
+    }
+
+    /// A containerd view that lists no runtime handler (a CRI Status whose
+    /// runtimes sit where this parser does not look) confirms nothing: before,
+    /// no handler to judge meant no disagreement, and `ok`.
+    #[test]
+    fn a_view_without_runtime_handlers_confirms_nothing() {
+        let mut f = facts_from_text("version = 2\n").unwrap();
+        f.containerd_started = Ok(Some(Started {
+            at: std::time::SystemTime::UNIX_EPOCH,
+            exact: true,
+        }));
+        let empty = View {
+            source: "the running containerd's CRI Status".into(),
+            cri_disabled: None,
+            handlers: Vec::new(),
+            default: String::new(),
+        };
+        f.cri_view = Some(Ok(empty.clone()));
+        let cfg = ContainerdConfig::default();
+        let c = check(Some(&f), &Ok(decided()), &cfg);
+        assert_eq!(c.status, Status::Unknown, "{}", c.message);
+        assert_eq!(c.reason, Some(Reason::ContainerdUnconfirmed));
+        assert!(
+            c.message.ends_with(
+                "not confirmed by containerd: the running containerd's CRI Status lists no Linux runtime handler and no default"
+            ),
+            "{}",
+            c.message
+        );
+        // Only Windows handlers: nothing to judge either.
+        f.cri_view = Some(Ok(View {
+            handlers: vec![super::super::view::ViewHandler {
+                name: "runhcs-wcow-process".into(),
+                base_spec: String::new(),
+                runtime_type: "io.containerd.runhcs.v1".into(),
+            }],
+            ..empty
+        }));
+        let c = check(Some(&f), &Ok(decided()), &cfg);
+        assert_eq!(c.status, Status::Unknown, "{}", c.message);
+    }
 }

@@ -12,6 +12,7 @@ use crate::host::limit::Limit;
 use crate::host::nri::{self, api};
 use crate::host::snapshot::Snapshot;
 use crate::observe::Observation;
+use crate::reason::Reason;
 
 pub const CHECK_ID: &str = "containerd.nri";
 const MEMLOCK: &str = "RLIMIT_MEMLOCK";
@@ -242,11 +243,13 @@ fn judge(f: &Facts) -> Check {
         (_, Err(why), _) => c(
             missing,
             format!("memlock_via = \"{via}\" but {why}: no container gets memlock from this agent's NRI plugin; {HOW}"),
-        ),
+        )
+        .with_reason(Reason::NriUnavailable),
         (_, Ok(()), Err(why)) => c(
             missing,
             format!("memlock_via = \"{via}\": containerd accepts NRI plugins on {sock}, but {why}; new RDMA containers get no memlock from the agent until `rdma-node-agent serve` runs"),
-        ),
+        )
+        .with_reason(Reason::NriPluginNotRunning),
         (_, Ok(()), Ok(p)) if p.registered => c(
             Status::Ok,
             format!(
@@ -261,7 +264,8 @@ fn judge(f: &Facts) -> Check {
                 f.source,
                 p.last_error.as_ref().map(|e| format!(" ({e})")).unwrap_or_default()
             ),
-        ),
+        )
+        .with_reason(Reason::NriPluginNotRegistered),
     }
 }
 

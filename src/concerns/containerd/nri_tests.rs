@@ -179,6 +179,7 @@ fn nri_alone_without_nri_in_containerd_fails_and_says_how() {
         None,
     ));
     assert_eq!(c.status, Status::Fail);
+    assert_eq!(c.reason, Some(Reason::NriUnavailable));
     assert!(
         c.message.contains("disable = false") && c.message.contains("base-spec"),
         "{}",
@@ -192,6 +193,7 @@ fn nri_alone_without_nri_in_containerd_fails_and_says_how() {
     };
     let c = judge(&facts(MemlockVia::Nri, Ok(()), Some(down)));
     assert_eq!(c.status, Status::Fail);
+    assert_eq!(c.reason, Some(Reason::NriPluginNotRegistered));
     assert!(c.message.contains("closed"), "{}", c.message);
 }
 
@@ -213,6 +215,7 @@ fn registered_is_ok_only_from_the_running_daemon() {
     // From a shell with no daemon running: nothing registers, and it says so.
     let c = judge(&facts(MemlockVia::Nri, Ok(()), None));
     assert_eq!(c.status, Status::Fail);
+    assert_eq!(c.reason, Some(Reason::NriPluginNotRunning));
     assert!(c.message.contains("daemon is not running"), "{}", c.message);
     // With "both" the base spec still holds: a warning.
     assert_eq!(
@@ -226,10 +229,9 @@ fn auto_both_and_base_spec() {
     let c = judge(&facts(MemlockVia::Auto, Err("no NRI socket".into()), None));
     assert_eq!(c.status, Status::Ok);
     assert!(c.message.contains("picked the base spec"), "{}", c.message);
-    assert_eq!(
-        judge(&facts(MemlockVia::Both, Err("no NRI socket".into()), None)).status,
-        Status::Warn
-    );
+    let c = judge(&facts(MemlockVia::Both, Err("no NRI socket".into()), None));
+    assert_eq!(c.status, Status::Warn);
+    assert_eq!(c.reason, Some(Reason::NriUnavailable));
     assert_eq!(
         judge(&facts(MemlockVia::BaseSpec, Ok(()), None)).status,
         Status::Skipped

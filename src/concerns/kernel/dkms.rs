@@ -133,6 +133,31 @@ fn parse_line(line: &str) -> Option<DkmsLine> {
     })
 }
 
+/// Why `dkms status` gave nothing to cross-check the tree with. Neither is a
+/// disagreement: the tool did not say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolError {
+    /// It did not answer within its time (a loaded machine, a held lock).
+    TimedOut(String),
+    /// It could not be run, or exited non-zero.
+    Failed(String),
+}
+
+impl ToolError {
+    pub fn message(&self) -> &str {
+        match self {
+            ToolError::TimedOut(m) | ToolError::Failed(m) => m,
+        }
+    }
+
+    fn reason(&self) -> Reason {
+        match self {
+            ToolError::TimedOut(_) => Reason::DkmsStatusTimeout,
+            ToolError::Failed(_) => Reason::DkmsStatusFailed,
+        }
+    }
+}
+
 /// Why a kernel lacks a DKMS module.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 enum Lack {
@@ -313,18 +338,19 @@ pub fn check_dkms(f: &Facts, cfg: &KernelConfig) -> Check {
         "newer_installed": covered.iter().skip(1).collect::<Vec<_>>(),
         "kernels": f.kernels,
         "builds": f.dkms,
-        "dkms_status": f.dkms_status.as_ref().map(|r| r.as_ref().map_err(String::as_str)),
+        "dkms_status": f.dkms_status.as_ref().map(|r| r.as_ref().map_err(ToolError::message)),
         "disagreements": disagree,
         "leftovers": leftovers,
     });
     let notes: Vec<String> = leftovers
         .iter()
         .cloned()
-        .chain(
-            tool_error
-                .iter()
-                .map(|e| format!("{e}; judged from /var/lib/dkms and /lib/modules alone")),
-        )
+        .chain(tool_error.iter().map(|e| {
+            format!(
+                "dkms status gave no answer ({}); judged from /var/lib/dkms and /lib/modules alone",
+                e.message()
+            )
+        }))
         .collect();
     let with_notes = |msg: String| {
         if notes.is_empty() {
@@ -385,19 +411,25 @@ pub fn check_dkms(f: &Facts, cfg: &KernelConfig) -> Check {
         _ => "",
     };
     let message = format!("DKMS builds installed for {}{checked}", covered.join(", "));
-    let (status, message) = if disagree.is_empty() && tool_error.is_none() {
-        (Status::Ok, message)
-    } else {
-        (
+    // The tree answered; `ok` also needs dkms's own word, where it runs.
+    let (status, message, reason) = match &tool_error {
+        Some(e) => (
+            Status::Warn,
+            format!("{message}, not confirmed by dkms status"),
+            e.reason(),
+        ),
+        None if disagree.is_empty() => (Status::Ok, message, Reason::DkmsStatusDisagrees),
+        None => (
             Status::Warn,
             [message]
                 .into_iter()
                 .chain(disagree)
                 .collect::<Vec<_>>()
                 .join("; "),
-        )
+            Reason::DkmsStatusDisagrees,
+        ),
     };
     Check::new(DKMS, status, with_notes(message))
-        .with_reason(Reason::DkmsStatusDisagrees)
+        .with_reason(reason)
         .with_details(details)
 }

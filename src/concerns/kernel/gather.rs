@@ -4,13 +4,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
-use super::dkms::{BuildState, DkmsBuild, parse_dkms_status};
+use super::dkms::{BuildState, DkmsBuild, ToolError, parse_dkms_status};
 use super::{
     Facts, InstalledKernel, ModuleFile, ModuleTree, Resolved, modinfo, module_name, norm,
     state_path,
 };
 use crate::config::KernelConfig;
 use crate::host::HostError;
+use crate::host::command::RunError;
 use crate::host::read::ReadHost;
 
 const MODULES: &str = "/lib/modules";
@@ -90,12 +91,13 @@ pub fn gather(host: &ReadHost, cfg: &KernelConfig) -> Result<Facts, HostError> {
             Ok(out) if out.status.success() => {
                 Ok(parse_dkms_status(&String::from_utf8_lossy(&out.stdout)))
             }
-            Ok(out) => Err(format!(
+            Ok(out) => Err(ToolError::Failed(format!(
                 "dkms status exited with {}: {}",
                 out.status,
                 String::from_utf8_lossy(&out.stderr).trim()
-            )),
-            Err(e) => Err(e.to_string()),
+            ))),
+            Err(e @ RunError::TimedOut { .. }) => Err(ToolError::TimedOut(e.to_string())),
+            Err(e) => Err(ToolError::Failed(e.to_string())),
         });
 
     let driver = match host.query_bounded("ofed_info", &["-s"], DKMS_STATUS_TIMEOUT) {

@@ -28,7 +28,8 @@ use crate::host::state::STATE_DIR;
 
 pub use change::{changed_from, check_change, compare_releases, next_state};
 pub use dkms::{
-    BuildState, DkmsBuild, DkmsLine, DkmsState, check_dkms, hold_back_reasons, parse_dkms_status,
+    BuildState, DkmsBuild, DkmsLine, DkmsState, ToolError, check_dkms, hold_back_reasons,
+    parse_dkms_status,
 };
 pub use gather::gather;
 pub use modules::check_modules;
@@ -123,7 +124,7 @@ pub struct Facts {
     pub dkms: Vec<DkmsBuild>,
     /// `dkms status` on the live host: `None` where it does not run (no tool,
     /// `--root`), `Err` when it failed or timed out.
-    pub dkms_status: Option<Result<Vec<DkmsLine>, String>>,
+    pub dkms_status: Option<Result<Vec<DkmsLine>, ToolError>>,
     /// The MLNX_OFED/DOCA or mlx5_core driver version, for fleets to compare.
     pub driver: Option<String>,
 }

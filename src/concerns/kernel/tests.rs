@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::*;
 use crate::config::KernelConfig;
 use crate::engine::check::Status;
+use crate::reason::Reason;
 
 #[test]
 fn releases_compare_numerically() {
@@ -239,16 +240,31 @@ fn dkms_status_cross_checks_the_tree() {
         "dkms status printed what the agent cannot read: \"mlnx-ofed-kernel/24.10: frobnicated\""
     );
 
-    // It timed out: the tree still answers, with a warning saying so.
-    f.dkms_status = Some(Err("dkms did not finish within 10s (killed)".into()));
+    // It timed out: the tree still answers, but dkms did not confirm it, and
+    // a slow tool is no disagreement.
+    f.dkms_status = Some(Err(ToolError::TimedOut(
+        "dkms did not finish within 10s (killed)".into(),
+    )));
     let c = check_dkms(&f, &cfg);
     assert_eq!(c.status, Status::Warn);
-    assert!(
-        c.message
-            .ends_with("judged from /var/lib/dkms and /lib/modules alone"),
-        "{}",
-        c.message
+    assert_eq!(c.reason, Some(Reason::DkmsStatusTimeout));
+    assert_eq!(
+        c.message,
+        format!(
+            "DKMS builds installed for {RUNNING}, not confirmed by dkms status; dkms status gave no \
+             answer (dkms did not finish within 10s (killed)); judged from /var/lib/dkms and /lib/modules alone"
+        )
     );
+    f.dkms_status = Some(Err(ToolError::Failed(
+        "dkms status exited with exit status: 3: locked".into(),
+    )));
+    let c = check_dkms(&f, &cfg);
+    assert_eq!(c.status, Status::Warn);
+    assert_eq!(c.reason, Some(Reason::DkmsStatusFailed));
+    // A gap in the tree still fails, whatever the tool did.
+    f.dkms.clear();
+    let c = check_dkms(&f, &cfg);
+    assert_eq!(c.status, Status::Fail, "{}", c.message);
 }
 
 #[test]

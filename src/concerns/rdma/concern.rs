@@ -37,7 +37,7 @@ impl Concern for Devices {
 
     fn decide(&self, f: &DeviceFacts, ctx: &Ctx) -> Decision {
         let cfg = &ctx.config.rdma;
-        let gpu = gpudirect::decide(&f.gpu, &cfg.gpudirect_required);
+        let gpu = gpudirect::decide(&f.gpu, &ctx.config.gpudirect.required_modules);
         let observations = f
             .devices
             .iter()

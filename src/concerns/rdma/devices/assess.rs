@@ -310,7 +310,7 @@ pub fn check(devices: &[Device], cfg: &RdmaConfig, gpu: &Finding) -> Check {
     unknown.extend(d.unknown);
     failures.extend(gpu.missing.iter().map(|m| {
         format!(
-            "GPUDirect module {m} is not loaded ({} NVIDIA GPU(s) present; required by rdma.gpudirect_required)",
+            "GPUDirect module {m} is not loaded ({} NVIDIA GPU(s) present; required by gpudirect.required_modules)",
             gpu.gpus
         )
     }));

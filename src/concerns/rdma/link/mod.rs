@@ -107,12 +107,20 @@ impl Concern for Link {
                 let dir = base.join("ports").join(&port);
                 let read = |rel: &str| host.read_string(&dir.join(rel)).ok().flatten();
                 let number = |rel: &str| read(rel).and_then(|t| t.trim().parse::<u64>().ok());
-                let active = read("state")
-                    .and_then(|t| crate::concerns::rdma::devices::parse_state(&t).ok())
+                let state = host.read_string(&dir.join("state"));
+                let active = state
+                    .as_ref()
+                    .ok()
+                    .and_then(Option::as_ref)
+                    .and_then(|t| crate::concerns::rdma::devices::parse_state(t).ok())
                     .filter(|s| s.is_named())
                     .map(|s| s.is_active());
                 if active.is_none() {
-                    unreadable.push(format!("{dev}/{port} state"));
+                    unreadable.push(match state {
+                        Err(e) => format!("{dev}/{port} state: {e}"),
+                        Ok(None) => format!("{dev}/{port} state: absent"),
+                        Ok(Some(t)) => format!("{dev}/{port} state: {:?}", t.trim()),
+                    });
                 }
                 let netdev = read("gid_attrs/ndevs/0")
                     .or_else(|| host.read_string(&base.join("parent")).ok().flatten())
@@ -226,6 +234,14 @@ fn check(
         "unreadable": f.unreadable,
     });
     let ports = f.readings.ports.len();
+    // A port whose state could not be read may be flapping: never `ok`.
+    let unread = (!f.unreadable.is_empty()).then(|| {
+        format!(
+            "{} RDMA port(s) or device(s) could not be read, so their flaps are not known: {}",
+            f.unreadable.len(),
+            f.unreadable.join(", ")
+        )
+    });
     let (status, message, reason) = if let Some(e) = history_error {
         (
             Status::Unknown,
@@ -244,27 +260,35 @@ fn check(
                 )
             })
             .collect();
-        (
-            Status::Warn,
-            format!(
-                "{} (more than rdma.flap_threshold = {threshold})",
-                named.join("; ")
+        let flaps = format!(
+            "{} (more than rdma.flap_threshold = {threshold})",
+            named.join("; ")
+        );
+        match unread {
+            // Unknown is the worse: the unread ports may flap too.
+            Some(u) => (
+                Status::Unknown,
+                format!("{u}; {flaps}"),
+                Reason::FactUnreadable,
             ),
-            Reason::LinkFlapping,
+            None => (Status::Warn, flaps, Reason::LinkFlapping),
+        }
+    } else if let Some(u) = unread {
+        let read = f
+            .readings
+            .ports
+            .values()
+            .filter(|r| r.active.is_some())
+            .count();
+        (
+            Status::Unknown,
+            format!("{u}; {read} port(s) read, none flapping"),
+            Reason::FactUnreadable,
         )
     } else if ports == 0 {
         (
             Status::Skipped,
             "no RDMA port (/sys/class/infiniband is empty or absent): no link to watch".to_owned(),
-            Reason::FactUnreadable,
-        )
-    } else if f.unreadable.len() >= ports {
-        (
-            Status::Unknown,
-            format!(
-                "the state of no RDMA port could be read: {}",
-                f.unreadable.join(", ")
-            ),
             Reason::FactUnreadable,
         )
     } else {
@@ -383,5 +407,54 @@ mod tests {
         assert_eq!(c.reason, None);
         let c = check(&next, &f, 3, 3600, Some("bad".into()));
         assert_eq!(c.status, Status::Unknown);
+    }
+
+    /// One unreadable port among readable ones: before, `ok`.
+    #[test]
+    fn one_unreadable_port_makes_it_unknown_naming_it() {
+        let now = 1_795_678_855;
+        let f = Facts {
+            history: Ok(History::default()),
+            readings: Readings {
+                now,
+                ports: [
+                    (
+                        "mlx5_0/1".to_owned(),
+                        Reading {
+                            active: Some(true),
+                            ..Reading::default()
+                        },
+                    ),
+                    ("mlx5_1/1".to_owned(), Reading::default()),
+                ]
+                .into(),
+                ..Readings::default()
+            },
+            unreadable: vec!["mlx5_1/1 state".into()],
+        };
+        let next = history::update(&History::default(), &f.readings);
+        let c = check(&next, &f, 3, 3600, None);
+        assert_eq!(c.status, Status::Unknown, "{}", c.message);
+        assert_eq!(c.reason, Some(Reason::FactUnreadable));
+        assert_eq!(
+            c.message,
+            "1 RDMA port(s) or device(s) could not be read, so their flaps are not known: mlx5_1/1 state; 1 port(s) read, none flapping"
+        );
+        // A device whose ports cannot be listed adds no port: not `skipped`.
+        let f = Facts {
+            history: Ok(History::default()),
+            readings: Readings {
+                now,
+                ..Readings::default()
+            },
+            unreadable: vec!["mlx5_2: permission denied".into()],
+        };
+        let c = check(&History::default(), &f, 3, 3600, None);
+        assert_eq!(c.status, Status::Unknown, "{}", c.message);
+        assert!(
+            c.message.contains("mlx5_2: permission denied"),
+            "{}",
+            c.message
+        );
     }
 }
