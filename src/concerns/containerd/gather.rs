@@ -32,7 +32,14 @@ pub fn gather(
     };
     let layout = Layout::of(found.distro);
     let main_path = found.config.clone();
+    if layout == Layout::K0s {
+        super::k0s::refuse(host, &main_path)?;
+    }
     let set = load_set(host, &main_path)?;
+    let set = match layout {
+        Layout::K0s => super::k0s::with_dropin(host, set)?,
+        _ => set,
+    };
     // CRI off in the file containerd reads: it serves no pods, nothing to edit.
     let disabled: Vec<String> = set
         .files
@@ -59,7 +66,7 @@ pub fn gather(
         .map(PathBuf::from)
         .filter(|p| host.exists(p));
     let template: Option<super::ConfigSet> = match &layout {
-        Layout::Plain => None,
+        Layout::Plain | Layout::K0s => None,
         Layout::Rancher { .. } => load_rancher_template(host, &set, &spec_path)?,
         Layout::Microk8s => Some(load_microk8s_template(host)?),
     };
@@ -188,6 +195,7 @@ pub fn gather(
             .find(|r| r.distro == *distro)
             .map_or("/run/k3s/containerd/containerd.sock", |r| r.socket),
         Layout::Microk8s => "/var/snap/microk8s/common/run/containerd.sock",
+        Layout::K0s => crate::host::runtime::K0S_SOCKET,
     };
     let grpc_address: PathBuf = set.files[0]
         .get_str(&["grpc", "address"])

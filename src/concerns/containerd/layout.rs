@@ -27,6 +27,9 @@ pub enum Layout {
     Rancher { distro: &'static str },
     /// microk8s regenerates args/containerd.toml from containerd-template.toml.
     Microk8s,
+    /// k0s rewrites its managed containerd.toml at start and merges
+    /// containerd.d/*.toml (`super::k0s`).
+    K0s,
 }
 
 impl Layout {
@@ -35,6 +38,7 @@ impl Layout {
             Distro::Plain => Layout::Plain,
             Distro::Rancher(distro) => Layout::Rancher { distro },
             Distro::Microk8s => Layout::Microk8s,
+            Distro::K0s => Layout::K0s,
         }
     }
 }
@@ -73,6 +77,7 @@ impl Layout {
             Layout::Plain => "",
             Layout::Rancher { distro } => distro,
             Layout::Microk8s => "microk8s",
+            Layout::K0s => "k0s",
         }
     }
 
@@ -82,7 +87,9 @@ impl Layout {
 
     /// The containerd binary this layout runs, when it bundles its own.
     pub fn bundled_containerd(&self) -> Option<&'static str> {
-        self.bundle().map(|b| b.1)
+        // k0s stages containerd, its shim and runc, but no ctr (`k0s ctr` is a subcommand).
+        let k0s = (self == &Layout::K0s).then_some(crate::host::runtime::K0S_BINARY);
+        self.bundle().map(|b| b.1).or(k0s)
     }
 
     /// The `ctr` this layout bundles beside its containerd.

@@ -17,6 +17,7 @@ pub mod effective;
 pub mod effects;
 mod gather;
 mod judge;
+pub mod k0s;
 pub mod layout;
 pub mod nri;
 pub mod spec;

@@ -37,6 +37,9 @@ pub(super) fn without_unit(snap: &Snapshot, hints: &Hints) -> Discovery {
         if let Some(r) = RANCHERS.iter().find(|r| Path::new(r.config) == p) {
             return Some((Distro::Rancher(r.distro), r.units[0]));
         }
+        if p == Path::new(super::K0S_CONFIG) {
+            return Some((Distro::K0s, super::K0S_UNITS[0]));
+        }
         (p == Path::new(MICROK8S_CONFIG)).then_some((Distro::Microk8s, MICROK8S_UNIT))
     };
     let found = |distro, unit: &str, config: PathBuf, source: String, pid| {
