@@ -140,9 +140,9 @@ pub fn decide(
                 }
             }
         }
-        // k0s owns its containerd.toml and the admin the other drop-ins: every
-        // edit goes to the agent's own drop-in, which containerd merges.
-        let dropin = super::k0s::dropin_index(&set).filter(|_| facts.layout == Layout::K0s);
+        // k0s (or k3s/rke2) owns the main file and the admin the other
+        // drop-ins: every edit goes to the agent's own drop-in, which containerd merges.
+        let dropin = super::rancher::dropin_index(&set).filter(|_| facts.layout != Layout::Plain);
         let to = |file: usize| dropin.unwrap_or(file);
         for name in managed {
             let (file, table, current) = match eff.get(&name) {

@@ -63,7 +63,7 @@ pub(super) fn with_dropin(
     if !managed(set.files[0].original.as_deref()) {
         return Ok(set);
     }
-    if dropin_index(&set).is_some() {
+    if super::rancher::dropin_index(&set).is_some() {
         return Ok(set);
     }
     if set.version != Version::V3 {
@@ -78,11 +78,6 @@ pub(super) fn with_dropin(
     file.doc.insert("version", toml_edit::value(3));
     set.files.push(file);
     Ok(set)
-}
-
-/// Where every edit goes on k0s: the agent's drop-in, when the set has it.
-pub fn dropin_index(set: &ConfigSet) -> Option<usize> {
-    set.files.iter().position(|f| f.path == Path::new(DROPIN))
 }
 
 #[cfg(test)]

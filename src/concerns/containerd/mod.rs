@@ -20,6 +20,7 @@ mod judge;
 pub mod k0s;
 pub mod layout;
 pub mod nri;
+pub mod rancher;
 pub mod spec;
 mod splice;
 pub mod toml;
