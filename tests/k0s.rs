@@ -15,7 +15,7 @@ use support::*;
 const MAIN: &str = "/etc/k0s/containerd.toml";
 const ADMIN: &str = "/etc/k0s/containerd.d/foo.toml";
 const DROPIN: &str = "/etc/k0s/containerd.d/rdma-node-agent.toml";
-const SPEC: &str = "/etc/k0s/rdma-node-agent/base-spec.json";
+const SPEC: &str = "/etc/k0s/containerd.d/rdma-node-agent-base-spec.json";
 
 /// The real k0s tree, with the agent told where k0s's config is (as an
 /// operator who read k0s's docs would).

@@ -18,6 +18,9 @@ use crate::host::read::ReadHost;
 
 /// The agent's own drop-in, merged by containerd after k0s's file.
 pub const DROPIN: &str = "/etc/k0s/containerd.d/rdma-node-agent.toml";
+/// The base spec's default place on k0s: not a `*.toml`, so neither merged
+/// nor validated by k0s (its sysprobe checks `containerd.d/*.toml`).
+pub const SPEC: &str = "/etc/k0s/containerd.d/rdma-node-agent-base-spec.json";
 /// k0s's `isK0sManagedConfig`: the first line, exactly.
 const MARKER: &str = "# k0s_managed=true";
 

@@ -106,6 +106,11 @@ impl Layout {
         if self == &Layout::Plain || configured != Path::new(DEFAULT_SPEC_PATH) {
             return configured.to_owned();
         }
+        if self == &Layout::K0s {
+            // Beside the agent's drop-in, in the one directory the shipped unit
+            // grants on k0s nodes; k0s reloads containerd on any change there.
+            return super::k0s::SPEC.into();
+        }
         main_config
             .parent()
             .unwrap_or(Path::new("/"))
