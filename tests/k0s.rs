@@ -161,8 +161,13 @@ fn a_controller_without_worker_runs_no_containerd() {
         "/etc/systemd/system/k0scontroller.service",
         &controller,
     );
+    // A controller-only node has no containerd config either.
+    let main = read(root, MAIN);
+    std::fs::remove_file(root.join(MAIN.trim_start_matches('/'))).unwrap();
     let plan = stdout(&agent(root, &["plan"]));
     assert!(!plan.contains("k0scontroller.service"), "{plan}");
+    assert!(!plan.contains("/etc/k0s/"), "{plan}");
+    write(root, MAIN, &main);
     write(
         root,
         "/etc/systemd/system/k0scontroller.service",
@@ -173,4 +178,25 @@ fn a_controller_without_worker_runs_no_containerd() {
         plan.contains("action: restart k0scontroller.service ("),
         "{plan}"
     );
+}
+
+/// Without its unit file (a tree taken from a node, an install without
+/// `k0s install`): k0s's config still says who runs containerd.
+#[test]
+fn k0s_is_known_by_its_config_without_a_unit_file() {
+    let t = k0s_node("");
+    let root = t.path();
+    std::fs::remove_file(root.join("etc/systemd/system/k0sworker.service")).unwrap();
+    std::fs::remove_file(root.join("etc/systemd/system/multi-user.target.wants/k0sworker.service"))
+        .unwrap();
+    let main = read(root, MAIN);
+    let plan = stdout(&agent(root, &["plan"]));
+    assert!(
+        plan.contains("action: restart k0sworker.service ("),
+        "{plan}"
+    );
+    assert!(plan.contains(DROPIN), "{plan}");
+    let o = agent(root, &["apply", "--no-restart"]);
+    assert_eq!(code(&o), 0, "apply: {}{}", stdout(&o), stderr(&o));
+    assert_eq!(read(root, MAIN), main);
 }
