@@ -61,7 +61,25 @@ fn k3s_without_a_plain_template_is_refused_clearly() {
     assert!(stderr(&o).contains("config.toml.tmpl"));
     assert_eq!(snapshot(root), before);
 
+    // A template that renders k3s's base already has a runc table: a second
+    // one is invalid TOML ("table runc already exists", k3s-io/docs#566), so
+    // the advice is a plain copy, never a table to add.
     std::fs::write(&tmpl, "{{ template \"base\" . }}\n").unwrap();
+    let before = snapshot(root);
+    let o = agent(root, &["apply"]);
+    assert_eq!(code(&o), 1);
+    let err = stderr(&o);
+    assert!(err.contains("table runc already exists"), "{err}");
+    assert!(err.contains("plain copy of"), "{err}");
+    assert!(!err.contains("Add by hand"), "{err}");
+    assert_eq!(snapshot(root), before);
+
+    // Any other Go template: what to add, and where.
+    std::fs::write(
+        &tmpl,
+        "[plugins.\"io.containerd.internal.v1.opt\"]\n  path = \"{{ .NodeConfig.Containerd.Opt }}\"\n",
+    )
+    .unwrap();
     let before = snapshot(root);
     let o = agent(root, &["apply"]);
     assert_eq!(code(&o), 1);

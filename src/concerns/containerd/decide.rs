@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use super::effective::{Effective, Merge, RUNC_TYPE, winner};
+use super::layout::Layout;
 use super::spec::{self, Rlimits};
 use super::toml::Version;
 use super::{ConfigSet, ContainerdError, Decision, Facts, SPEC_OWNER};
@@ -139,22 +140,26 @@ pub fn decide(
                 }
             }
         }
+        // k0s (or k3s/rke2) owns the main file and the admin the other
+        // drop-ins: every edit goes to the agent's own drop-in, which containerd merges.
+        let dropin = super::rancher::dropin_index(&set).filter(|_| facts.layout != Layout::Plain);
+        let to = |file: usize| dropin.unwrap_or(file);
         for name in managed {
             let (file, table, current) = match eff.get(&name) {
                 Some(h) if h.implicit => {
                     // A table we create must keep its runtime_type, or containerd
                     // reads it as empty.
-                    set.files[h.file].set_str(&h.key("runtime_type"), RUNC_TYPE)?;
-                    (h.file, h.table.clone(), None)
+                    set.files[to(h.file)].set_str(&h.key("runtime_type"), RUNC_TYPE)?;
+                    (to(h.file), h.table.clone(), None)
                 }
-                Some(h) => (h.file, h.table.clone(), h.spec.clone()),
+                Some(h) => (to(h.file), h.table.clone(), h.spec.clone()),
                 None if name == "runc" && name == default => {
                     // containerd's implicit default handler: a table we create must keep
                     // its runtime_type, or containerd reads it as empty.
-                    let idx = match merge {
+                    let idx = to(match merge {
                         Merge::Replace => winner(&set),
                         Merge::Deep => 0,
-                    };
+                    });
                     let mut table: Vec<String> = set
                         .version
                         .runtimes_path()

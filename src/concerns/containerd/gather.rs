@@ -32,7 +32,14 @@ pub fn gather(
     };
     let layout = Layout::of(found.distro);
     let main_path = found.config.clone();
+    if layout == Layout::K0s {
+        super::k0s::refuse(host, &main_path)?;
+    }
     let set = load_set(host, &main_path)?;
+    let set = match layout {
+        Layout::K0s => super::k0s::with_dropin(host, set)?,
+        _ => set,
+    };
     // CRI off in the file containerd reads: it serves no pods, nothing to edit.
     let disabled: Vec<String> = set
         .files
@@ -58,13 +65,25 @@ pub fn gather(
         .bundled_ctr()
         .map(PathBuf::from)
         .filter(|p| host.exists(p));
-    let template: Option<super::ConfigSet> = match &layout {
-        Layout::Plain => None,
-        Layout::Rancher { .. } => load_rancher_template(host, &set, &spec_path)?,
-        Layout::Microk8s => Some(load_microk8s_template(host)?),
+    let daemon_major = daemon_major(host, cfg, &layout);
+    // k3s/rke2 whose config.toml imports their drop-in directory: the agent's
+    // own drop-in there, no template edited.
+    let rancher_dropin = match &layout {
+        Layout::Rancher { .. } => super::rancher::dropin_dir(&set, daemon_major),
+        _ => None,
+    };
+    let (set, template): (super::ConfigSet, Option<super::ConfigSet>) = match &layout {
+        Layout::Plain | Layout::K0s => (set, None),
+        Layout::Rancher { .. } => match &rancher_dropin {
+            Some(dir) => (super::rancher::with_dropin(host, set, dir)?, None),
+            None => {
+                let t = load_rancher_template(host, &set, &spec_path)?;
+                (set, t)
+            }
+        },
+        Layout::Microk8s => (set, Some(load_microk8s_template(host)?)),
     };
     let unit = found.unit.clone();
-    let daemon_major = daemon_major(host, cfg, &layout);
     // containerd 2.x reads its own plugin names even in a `version = 2` file
     // (AKS renders such files), and then ignores the 1.x names' runtimes there.
     let (set, template) = (
@@ -188,6 +207,7 @@ pub fn gather(
             .find(|r| r.distro == *distro)
             .map_or("/run/k3s/containerd/containerd.sock", |r| r.socket),
         Layout::Microk8s => "/var/snap/microk8s/common/run/containerd.sock",
+        Layout::K0s => crate::host::runtime::K0S_SOCKET,
     };
     let grpc_address: PathBuf = set.files[0]
         .get_str(&["grpc", "address"])

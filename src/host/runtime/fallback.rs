@@ -37,6 +37,9 @@ pub(super) fn without_unit(snap: &Snapshot, hints: &Hints) -> Discovery {
         if let Some(r) = RANCHERS.iter().find(|r| Path::new(r.config) == p) {
             return Some((Distro::Rancher(r.distro), r.units[0]));
         }
+        if p == Path::new(super::K0S_CONFIG) {
+            return Some((Distro::K0s, super::K0S_UNITS[0]));
+        }
         (p == Path::new(MICROK8S_CONFIG)).then_some((Distro::Microk8s, MICROK8S_UNIT))
     };
     let found = |distro, unit: &str, config: PathBuf, source: String, pid| {
@@ -90,6 +93,15 @@ pub(super) fn without_unit(snap: &Snapshot, hints: &Hints) -> Discovery {
             );
         }
     }
+    if snap.exists(Path::new(super::K0S_CONFIG)) {
+        return found(
+            Distro::K0s,
+            super::K0S_UNITS[0],
+            super::K0S_CONFIG.into(),
+            "k0s's containerd config (no unit file found)".to_owned(),
+            None,
+        );
+    }
     if snap.exists(Path::new(MICROK8S_CONFIG)) {
         return found(
             Distro::Microk8s,
@@ -118,7 +130,7 @@ pub(super) fn without_unit(snap: &Snapshot, hints: &Hints) -> Discovery {
     }
     Discovery::Absent {
         looked_for: format!(
-            "no containerd process, no unit ({}) in {}, no binary ({}), no containerd package in the dpkg database, and no config ({DEFAULT_CONFIG}, {}, {MICROK8S_CONFIG})",
+            "no containerd process, no unit ({}) in {}, no binary ({}), no containerd package in the dpkg database, and no config ({DEFAULT_CONFIG}, {}, {MICROK8S_CONFIG}, {})",
             known_units().join(", "),
             crate::host::units::UNIT_DIRS.join(", "),
             BINARIES.join(", "),
@@ -127,6 +139,7 @@ pub(super) fn without_unit(snap: &Snapshot, hints: &Hints) -> Discovery {
                 .map(|r| r.config)
                 .collect::<Vec<_>>()
                 .join(", "),
+            super::K0S_CONFIG,
         ),
     }
 }

@@ -36,7 +36,23 @@ pub enum Distro {
     Rancher(&'static str),
     /// microk8s regenerates args/containerd.toml from containerd-template.toml.
     Microk8s,
+    /// k0s runs containerd as a child of its worker (or controller+worker)
+    /// process and rewrites /etc/k0s/containerd.toml at start while it is
+    /// k0s-managed (see `K0S_CONFIG`).
+    K0s,
 }
+
+/// k0s's containerd, from k0sproject/k0s: `pkg/component/worker/containerd`
+/// (`defaultConfPath`, `DefaultImportsPath`, `Address(RunDir)` with RunDir
+/// /run/k0s, the binary staged into BinDir /var/lib/k0s/bin) and
+/// `pkg/install/service.go` (units `k0s` + role, written by `k0s install`).
+pub const K0S_CONFIG: &str = "/etc/k0s/containerd.toml";
+pub const K0S_DROPIN_DIR: &str = "/etc/k0s/containerd.d";
+pub const K0S_SOCKET: &str = "/run/k0s/containerd.sock";
+pub const K0S_BINARY: &str = "/var/lib/k0s/bin/containerd";
+/// `k0s install worker`; `k0s install controller` runs containerd only with
+/// `--enable-worker` or `--single` (controller+worker).
+pub const K0S_UNITS: [&str; 2] = ["k0sworker.service", "k0scontroller.service"];
 
 pub struct Rancher {
     pub distro: &'static str,
@@ -120,6 +136,9 @@ fn distro_of(unit: &str) -> Distro {
     if unit == MICROK8S_UNIT {
         return Distro::Microk8s;
     }
+    if K0S_UNITS.contains(&unit) {
+        return Distro::K0s;
+    }
     RANCHERS
         .iter()
         .find(|r| r.units.contains(&unit))
@@ -132,7 +151,18 @@ pub(super) fn known_units() -> Vec<&'static str> {
         v.extend(r.units);
     }
     v.push(MICROK8S_UNIT);
+    v.extend(K0S_UNITS);
     v
+}
+
+/// A k0s controller's unit runs no containerd unless it is a worker too.
+fn runs_no_containerd(unit: &UnitFile) -> bool {
+    unit.name == K0S_UNITS[1]
+        && !unit
+            .command()
+            .unwrap_or_default()
+            .iter()
+            .any(|w| w == "--enable-worker" || w == "--single" || w.starts_with("--enable-worker="))
 }
 
 /// Finds which containerd runs here. Reads unit files, the process table and
@@ -146,6 +176,7 @@ pub fn discover(snap: &Snapshot, hints: &Hints) -> Discovery {
     };
     for name in &names {
         match snap.unit_file(name) {
+            Ok(Some(u)) if hints.unit.is_none() && runs_no_containerd(&u) => {}
             Ok(Some(u)) => installed.push(u),
             Ok(None) => {}
             Err(e) => return Discovery::Unknown(format!("cannot read the unit {name}: {e}")),
@@ -240,6 +271,10 @@ fn found_unit(snap: &Snapshot, hints: &Hints, unit: String, file: Option<&UnitFi
         Distro::Microk8s => (
             PathBuf::from(MICROK8S_CONFIG),
             "microk8s runs containerd with its own config".to_owned(),
+        ),
+        Distro::K0s => (
+            PathBuf::from(K0S_CONFIG),
+            format!("k0s ({unit}) runs containerd with --config={K0S_CONFIG}"),
         ),
         Distro::Plain => match file {
             Some(f) => {

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{DEFAULT_CONFIG, Distro, MICROK8S_CONFIG, RANCHERS};
+use super::{DEFAULT_CONFIG, Distro, K0S_CONFIG, MICROK8S_CONFIG, RANCHERS};
 use crate::host::procfs;
 use crate::host::snapshot::Snapshot;
 use crate::host::units::config_arg;
@@ -32,6 +32,7 @@ pub(super) fn running_pid(snap: &Snapshot, unit: &str, distro: Distro) -> Option
             .find(|r| r.distro == d)
             .map(|r| PathBuf::from(r.config)),
         Distro::Microk8s => Some(PathBuf::from(MICROK8S_CONFIG)),
+        Distro::K0s => Some(PathBuf::from(K0S_CONFIG)),
         Distro::Plain => None,
     };
     let procs: Vec<(u32, PathBuf)> = containerd_processes(snap)
