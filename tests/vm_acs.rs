@@ -339,6 +339,14 @@ fn the_units_daemon_reads_acs_as_check_does() {
         unit["status"], "unknown",
         "the unit's daemon cannot read what `check` reads: {unit}\nits journal:\n{journal}"
     );
+    for p in unit["details"]["pairs"].as_array().into_iter().flatten() {
+        assert!(
+            !p["reasons"].to_string().contains("acs_unknown"),
+            "the unit's daemon cannot read ACS on the path of {} (its sandbox): {}\nits journal:\n{journal}",
+            p["gpu"],
+            p["problems"]
+        );
+    }
     assert_eq!(unit["status"], cli["status"], "unit: {unit}\ncheck: {cli}");
     assert_eq!(pairs(&unit), pairs(&cli), "unit: {unit}\ncheck: {cli}");
     assert!(!pairs(&unit).is_empty(), "{unit}");
