@@ -373,6 +373,10 @@ boot1() {
     step apply-exclusive "$AGENT" --config "$NCONF" apply --json --no-restart
     step mode-after-apply-exclusive live_mode
     sh_step modprobe-after-apply-exclusive "cat /etc/modprobe.d/rdma-node-agent.conf"
+    # containerd.service runs (systemd started it at boot): the apply wrote its
+    # base spec and left the restart to the operator (--no-restart), who does
+    # it, so that the later applies have no restart pending.
+    step containerd-restart systemctl restart containerd
 
     # The base spec the agent wrote, through runc: at its limit, and a control.
     sh_step base-spec 'cat /etc/containerd/rdma-node-agent/base-spec.json'
