@@ -137,19 +137,20 @@ phase vm-guest-build cargo build --example vm-nri-guest --quiet
 # containerd 1.7 and 2.x from Debian's trixie and sid packages (unpacked into the
 # cache, not installed), for the real-world corpus test's `containerd config dump`.
 phase fetch-containerd bash scripts/fetch-containerd.sh
+# Every live tier installs the package: the system tests (nspawn) and the VM
+# lane start only once the packages lane built it.
 wait_lane packages
 
 export RDMA_AGENT_DEB="$dist/rdma-node-agent_${version}-1_amd64.deb"
 export RDMA_AGENT_DEB_UPGRADE="$dist/rdma-node-agent_${version}-2_amd64.deb"
 export RDMA_AGENT_RPM="$dist/rdma-node-agent-${version}-1.x86_64.rpm"
 
-# The real-kernel tier runs the binary we ship (package.sh built it): the VM is TCG,
-# where a debug build is slow. RDMA_AGENT_VM=0 turns the tier off (it says so).
-RDMA_AGENT_VM_BIN="$release_dir/$(rustc -vV | sed -n 's/^host: //p')/release/rdma-node-agent"
-export RDMA_AGENT_VM_BIN
-# The long run (tests/long_run.rs: 10,000 reconciles) runs the same binary: a
-# debug build's cycle is three to five times slower.
-export RDMA_AGENT_RELEASE_BIN="$RDMA_AGENT_VM_BIN"
+# The long run (tests/long_run.rs: 10,000 reconciles) runs the binary we ship
+# (package.sh built it): a debug build's cycle is three to five times slower.
+RDMA_AGENT_RELEASE_BIN="$release_dir/$(rustc -vV | sed -n 's/^host: //p')/release/rdma-node-agent"
+export RDMA_AGENT_RELEASE_BIN
+# The VM tiers install RDMA_AGENT_DEB in the guest and run it under its unit.
+# RDMA_AGENT_VM=0 turns them off (they say so).
 if [ "${RDMA_AGENT_VM:-1}" = 0 ]; then
     echo "RDMA_AGENT_VM=0: the real-kernel tier (QEMU + Soft-RoCE) is turned off"
 fi

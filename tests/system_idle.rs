@@ -6,8 +6,9 @@
 //!
 //! `RDMA_AGENT_COMPARE_BINARY=/path/to/an/older/rdma-node-agent` counts that
 //! binary's ten cycles too, and prints both side by side (docs/performance.md);
-//! `RDMA_AGENT_IDLE_BINARY` measures another build than the test's own (a
-//! debug build checks every descriptor it closes with an extra fcntl).
+//! `RDMA_AGENT_IDLE_BINARY` measures another build than the installed
+//! package's (replaced in /usr/bin; a debug build checks every descriptor it
+//! closes with an extra fcntl).
 
 mod support;
 
@@ -67,9 +68,12 @@ fn threads(pid: u32) -> Vec<u32> {
         .unwrap_or_default()
 }
 
-fn count_idle_cycles(m: &Machine, binary: &Path) -> Count {
+/// The cycles of the installed binary, or of `binary` put in its place.
+fn count_idle_cycles(m: &Machine, binary: Option<&Path>) -> Count {
     m.sh("systemctl stop rdma-node-agent");
-    m.install(binary, "/usr/bin/rdma-node-agent", 0o755);
+    if let Some(binary) = binary {
+        m.install(binary, "/usr/bin/rdma-node-agent", 0o755);
+    }
     m.sh_ok("systemctl start rdma-node-agent");
     // Idle: the first cycles have reported; nothing changes from now on.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -149,14 +153,11 @@ fn ten_idle_cycles_keep_one_runtime_and_one_bus_connection() {
     let m = Machine::boot();
     // Report only: nothing is written, every cycle is the same idle cycle.
     install_agent(&m, "mode = \"report\"\n\n[daemon]\ninterval_secs = 1\n");
-    // The test's own build, or (to compare release builds) RDMA_AGENT_IDLE_BINARY.
-    let this = std::env::var_os("RDMA_AGENT_IDLE_BINARY").map_or_else(
-        || env!("CARGO_BIN_EXE_rdma-node-agent").into(),
-        std::path::PathBuf::from,
-    );
-    let after = count_idle_cycles(&m, &this);
-    let before =
-        std::env::var_os("RDMA_AGENT_COMPARE_BINARY").map(|b| count_idle_cycles(&m, Path::new(&b)));
+    // The package's binary, or (to compare builds) RDMA_AGENT_IDLE_BINARY.
+    let this = std::env::var_os("RDMA_AGENT_IDLE_BINARY").map(std::path::PathBuf::from);
+    let after = count_idle_cycles(&m, this.as_deref());
+    let before = std::env::var_os("RDMA_AGENT_COMPARE_BINARY")
+        .map(|b| count_idle_cycles(&m, Some(Path::new(&b))));
 
     let total = |c: &Count| c.calls.values().sum::<u64>();
     let get = |c: &Count, s: &str| c.calls.get(s).copied().unwrap_or(0);

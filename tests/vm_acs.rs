@@ -7,6 +7,10 @@
 //! and class files bind-mounted over with NVIDIA's) and one for mlx5_0 (a tmpfs
 //! over /sys/class/infiniband links to it); config space is the kernel's own.
 //! What is read back is read with setpci (the host's pciutils, copied in).
+//! The agent is the product as installed: the .deb installed in the guest
+//! (systemd is PID 1 there), `check`/`plan`/`apply`/`revert` run by its binary
+//! as an operator runs them, and the daemon its shipped unit, started with
+//! systemctl and at boot, read over /status, /readyz and its journal.
 //!
 //! Needs root and QEMU like tests/vm_rxe.rs (the same cached image), and
 //! setpci on the host (Debian's pciutils). `RDMA_AGENT_VM=0` turns it off (each
@@ -245,12 +249,20 @@ fn a_reboot_brings_acs_back_and_the_daemon_clears_it_again() {
     assert_eq!(acs(dir, "boot2-acs-before"), before);
     let rec: Value = serde_json::from_str(&ok(dir, "record-before-daemon")).unwrap();
     assert_eq!(rec["boot_id"], read(dir, "boot1-boot_id").trim());
+    // The package enabled the unit; systemd started it at boot.
+    assert_eq!(ok(dir, "unit-boot2"), "enabled\nactive\n");
+    let report = ok(dir, "unit-daemon");
     let after = acs(dir, "acs-after-daemon");
     for (b, v) in &before {
         let want = if targets.contains(b) { Some(0) } else { *v };
-        assert_eq!(after[b], want, "{b}: {after:?}");
+        assert_eq!(
+            after[b],
+            want,
+            "{b}: the unit's daemon did not clear ACS: {after:?}\nits /status and /readyz:\n{report}\nits journal:\n{}",
+            read(dir, "unit-journal.out")
+        );
     }
-    let log = read(dir, "serve.err");
+    let log = ok(dir, "unit-journal");
     for t in &targets {
         let said = format!(
             "{t}: ACSCtl {:#06x} → 0x0000 (recorded for revert); ACS had come back with the reboot",
@@ -274,4 +286,72 @@ fn a_reboot_brings_acs_back_and_the_daemon_clears_it_again() {
     }
     ok(dir, "revert2");
     assert_eq!(acs(dir, "acs-after-revert2"), before);
+}
+
+/// The unit's gpudirect.path check in a recorded `/status` extract (unit_check
+/// in acs-guest.sh), and /readyz's code.
+fn unit_check(dir: &Path, name: &str) -> (Value, String) {
+    let out = ok(dir, name);
+    let (json, readyz) = out
+        .rsplit_once("readyz ")
+        .unwrap_or_else(|| panic!("{name}: no readyz line:\n{out}"));
+    let v: Value =
+        serde_json::from_str(json).unwrap_or_else(|e| panic!("{name}: not JSON ({e}):\n{out}"));
+    (v["checks"][0].clone(), readyz.trim().to_owned())
+}
+
+/// The pairs as (gpu, nic, distance, bridges), for comparing two reports.
+fn pairs(c: &Value) -> Vec<(String, String, String, String)> {
+    c["details"]["pairs"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|p| {
+                    (
+                        p["gpu"].to_string(),
+                        p["nic_pci"].to_string(),
+                        p["distance"].to_string(),
+                        p["bridges"].to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The daemon as installed (the package's unit, its sandbox and capabilities)
+/// reads every path's ACS as `check` run by root does: the same pairs, the
+/// same distances and bridges, the same warn with the remedy; never unknown.
+#[test]
+#[ignore = "boots a VM: run by scripts/test.sh (--include-ignored)"]
+fn the_units_daemon_reads_acs_as_check_does() {
+    let Some(dir) = vm() else { return };
+    let install = ok(dir, "install");
+    assert!(
+        install.contains("enabled: enabled active: inactive"),
+        "{install}"
+    );
+    ok(dir, "unit-start");
+    let (unit, readyz) = unit_check(dir, "unit-report");
+    let cli = gpudirect(dir, "check-report");
+    let journal = read(dir, "unit-journal-report.out");
+    assert_ne!(
+        unit["status"], "unknown",
+        "the unit's daemon cannot read what `check` reads: {unit}\nits journal:\n{journal}"
+    );
+    for p in unit["details"]["pairs"].as_array().into_iter().flatten() {
+        assert!(
+            !p["reasons"].to_string().contains("acs_unknown"),
+            "the unit's daemon cannot read ACS on the path of {} (its sandbox): {}\nits journal:\n{journal}",
+            p["gpu"],
+            p["problems"]
+        );
+    }
+    assert_eq!(unit["status"], cli["status"], "unit: {unit}\ncheck: {cli}");
+    assert_eq!(pairs(&unit), pairs(&cli), "unit: {unit}\ncheck: {cli}");
+    assert!(!pairs(&unit).is_empty(), "{unit}");
+    harness::say(&format!(
+        "vm_acs: the unit's gpudirect.path in report mode: {}; /readyz {readyz}",
+        unit["status"]
+    ));
 }

@@ -3,14 +3,17 @@
 //! bookworm's kernel, then a reboot into the newer bookworm-backports kernel
 //! installed next to it) does everything in `tests/vm/guest.sh` and records what
 //! the kernel, Debian's dkms and the agent said; each test here asserts one claim
-//! on those records.
+//! on those records. The agent is the product as installed: the .deb, installed
+//! in the guest (systemd is PID 1 there), its binary run as an operator runs it,
+//! its daemon the shipped unit, driven with systemctl and read over its endpoints.
 //!
 //! Needs root, QEMU (qemu-system-x86, qemu-utils), mmdebstrap and a Debian mirror
 //! the first time (the image is cached under /var/cache/rdma-node-agent/vm). Run
 //! by scripts/test.sh (`--include-ignored`). Where QEMU cannot run the tests fail
 //! with the reason; `RDMA_AGENT_VM=0` turns the tier off, and each test says so.
-//! `RDMA_AGENT_VM_BIN` names the binary to test (scripts/test.sh: the release
-//! build); otherwise the one cargo built for this test. `RDMA_AGENT_VM_RESULTS=DIR`
+//! `RDMA_AGENT_DEB` names the package to test (scripts/test.sh builds it with
+//! scripts/package.sh); without it the tests fail and say how to build it.
+//! `RDMA_AGENT_VM_RESULTS=DIR`
 //! asserts on the records of an earlier run (e.g. /var/cache/rdma-node-agent/vm/
 //! last-results) without booting, to work on the assertions.
 
@@ -264,8 +267,13 @@ fn ebusy_with_an_ip_netns_names_it() {
 fn ebusy_with_an_unshared_process_names_the_process() {
     let Some(d) = vm() else { return };
     let pid = fs::read_to_string(d.join("unshare-pid")).unwrap();
-    // `unshare --net sleep` execs sleep in the new namespace: same pid.
-    assert_pending_named(d, "unshare", &format!("(pid {} sleep)", pid.trim()));
+    // `unshare --net sleep` execs sleep in the new namespace: same pid; under
+    // systemd the agent also names the unit it runs in (the guest's steps).
+    assert_pending_named(
+        d,
+        "unshare",
+        &format!("(pid {} sleep in vm-guest.service)", pid.trim()),
+    );
 }
 
 #[test]

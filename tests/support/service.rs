@@ -1,20 +1,49 @@
 //! The agent installed as a service on a real-systemd machine (support::nspawn),
 //! shared by the system tests.
 
-use std::path::Path;
+use std::path::PathBuf;
 
 use super::nspawn::Machine;
 
-pub fn install_agent(m: &Machine, config: &str) {
-    m.install(
-        Path::new(env!("CARGO_BIN_EXE_rdma-node-agent")),
-        "/usr/bin/rdma-node-agent",
-        0o755,
+/// The .deb scripts/package.sh built, as scripts/test.sh names it in
+/// RDMA_AGENT_DEB. Without it the tests fail: they test the product as
+/// installed, never the debug binary instead.
+pub fn deb() -> PathBuf {
+    let Some(p) = std::env::var_os("RDMA_AGENT_DEB").map(PathBuf::from) else {
+        panic!(
+            "RDMA_AGENT_DEB is not set: the live tiers install the package as users do. \
+             Build it with `CARGO_TARGET_DIR=/var/cache/rdma-node-agent/target-release \
+             scripts/package.sh`, then set RDMA_AGENT_DEB to the \
+             dist/rdma-node-agent_<version>-1_amd64.deb it lists (scripts/test.sh does both)"
+        )
+    };
+    assert!(
+        p.is_file(),
+        "RDMA_AGENT_DEB={} does not exist: build it with `scripts/package.sh` \
+         (CARGO_TARGET_DIR names where; its dist/ holds the .deb)",
+        p.display()
     );
-    let unit = Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/rdma-node-agent.service");
-    m.install(&unit, "/etc/systemd/system/rdma-node-agent.service", 0o644);
+    p
+}
+
+/// Installs the package with `dpkg -i` and `config` (plus `machine_config`'s
+/// module list) in place, as an operator who templates the config before the
+/// first start: the unit enabled, not started (a policy-rc.d that denies it,
+/// which the package's postinst honours). Callers start it with systemctl.
+pub fn install_agent(m: &Machine, config: &str) {
+    m.install(&deb(), "/var/tmp/rdma-node-agent.deb", 0o644);
     m.write("/etc/rdma-node-agent/config.toml", &machine_config(config));
-    m.sh("systemctl daemon-reload");
+    // The operator's config is kept (it exists before the package's conffile).
+    m.sh_ok(
+        "printf '#!/bin/sh\\nexit 101\\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d \
+         && dpkg --force-confdef --force-confold -i /var/tmp/rdma-node-agent.deb >/dev/null \
+         && rm /usr/sbin/policy-rc.d /var/tmp/rdma-node-agent.deb",
+    );
+    assert_eq!(
+        m.sh("systemctl is-enabled rdma-node-agent; systemctl is-active rdma-node-agent || true"),
+        "enabled\ninactive\n",
+        "the package installed the unit enabled and did not start it"
+    );
 }
 
 /// The test machines' kernel has no module support (no /proc/modules): no module

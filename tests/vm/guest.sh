@@ -1,37 +1,46 @@
 #!/bin/sh
-# The real-kernel tier, inside the VM (run by /sbin/vm-init as PID 1's child).
-# Every step leaves NAME.out, NAME.err and NAME.rc under /results; the host
+# The real-kernel tier, inside the VM, run by tests/vm/vm-guest (systemd is
+# PID 1) as `guest.sh early` before the agent's unit starts at boot and as
+# `guest.sh main` once the system is up. Every step leaves NAME.out, NAME.err and NAME.rc under /results; the host
 # (tests/vm_rxe.rs) asserts on them. Nothing here decides pass or fail: it only
 # does things to a real kernel and records what the kernel and the agent said.
 #
-# Boot 1: Soft-RoCE up, sysfs captured, rdma.devices and rdma.netns live, the
+# The agent is the .deb installed at boot 1 (tests/vm/steps.sh): `check`,
+# `apply` and `revert` are its binary's, run by hand as an operator does; the
+# daemon is its unit, started with systemctl (and at each later boot), and read
+# over its endpoints.
+#
+# Boot 1: the package installed; Soft-RoCE up, sysfs captured, rdma.devices and rdma.netns live, the
 #   memlock failure and its fixes (setpriv without CAP_IPC_LOCK; the agent's NRI
 #   plugin on containerd 2.1 over CRI; runc from the agent's base spec), the
 #   live netns switch both ways, and the kernel's EBUSY with each kind of other
 #   namespace; ends with exclusive persisted, not live.
-# Boot 2: the persisted mode applies at boot (modprobe.d alone); revert; shared
+# Boot 2: rxe0 created before the unit starts (as a node's device is there);
+#   the persisted mode applies at boot (modprobe.d alone); revert; shared
 #   again, live. Then the DKMS gate before a reboot into the newer installed
 #   kernel (bookworm-backports'): its rdma-probe build not installed, then
 #   `dkms install`ed; ends asking for a reboot into that kernel.
 # Boot 3, on the newer kernel: kernel.change, kernel.dkms and kernel.modules
 #   there, before and after the apply that records the change.
-# rdma.link (boots 1 and 2): the daemon counts flaps of rxe0's netdev, by its
-#   reconciles and by rtnetlink events between them, across a daemon restart
-#   and the reboot into boot 2.
+# rdma.link (boots 1 and 2): the unit's daemon counts flaps of rxe0's netdev,
+#   by its reconciles and by rtnetlink events between them, across
+#   `systemctl restart` and the reboot into boot 2 (where the unit starts at boot).
 set -u
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 # The boot count, `step`/`sh_step` and the results disk (tests/vm/steps.sh).
 . "$(dirname "$0")/steps.sh"
-AGENT=/payload/rdma-node-agent
+# The unit's config: the rdma.link daemon's (report mode, below).
 CONF=/etc/rdma-node-agent/config.toml
+# The netns steps' config, given with --config: the unit's daemon keeps its own.
+NCONF=/etc/rdma-node-agent/netns.toml
 # The kernel steps' config: the tiny DKMS module is the one required module (the
 # default list is Mellanox's), RDMA netns unmanaged.
 KCONF=/etc/rdma-node-agent/kernel.toml
 # The netns steps' config. The kernel concern is off there: it runs `dkms status`
 # (3 s under TCG) in every apply, and kernel_gate checks it with its own config.
 config() {
-    mkdir -p "$(dirname "$CONF")"
-    printf '[rdma]\nnetns_mode = "%s"\n\n[kernel]\nenabled = false\n' "$1" >"$CONF"
+    mkdir -p "$(dirname "$NCONF")"
+    printf '[rdma]\nnetns_mode = "%s"\n\n[kernel]\nenabled = false\n' "$1" >"$NCONF"
 }
 # The kernel frees a dead network namespace asynchronously (cleanup_net): wait
 # until a live switch succeeds again (and switch back), so that each blocker is
@@ -237,29 +246,29 @@ rt_stop() {
     rmdir "$RT_POD"
 }
 
-# rdma.link: a daemon of its own (report mode, its own port, a long debounce so
-# that a burst of flaps ends before the reconcile its first link event asks for).
-LCONF=/etc/rdma-node-agent/link.toml
-LADDR=127.0.0.1:9471
-link_config() {
-    mkdir -p "$(dirname "$LCONF")"
-    printf 'mode = "report"\n[daemon]\ninterval_secs = 3600\ndebounce_ms = 3000\n[containerd]\nenabled = false\n[systemd]\nenabled = false\n[kernel]\nenabled = false\n[rdma]\nflap_threshold = 2\nflap_window = "1h"\n' >"$LCONF"
-}
-# GET over loopback HTTP with perl (the image has no curl); the body only.
-http_get() {
-    perl -MIO::Socket::INET -e '
-        my $s = IO::Socket::INET->new(PeerAddr => $ARGV[0], Timeout => 5) or exit 1;
-        print $s "GET $ARGV[1] HTTP/1.0\r\nHost: x\r\n\r\n";
-        local $/; my $r = <$s>; $r =~ s/^.*?\r\n\r\n//s; print $r;' "$LADDR" "$1"
-}
+# rdma.link: the unit's daemon (report mode, a long debounce so that a burst of
+# flaps ends before the reconcile its first link event asks for), on the unit's
+# default listener; http_get is steps.sh's (curl).
+LINK_CONFIG='mode = "report"
+[daemon]
+interval_secs = 3600
+debounce_ms = 3000
+[containerd]
+enabled = false
+[systemd]
+enabled = false
+[kernel]
+enabled = false
+[rdma]
+flap_threshold = 2
+flap_window = "1h"'
 # A sample's value in /metrics ($1: the series as printed, labels included).
 metric() { http_get /metrics | awk -v m="$1" '$1 == m { print $2 }'; }
 reconciles() { metric rdma_node_agent_reconciles_total; }
 FLAPS='rdma_node_agent_port_flaps_total{device="rxe0",port="1"}'
+# Started (at boot 2 the unit already runs: started at boot), then answering.
 link_daemon_start() {
-    link_config
-    "$AGENT" --config "$LCONF" serve --listen "$LADDR" >>"$R/link-daemon.log" 2>&1 &
-    echo $! >/run/link-daemon.pid
+    systemctl start rdma-node-agent || return 1
     i=0
     until [ -n "$(reconciles)" ]; do
         i=$((i + 1))
@@ -271,10 +280,8 @@ link_daemon_start() {
     http_get /metrics | grep -E '^rdma_node_agent_(port_flaps_total|reconciles_total|port_link_downed_total)'
 }
 link_daemon_stop() {
-    pid=$(cat /run/link-daemon.pid)
-    kill "$pid"
-    wait "$pid" 2>/dev/null
-    rm -f /run/link-daemon.pid
+    systemctl stop rdma-node-agent
+    unit_journal >>"$R/link-daemon.log"
 }
 wait_state() {
     i=0
@@ -319,13 +326,14 @@ flap_burst() {
 }
 
 blocked() {
-    step "apply-$1" "$AGENT" apply --json --no-restart
-    step "netns-$1" "$AGENT" check --json --only rdma.netns
+    step "apply-$1" "$AGENT" --config "$NCONF" apply --json --no-restart
+    step "netns-$1" "$AGENT" --config "$NCONF" check --json --only rdma.netns
     step "kernel-$1" rdma system set netns exclusive
     step "mode-after-$1" live_mode
 }
 
 boot1() {
+    step install install_agent "$LINK_CONFIG"
     step uname uname -r
     step rxe-up rxe_up
     sh_step rdma-link 'rdma link show; rdma dev show; ibv_devinfo -d rxe0'
@@ -362,9 +370,13 @@ boot1() {
 
     # apply, exclusive, with no other network namespace: the live switch.
     config exclusive
-    step apply-exclusive "$AGENT" apply --json --no-restart
+    step apply-exclusive "$AGENT" --config "$NCONF" apply --json --no-restart
     step mode-after-apply-exclusive live_mode
     sh_step modprobe-after-apply-exclusive "cat /etc/modprobe.d/rdma-node-agent.conf"
+    # containerd.service runs (systemd started it at boot): the apply wrote its
+    # base spec and left the restart to the operator (--no-restart), who does
+    # it, so that the later applies have no restart pending.
+    step containerd-restart systemctl restart containerd
 
     # The base spec the agent wrote, through runc: at its limit, and a control.
     sh_step base-spec 'cat /etc/containerd/rdma-node-agent/base-spec.json'
@@ -375,7 +387,7 @@ boot1() {
 
     # And back to shared, live.
     config shared
-    step apply-shared "$AGENT" apply --json --no-restart
+    step apply-shared "$AGENT" --config "$NCONF" apply --json --no-restart
     step mode-after-apply-shared live_mode
 
     # The kernel refuses while another namespace exists; one kind at a time:
@@ -407,7 +419,7 @@ boot1() {
     sleep 600 3</run/netns/fdheld &
     holder=$!
     ip netns delete fdheld
-    step apply-fd "$AGENT" apply --json --no-restart
+    step apply-fd "$AGENT" --config "$NCONF" apply --json --no-restart
     step kernel-fd rdma system set netns exclusive
     step mode-after-fd live_mode
     kill "$holder"
@@ -421,9 +433,9 @@ boot1() {
     touch "$R/reboot"
 }
 
-# A stopped and started daemon; what it exports then.
+# The unit restarted; what the new daemon exports then.
 link_restart() {
-    link_daemon_stop
+    systemctl restart rdma-node-agent || return 1
     link_daemon_start >/dev/null || return 1
     http_get /metrics | grep -E '^rdma_node_agent_(port_|check_reason)'
 }
@@ -433,26 +445,27 @@ link_flaps() {
     step link-daemon link_daemon_start
     step link-polled flap_polled 3
     step link-burst flap_burst 2
-    step link-check "$AGENT" --config "$LCONF" check --json --only rdma.link
+    step link-check "$AGENT" check --json --only rdma.link
     step link-restart link_restart
     link_daemon_stop
 }
 
 boot2() {
     step boot2-uname uname -r
-    step boot2-rxe-up rxe_up
+    sh_step boot2-unit 'systemctl is-enabled rdma-node-agent; systemctl is-active rdma-node-agent'
     step boot2-mode live_mode
-    step boot2-netns "$AGENT" check --json --only rdma.netns
-    step boot2-revert "$AGENT" revert --json
+    step boot2-netns "$AGENT" --config "$NCONF" check --json --only rdma.netns
+    step boot2-revert "$AGENT" --config "$NCONF" revert --json
     sh_step boot2-modprobe-after-revert 'ls -l /etc/modprobe.d/'
     step boot2-mode-after-revert live_mode
     # revert leaves the live mode alone; apply with "shared" switches it back.
     config shared
-    step boot2-apply-shared "$AGENT" apply --json --no-restart
+    step boot2-apply-shared "$AGENT" --config "$NCONF" apply --json --no-restart
     step boot2-mode-after-apply-shared live_mode
-    # rdma.link after the reboot: the history kept, no flap for the reboot.
+    # rdma.link after the reboot: the unit started at boot, rxe0 there before
+    # it; the history kept, no flap for the reboot.
     step boot2-link-daemon link_daemon_start
-    step boot2-link-check "$AGENT" --config "$LCONF" check --json --only rdma.link
+    step boot2-link-check "$AGENT" check --json --only rdma.link
     link_daemon_stop
     kernel_gate
 }
@@ -500,10 +513,13 @@ boot3() {
     step boot3-change-after-apply "$AGENT" --config "$KCONF" check --json --only kernel.change
 }
 
-echo "guest: boot $boot, kernel $(uname -r), init at $(cat "$R/boot$boot-init-uptime") s"
-case $boot in
-1) boot1 ;;
-2) boot2 ;;
-3) boot3 ;;
+echo "guest: boot $boot ($PHASE), kernel $(uname -r), early steps at $(cat "$R/boot$boot-init-uptime") s"
+case $PHASE:$boot in
+# Soft-RoCE as a node has it at boot, before the agent's unit starts.
+early:2) step boot2-rxe-up rxe_up ;;
+early:*) ;;
+main:1) boot1 ;;
+main:2) boot2 ;;
+main:3) boot3 ;;
 esac
-finish
+[ "$PHASE" = early ] || finish

@@ -1,7 +1,8 @@
 //! One VM tier's run, shared by tests/vm_rxe.rs and tests/vm_acs.rs: the
 //! switch that turns the tiers off, the override that asserts on an earlier
 //! run's records, the root check, one VM at a time on the machine, the payload
-//! (the agent binary, the tier's guest script, its extras) and
+//! (the agent's .deb, installed in the guest and run under its unit; the
+//! tier's guest script; its extras) and
 //! `tests/vm/run.sh`, with the figures printed past the test harness's capture.
 
 use std::fs;
@@ -64,14 +65,35 @@ pub fn results(
     }
 }
 
+/// The package under test, as scripts/test.sh names it: the guest installs it
+/// as a node does. Never the debug binary instead.
+fn deb() -> Result<PathBuf, String> {
+    let Some(deb) = std::env::var_os("RDMA_AGENT_DEB").map(PathBuf::from) else {
+        return Err(
+            "RDMA_AGENT_DEB is not set: the VM tiers install the package in the guest. \
+             Build it with `CARGO_TARGET_DIR=/var/cache/rdma-node-agent/target-release \
+             scripts/package.sh`, then set RDMA_AGENT_DEB to the \
+             dist/rdma-node-agent_<version>-1_amd64.deb it lists (scripts/test.sh does both), \
+             or RDMA_AGENT_VM=0 to turn the VM tiers off"
+                .into(),
+        );
+    };
+    if !deb.is_file() {
+        return Err(format!(
+            "RDMA_AGENT_DEB={} does not exist: build it with `scripts/package.sh` \
+             (CARGO_TARGET_DIR names where; its dist/ holds the .deb)",
+            deb.display()
+        ));
+    }
+    Ok(deb)
+}
+
 fn boot(tier: &Tier) -> Result<PathBuf, String> {
     if !nix::unistd::geteuid().is_root() {
         return Err("it needs root (the VM image, QEMU): run scripts/test.sh, or RDMA_AGENT_VM=0 to turn it off".into());
     }
     let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vm");
-    let bin = std::env::var_os("RDMA_AGENT_VM_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_rdma-node-agent")));
+    let deb = deb()?;
     let cache = Path::new("/var/cache/rdma-node-agent/vm");
     fs::create_dir_all(cache).map_err(|e| format!("{}: {e}", cache.display()))?;
     // One VM at a time on the machine (2 cores; ~1.3 GiB each), and one owner
@@ -85,7 +107,7 @@ fn boot(tier: &Tier) -> Result<PathBuf, String> {
             .map(drop)
             .map_err(|e| format!("{}: {e}", from.display()))
     };
-    copy(&bin, "rdma-node-agent")?;
+    copy(&deb, "rdma-node-agent.deb")?;
     copy(&here.join(tier.guest), "guest.sh")?;
     copy(&here.join("steps.sh"), "steps.sh")?;
     (tier.payload)(payload.path())?;
@@ -96,7 +118,7 @@ fn boot(tier: &Tier) -> Result<PathBuf, String> {
     say(&format!(
         "{}: booting the VM with {}",
         tier.name,
-        bin.display()
+        deb.display()
     ));
     let start = Instant::now();
     let out = Command::new(here.join("run.sh"))
@@ -113,20 +135,21 @@ fn boot(tier: &Tier) -> Result<PathBuf, String> {
     if !out.status.success() {
         return Err(log.lines().last().unwrap_or("run.sh failed").to_owned());
     }
-    // The guest's own uptimes at init and at the end of each boot (guest.sh).
+    // The guest's own uptimes at its early steps (before the agent's unit),
+    // its main steps (the system up) and the end of each boot (steps.sh).
     for b in 1.. {
         let f = |n: &str| {
             fs::read_to_string(results.join(format!("boot{b}-{n}-uptime")))
                 .ok()
                 .and_then(|t| t.trim().parse::<f64>().ok())
         };
-        let (Some(init), Some(end)) = (f("init"), f("end")) else {
+        let (Some(early), Some(main), Some(end)) = (f("init"), f("main"), f("end")) else {
             break;
         };
         say(&format!(
-            "{}: boot {b}: kernel to init {init:.1} s, tests {:.1} s",
+            "{}: boot {b}: kernel to early steps {early:.1} s, to the system up {main:.1} s, tests {:.1} s",
             tier.name,
-            end - init
+            end - early
         ));
     }
     say(&format!(

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The VM image of the real-kernel tier, built once and cached by its recipe:
-# a minimal Debian bookworm (mmdebstrap --variant=apt) with Debian's kernel and
-# its modules (rdma_rxe: Soft-RoCE), rdma-core, perftest, runc and containerd;
+# a minimal Debian bookworm (mmdebstrap --variant=apt) booting systemd as PID 1
+# (the agent's package runs under its shipped unit there), with Debian's kernel
+# and its modules (rdma_rxe: Soft-RoCE), rdma-core, perftest, runc and containerd;
 # a second, newer kernel from bookworm-backports, and Debian's dkms with a tiny
 # module built and installed for both (tests/vm/customize.sh). An ext4 image next
 # to each kernel and initrd that boot it.
@@ -20,6 +21,9 @@ exec 3>&1 1>&2
 CACHE=${RDMA_AGENT_VM_CACHE:-/var/cache/rdma-node-agent/vm}
 SUITE=bookworm
 PACKAGES=(
+    # systemd as PID 1, the system bus the agent asks it over, curl for its
+    # endpoints, as on a node.
+    systemd systemd-sysv dbus curl
     linux-image-amd64 kmod mount iproute2 procps
     rdma-core ibverbs-providers ibverbs-utils perftest
     # A container from the agent's base OCI spec (runc), and the containerd whose
@@ -30,10 +34,10 @@ PACKAGES=(
     linux-headers-amd64 dkms
 )
 # Bump when the recipe below changes (init, hooks), so old images are not reused.
-RECIPE=vm-3
+RECIPE=vm-4
 
 here=$(cd "$(dirname "$0")" && pwd)
-key=$( { echo "$RECIPE $SUITE"; printf '%s\n' "${PACKAGES[@]}"; cat "$here/init" "$here/customize.sh" "$here"/../fixtures/dkms/rdma-probe/*; } \
+key=$( { echo "$RECIPE $SUITE"; printf '%s\n' "${PACKAGES[@]}"; cat "$here/vm-guest" "$here"/vm-guest*.service "$here/customize.sh" "$here"/../fixtures/dkms/rdma-probe/*; } \
     | sha256sum | cut -c1-16)
 dir="$CACHE/$SUITE-$key"
 # A complete image only ever appears by rename, so its presence is enough.
@@ -74,9 +78,25 @@ mmdebstrap --variant=apt --format=directory --include="$include" \
     --customize-hook="$here/customize.sh"' "$1"' \
     "$SUITE" "$tmp/root" >"$tmp/mmdebstrap.log" 2>&1 \
     || { tail -n 30 "$tmp/mmdebstrap.log" >&2; echo "image.sh: mmdebstrap failed (is deb.debian.org reachable?)" >&2; exit 1; }
-install -m 0755 "$here/init" "$tmp/root/sbin/vm-init"
+# The guest runner (tests/vm/vm-guest) and its two units, enabled.
+install -m 0755 "$here/vm-guest" "$tmp/root/usr/local/sbin/vm-guest"
+mkdir -p "$tmp/root/etc/systemd/system/multi-user.target.wants"
+for u in vm-guest-early.service vm-guest.service; do
+    install -m 0644 "$here/$u" "$tmp/root/etc/systemd/system/$u"
+    ln -sf "/etc/systemd/system/$u" "$tmp/root/etc/systemd/system/multi-user.target.wants/$u"
+done
+ln -sf /lib/systemd/system/multi-user.target "$tmp/root/etc/systemd/system/default.target"
+# Nothing logs in, and nothing runs that a test did not ask for: no getty on the
+# console; no apt timers; no `dkms autoinstall` at boot (the DKMS gate's newer
+# kernel build waits for the guest's own `dkms install`, tests/vm/customize.sh).
+for u in serial-getty@ttyS0.service getty@tty1.service apt-daily.timer \
+    apt-daily-upgrade.timer dkms.service e2scrub_reap.service; do
+    ln -sf /dev/null "$tmp/root/etc/systemd/system/$u"
+done
 echo rxe-vm >"$tmp/root/etc/hostname"
-printf '/dev/vda / ext4 rw 0 1\n' >"$tmp/root/etc/fstab"
+# The root is mounted read-write by the kernel (root=/dev/vda rw): no fstab
+# entry for systemd to wait on a device unit for.
+: >"$tmp/root/etc/fstab"
 # The kernels and initrds boot the VM from outside (-kernel/-initrd); the guest
 # keeps its copies in /boot, as a node has them.
 ls "$tmp/root/boot" | sed -n 's/^vmlinuz-//p' | sort -V >"$tmp/RELEASES"

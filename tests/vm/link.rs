@@ -2,7 +2,9 @@
 //! counts the flaps of Soft-RoCE's netdev (`ip link set veth0 down/up`), both
 //! those a reconcile sees and those between reconciles (rtnetlink events: rxe
 //! has no `link_downed` counter), keeps them across a daemon restart without a
-//! false flap, and across the reboot into boot 2.
+//! false flap, and across the reboot into boot 2. The daemon is the installed
+//! package's unit: started and restarted with systemctl, started at boot 2 by
+//! systemd (the package enabled it), read over its /metrics and /status.
 
 use std::path::Path;
 
@@ -27,6 +29,14 @@ fn value(d: &Path, name: &str, series: &str) -> u64 {
 #[ignore = "needs root and QEMU (minutes under TCG): run via scripts/test.sh"]
 fn rdma_link_counts_each_flap_of_the_rxe_netdev_across_restart_and_reboot() {
     let Some(d) = vm() else { return };
+    // Installed, enabled, not started until the steps start it.
+    let install = step(d, "install");
+    install.ok();
+    assert!(
+        install.out.contains("enabled: enabled active: inactive"),
+        "{}",
+        install.text()
+    );
     // The daemon's first reading of rxe0 is its baseline.
     assert_eq!(value(d, "link-daemon", FLAPS), 0);
     // Three flaps, each seen by the reconcile the link event asked for.
@@ -73,7 +83,13 @@ fn rdma_link_counts_each_flap_of_the_rxe_netdev_across_restart_and_reboot() {
         "{}",
         restart.text()
     );
-    // After the reboot: rxe0 created again, the history kept, no flap for it.
+    // After the reboot: the unit started at boot, after rxe0 was created
+    // again; the history kept, no flap for it.
+    assert_eq!(
+        step(d, "boot2-unit").ok().out,
+        "enabled\nactive\n",
+        "the unit did not start at boot"
+    );
     assert_eq!(value(d, "boot2-link-daemon", FLAPS), 5);
     let c = check(d, "boot2-link-check");
     assert_eq!(c["details"]["ports"][0]["flaps_total"], 5, "{c}");

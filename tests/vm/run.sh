@@ -3,9 +3,10 @@
 #
 #   tests/vm/run.sh PAYLOAD_DIR RESULTS_DIR
 #
-# PAYLOAD_DIR holds guest.sh (run by the image's /sbin/vm-init) and whatever it
-# needs (the agent binary); it reaches the guest as a tar on a second disk, so a
-# new build needs no new image. The guest writes a tar of its /results to a third
+# PAYLOAD_DIR holds guest.sh (run by the image's tests/vm/vm-guest, from two
+# oneshot units of the guest's systemd) and whatever it needs (the agent's
+# .deb); it reaches the guest as a tar on a second disk, so a new build needs
+# no new image. The guest writes a tar of its /results to a third
 # disk at each poweroff; it lands in RESULTS_DIR. When the guest leaves a file
 # `reboot` there, the same disk is booted again (up to VM_BOOTS times): state on
 # the root disk survives, as on a rebooted node. Each run boots a fresh qcow2
@@ -68,7 +69,7 @@ while :; do
         -nodefaults -display none -no-reboot -monitor none \
         -serial "file:$results/console-$boot.log" \
         -kernel "$image/vmlinuz-$kernel" -initrd "$image/initrd.img-$kernel" \
-        -append "root=/dev/vda rw console=ttyS0 panic=-1 init=/sbin/vm-init${VM_APPEND:+ $VM_APPEND}" \
+        -append "root=/dev/vda rw console=ttyS0 panic=-1 init=/lib/systemd/systemd${VM_APPEND:+ $VM_APPEND}" \
         ${extra[@]+"${extra[@]}"} \
         -drive "file=$work/root.qcow2,format=qcow2,if=virtio" \
         -drive "file=$work/payload.tar,format=raw,if=virtio,readonly=on" \
