@@ -210,7 +210,10 @@ read -r only_wall only_cpu < <(timed "$runs" "$agent" --root "$heavy" check --on
 # timestamps): the shipped Type=notify unit serving the same sample, on real
 # systemd in systemd-nspawn (tests/system_ready.rs; the cached rootfs of the
 # system tests), with and without the unit's file-system sandbox.
-sd_ready=$(RDMA_AGENT_READY_BIN="$agent" cargo test --quiet --test system_ready -- \
+# The test installs the package (its unit, its postinst) and then runs "$agent" in it.
+deb=${RDMA_AGENT_DEB:-$(ls -t /var/cache/rdma-node-agent/target-release/dist/rdma-node-agent_*-1_amd64.deb 2>/dev/null | head -n 1)}
+[ -n "$deb" ] || { echo "bench: no .deb: run scripts/package.sh (or set RDMA_AGENT_DEB)" >&2; exit 1; }
+sd_ready=$(RDMA_AGENT_DEB="$deb" RDMA_AGENT_READY_BIN="$agent" cargo test --quiet --test system_ready -- \
     --ignored --nocapture 2>&1 | grep '^READY_MS' || true)
 sd_field() { # name -> its value in the READY_MS line, or "n/a"
     local v
