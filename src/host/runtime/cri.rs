@@ -170,6 +170,16 @@ pub fn choose(cands: &[Candidate], endpoint: Option<&str>) -> Result<String, Str
     ))
 }
 
+/// One plain unit is active, others are installed: the kubelet's endpoint,
+/// when it names another of them, wins (the one active may be Docker's while
+/// the kubelet's is down; its config is the one to prepare).
+pub fn prefer_kubelets(active: String, cands: &[Candidate], endpoint: Option<&str>) -> String {
+    match endpoint.map(|ep| choose(cands, Some(ep))) {
+        Some(Ok(u)) => u,
+        _ => active,
+    }
+}
+
 /// `/var/run` is `/run` on every systemd host.
 fn same_socket(a: &Path, b: &Path) -> bool {
     let norm = |p: &Path| -> PathBuf {
@@ -280,6 +290,20 @@ mod tests {
             e.contains("b.service disables \"io.containerd.grpc.v1.cri\""),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_kubelets_unit_wins_over_the_only_active_one() {
+        let cands = docker_and_cri();
+        let ep = Some("unix:///run/cri-containerd/cri-containerd.sock");
+        let active = "containerd.service".to_owned();
+        assert_eq!(
+            prefer_kubelets(active.clone(), &cands, ep),
+            "cri-containerd.service"
+        );
+        assert_eq!(prefer_kubelets(active.clone(), &cands, None), active);
+        let elsewhere = Some("unix:///run/crio/crio.sock");
+        assert_eq!(prefer_kubelets(active.clone(), &cands, elsewhere), active);
     }
 
     #[test]

@@ -236,7 +236,22 @@ pub fn discover(snap: &Snapshot, hints: &Hints) -> Discovery {
             }
         };
         let installed_names: Vec<&str> = installed.iter().map(|u| u.name.as_str()).collect();
+        let plain: Vec<&UnitFile> = installed
+            .iter()
+            .filter(|u| distro_of(&u.name) == Distro::Plain)
+            .collect();
         match pick(&active) {
+            Ok(Some(u)) if plain.len() > 1 && distro_of(&u) == Distro::Plain => {
+                let cands: Vec<cri::Candidate> = plain
+                    .iter()
+                    .map(|f| cri::candidate(snap, &f.name, Some(f)))
+                    .collect();
+                Some(cri::prefer_kubelets(
+                    u,
+                    &cands,
+                    cri::kubelet_endpoint(snap).as_deref(),
+                ))
+            }
             Ok(Some(u)) => Some(u),
             Err(e) if active.len() > 1 => {
                 return Discovery::Unknown(format!(
