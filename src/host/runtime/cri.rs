@@ -25,7 +25,13 @@ pub(super) fn containerd_units(snap: &Snapshot, known: &[&str]) -> Vec<UnitFile>
             continue;
         };
         for f in files.into_iter().take(MAX_FILES_PER_DIR) {
-            if f.ends_with(".service") && !f.contains('@') && !known.contains(&f.as_str()) {
+            if !f.ends_with(".service") || f.contains('@') || known.contains(&f.as_str()) {
+                continue;
+            }
+            // Only a file that mentions containerd is parsed with its drop-ins
+            // (a unit directory holds hundreds of units).
+            let text = snap.read_string(&Path::new(d).join(&f)).ok().flatten();
+            if text.is_some_and(|t| t.contains("containerd")) {
                 names.push(f);
             }
         }
