@@ -19,8 +19,8 @@ pub const PLUGIN_NAME: &str = "rdma-node-agent";
 const RELOAD: Duration = Duration::from_secs(10);
 const BACKOFF_MIN: Duration = Duration::from_millis(500);
 const BACKOFF_MAX: Duration = Duration::from_secs(10);
-/// How long the first registration waits for a reconcile to read the
-/// handlers' base specs (until then no RDMA container would be raised).
+/// After this long without a reconcile that read the handlers' base specs,
+/// the check says why the plugin has not registered (it registers only then).
 const FIRST_TABLE: Duration = Duration::from_secs(20);
 
 /// The settings one session runs with.
@@ -154,10 +154,17 @@ pub async fn run(
     let mut last_logged: Option<String> = None;
     let mut last_good: Option<Settings> = None;
     // Registered before the base specs are known, new RDMA containers would be
-    // left unraised (never over an unknown lower limit): wait for the first
-    // reconcile's table a while.
+    // left unraised (never over an unknown lower limit), and `containerd.nri`
+    // would say "registered" of a plugin that raises nothing: wait for the
+    // first reconcile's table, and past FIRST_TABLE say why in the check.
     let start = tokio::time::Instant::now();
-    while !state.base_specs_known() && start.elapsed() < FIRST_TABLE {
+    while !state.base_specs_known() {
+        if start.elapsed() >= FIRST_TABLE {
+            state.set_error(format!(
+                "not registered yet: no reconcile has read containerd's runtime handlers and their base specs in {} s (see containerd.memlock), and until one has no RDMA container could be raised",
+                FIRST_TABLE.as_secs()
+            ));
+        }
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(100)) => {}
             _ = stop.changed() => return,

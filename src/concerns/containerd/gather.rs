@@ -209,10 +209,13 @@ pub fn gather(
         Layout::Microk8s => "/var/snap/microk8s/common/run/containerd.sock",
         Layout::K0s => crate::host::runtime::K0S_SOCKET,
     };
-    let grpc_address: PathBuf = set.files[0]
-        .get_str(&["grpc", "address"])
-        .unwrap_or(default_socket)
-        .into();
+    // containerd's `--address` wins over the config's [grpc] address.
+    let grpc_address: PathBuf = found.address.clone().unwrap_or_else(|| {
+        set.files[0]
+            .get_str(&["grpc", "address"])
+            .unwrap_or(default_socket)
+            .into()
+    });
 
     // The running containerd's own view, over CRI (live and running; with or
     // without systemd to tell when it started).
@@ -225,7 +228,7 @@ pub fn gather(
     };
     Ok(Facts {
         cri_view,
-        kubelet_endpoint: kubelet_endpoint(host),
+        kubelet_endpoint: crate::host::runtime::cri::kubelet_endpoint(host),
         config_source: found.config_source.clone(),
         warnings: found.warnings.clone(),
         cri_disabled,
@@ -265,38 +268,6 @@ fn spec_paths_from_view(v: &view::View, into: &mut BTreeSet<PathBuf>) {
             .filter(|h| !h.base_spec.is_empty())
             .map(|h| PathBuf::from(&h.base_spec)),
     );
-}
-
-/// The kubelet's container runtime endpoint, from its config file or flags.
-fn kubelet_endpoint(host: &Snapshot) -> Option<String> {
-    let config = host
-        .read_string(std::path::Path::new("/var/lib/kubelet/config.yaml"))
-        .ok()
-        .flatten()
-        .and_then(|t| {
-            t.lines().find_map(|l| {
-                let v = l.trim().strip_prefix("containerRuntimeEndpoint:")?;
-                Some(v.trim().trim_matches(['"', '\'']).to_owned())
-            })
-        });
-    config.filter(|v| !v.is_empty()).or_else(|| {
-        [
-            "/var/lib/kubelet/kubeadm-flags.env",
-            "/etc/default/kubelet",
-            "/etc/sysconfig/kubelet",
-        ]
-        .iter()
-        .filter_map(|p| host.read_string(std::path::Path::new(p)).ok().flatten())
-        .find_map(|t| {
-            let i = t.find("--container-runtime-endpoint")?;
-            let rest = t[i + "--container-runtime-endpoint".len()..].trim_start_matches(['=', ' ']);
-            let v: String = rest
-                .chars()
-                .take_while(|c| !c.is_whitespace() && *c != '"' && *c != '\'')
-                .collect();
-            (!v.is_empty()).then_some(v)
-        })
-    })
 }
 
 /// A `version = 2` set that uses containerd 2.x's plugin names is read by 2.x

@@ -49,6 +49,7 @@ pub(super) fn without_unit(snap: &Snapshot, hints: &Hints) -> Discovery {
             unit_sources: Vec::new(),
             config,
             config_source: source,
+            address: None,
             pid,
             warnings: Vec::new(),
         })

@@ -9,6 +9,7 @@
 //! Flatcar unit passes `--config ${CONTAINERD_CONFIG}`, k3s, rke2 and microk8s run
 //! their own containerd with their own config.
 
+pub mod cri;
 mod fallback;
 mod processes;
 
@@ -100,6 +101,9 @@ pub struct Containerd {
     pub config: PathBuf,
     /// How the agent knows that path, for messages.
     pub config_source: String,
+    /// The socket the unit's ExecStart passes with `--address` (it wins over
+    /// the config's `[grpc] address`).
+    pub address: Option<PathBuf>,
     /// The running containerd's PID (its unit's MainPID, or found by its name).
     pub pid: Option<u32>,
     /// Disagreements worth a warning (an explicit config_path unlike the unit's,
@@ -170,7 +174,7 @@ fn runs_no_containerd(unit: &UnitFile) -> bool {
 pub fn discover(snap: &Snapshot, hints: &Hints) -> Discovery {
     let manager = snap.manager();
     let mut installed: Vec<UnitFile> = Vec::new();
-    let names: Vec<String> = match &hints.unit {
+    let mut names: Vec<String> = match &hints.unit {
         Some(u) => vec![u.clone()],
         None => known_units().into_iter().map(str::to_owned).collect(),
     };
@@ -180,6 +184,14 @@ pub fn discover(snap: &Snapshot, hints: &Hints) -> Discovery {
             Ok(Some(u)) => installed.push(u),
             Ok(None) => {}
             Err(e) => return Discovery::Unknown(format!("cannot read the unit {name}: {e}")),
+        }
+    }
+    if hints.unit.is_none() {
+        // Other units that run containerd (a `cri-containerd.service` beside
+        // Docker's containerd.io): plain ones, told apart by `cri::choose`.
+        for u in cri::containerd_units(snap, &known_units()) {
+            names.push(u.name.clone());
+            installed.push(u);
         }
     }
     // Which unit: the configured one; else the one systemd runs; else the one installed.
@@ -198,27 +210,59 @@ pub fn discover(snap: &Snapshot, hints: &Hints) -> Discovery {
             None => Vec::new(),
         };
         // k3s/rke2/microk8s run the containerd that serves pods, even beside a
-        // distribution's containerd.service (Docker's, say).
-        let pick = |v: &[&str]| -> Option<String> {
-            let k8s: Vec<&&str> = v.iter().filter(|u| **u != PLAIN_UNIT).collect();
+        // distribution's containerd.service (Docker's, say); among plain units,
+        // the one that serves the kubelet (`cri::choose`).
+        let pick = |v: &[&str]| -> Result<Option<String>, String> {
+            let k8s: Vec<&&str> = v.iter().filter(|u| distro_of(u) != Distro::Plain).collect();
             match (k8s.as_slice(), v) {
-                ([one], _) => Some((**one).to_owned()),
-                ([], [one]) => Some((*one).to_owned()),
-                _ => None,
+                ([one], _) => Ok(Some((**one).to_owned())),
+                ([], []) => Ok(None),
+                ([], [one]) => Ok(Some((*one).to_owned())),
+                ([], plain) => {
+                    let cands: Vec<cri::Candidate> = plain
+                        .iter()
+                        .map(|u| cri::candidate(snap, u, installed.iter().find(|i| i.name == *u)))
+                        .collect();
+                    cri::choose(&cands, cri::kubelet_endpoint(snap).as_deref()).map(Some)
+                }
+                _ => Err(String::new()),
+            }
+        };
+        let why = |e: String| {
+            if e.is_empty() {
+                String::new()
+            } else {
+                format!("; {e}")
             }
         };
         let installed_names: Vec<&str> = installed.iter().map(|u| u.name.as_str()).collect();
+        let plain: Vec<&UnitFile> = installed
+            .iter()
+            .filter(|u| distro_of(&u.name) == Distro::Plain)
+            .collect();
         match pick(&active) {
-            Some(u) => Some(u),
-            None if active.len() > 1 => {
+            Ok(Some(u)) if plain.len() > 1 && distro_of(&u) == Distro::Plain => {
+                let cands: Vec<cri::Candidate> = plain
+                    .iter()
+                    .map(|f| cri::candidate(snap, &f.name, Some(f)))
+                    .collect();
+                Some(cri::prefer_kubelets(
+                    u,
+                    &cands,
+                    cri::kubelet_endpoint(snap).as_deref(),
+                ))
+            }
+            Ok(Some(u)) => Some(u),
+            Err(e) if active.len() > 1 => {
                 return Discovery::Unknown(format!(
-                    "several containerd units are active ({}): set `unit = \"…\"` under [containerd] in the agent config to the one that serves the kubelet",
-                    active.join(", ")
+                    "several containerd units are active ({}){}: set `unit = \"…\"` under [containerd] in the agent config to the one that serves the kubelet",
+                    active.join(", "),
+                    why(e)
                 ));
             }
-            None => match pick(&installed_names) {
-                Some(u) => Some(u),
-                None if installed_names.len() > 1 => {
+            _ => match pick(&installed_names) {
+                Ok(u) => u,
+                Err(first) => {
                     let enabled: Vec<&str> = installed_names
                         .iter()
                         .copied()
@@ -229,21 +273,21 @@ pub fn discover(snap: &Snapshot, hints: &Hints) -> Discovery {
                         })
                         .collect();
                     match pick(&enabled) {
-                        Some(u) => Some(u),
-                        None => {
+                        Ok(Some(u)) => Some(u),
+                        _ => {
                             return Discovery::Unknown(format!(
-                                "several containerd units are installed ({}) and none {}: set `unit = \"…\"` under [containerd] in the agent config",
+                                "several containerd units are installed ({}) and none {}{}: set `unit = \"…\"` under [containerd] in the agent config",
                                 installed_names.join(", "),
                                 if manager.is_some() {
                                     "is active"
                                 } else {
                                     "can be asked (no systemd)"
-                                }
+                                },
+                                why(first)
                             ));
                         }
                     }
                 }
-                None => None,
             },
         }
     };
@@ -283,8 +327,9 @@ fn found_unit(snap: &Snapshot, hints: &Hints, unit: String, file: Option<&UnitFi
                 }
                 let shown = f.sources[0].display();
                 match f.command().as_deref().and_then(config_arg) {
+                    // Lexically clean (`--config //etc/x.toml` is /etc/x.toml).
                     Some(c) => (
-                        PathBuf::from(c),
+                        Path::new(&c).components().collect(),
                         format!("`--config` in ExecStart of {unit} ({shown}{})", dropins(f)),
                     ),
                     None => (
@@ -344,6 +389,7 @@ fn found_unit(snap: &Snapshot, hints: &Hints, unit: String, file: Option<&UnitFi
         unit_sources: file.map(|f| f.sources.clone()).unwrap_or_default(),
         config,
         config_source,
+        address: file.and_then(cri::unit_address),
         pid,
         warnings,
     })
