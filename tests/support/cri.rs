@@ -319,6 +319,9 @@ pub struct Containerd {
     config: String,
     /// The containerd binary (default: the one on PATH).
     binary: PathBuf,
+    /// The socket of a containerd this instance did not start (`attach`): the
+    /// node's, run by its systemd unit, which this instance never stops.
+    attached: Option<PathBuf>,
 }
 
 impl Containerd {
@@ -347,7 +350,18 @@ impl Containerd {
             pod_uids: Vec::new(),
             config: "/etc/containerd/config.toml".into(),
             binary: "containerd".into(),
+            attached: None,
         }
+    }
+
+    /// A client of the containerd already serving CRI on `socket` (a node's,
+    /// run by its unit), once it answers, with the test images imported. Its
+    /// pods are removed on drop; the daemon and its shims are left running.
+    pub fn attach(socket: &Path) -> Containerd {
+        let mut c = Containerd::new();
+        c.attached = Some(socket.to_owned());
+        c.connect_and_import();
+        c
     }
 
     /// Like `new`, run with another containerd binary (e.g. 2.1 from the cache).
@@ -379,7 +393,10 @@ impl Containerd {
     }
 
     pub fn socket(&self) -> PathBuf {
-        self.dir.path().join("containerd.sock")
+        match &self.attached {
+            Some(s) => s.clone(),
+            None => self.dir.path().join("containerd.sock"),
+        }
     }
 
     /// Unique per instance, so parallel tests never share a pod cgroup.
@@ -425,12 +442,22 @@ impl Containerd {
         if self.cri_off() {
             return;
         }
+        self.connect_and_import();
+    }
+
+    /// Waits for CRI to answer (and the child, if any, to stay up), then
+    /// imports the test images once.
+    fn connect_and_import(&mut self) {
         let start = Instant::now();
         let client = loop {
             if let Some(c) = self.try_connect() {
                 break c;
             }
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+            let exited = match self.child.as_mut() {
+                Some(child) => child.try_wait().unwrap(),
+                None => None,
+            };
+            if let Some(status) = exited {
                 self.child = None;
                 panic!("containerd exited ({status}):\n{}", self.log_tail());
             }
@@ -901,6 +928,11 @@ impl Containerd {
 impl Drop for Containerd {
     fn drop(&mut self) {
         self.remove_all_pods();
+        if self.attached.is_some() {
+            // The node's containerd and its shims are its unit's, not ours.
+            self.sweep_pod_cgroups();
+            return;
+        }
         self.stop_daemon();
         // Shims outlive containerd by design: end the ones of this instance.
         self.kill_shims();

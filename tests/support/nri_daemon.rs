@@ -1,7 +1,7 @@
 //! The agent's `serve` on a tree whose config turns its NRI plugin on, for the
-//! NRI tests on the host (tests/real_containerd_nri.rs) and in the VM guest
-//! (tests/vm/nri_guest.rs, which includes this file and http_get.rs alone):
-//! started on a free loopback port with its log kept, killed on drop.
+//! NRI tests on the host (tests/real_containerd_nri.rs; the VM tier runs the
+//! agent's unit instead, tests/vm/nri_guest.rs): started on a free loopback
+//! port with its log kept, killed on drop.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

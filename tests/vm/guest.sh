@@ -325,6 +325,67 @@ flap_burst() {
     http_get /status | grep -o '"trigger": *"[^"]*"'
 }
 
+# The NRI step's node containerd: 2.1 from the payload, run by a unit of its
+# own (the image's containerd.service is Debian's 1.6, which the base spec
+# steps keep), NRI on at /run/nri/nri.sock, a soft memlock of 64 KiB: only the
+# agent's plugin can raise a container's. The agent is told the unit (`[containerd]
+# unit`) and finds containerd's config from its ExecStart's --config.
+NRI_DIR=/var/lib/containerd-nri
+NRI_CONF=/etc/containerd-nri/config.toml
+NRI_UNIT='[Unit]
+Description=containerd 2.1 with NRI (the VM tier node containerd for memlock_via = "nri")
+After=local-fs.target network.target
+
+[Service]
+ExecStartPre=-/sbin/modprobe overlay
+ExecStart=/usr/local/bin/containerd-2.1 --config /etc/containerd-nri/config.toml
+Type=notify
+Delegate=yes
+KillMode=process
+Restart=always
+LimitMEMLOCK=64K:infinity
+LimitNOFILE=infinity
+TasksMax=infinity
+OOMScoreAdjust=-999'
+nri_containerd_start() {
+    install -m 755 /payload/containerd-2.1 /usr/local/bin/containerd-2.1 || return 1
+    mkdir -p "$(dirname "$NRI_CONF")" "$NRI_DIR" || return 1
+    /payload/vm-nri-guest containerd-config "$NRI_DIR" /run/nri/nri.sock >"$NRI_CONF" || return 1
+    printf '%s\n' "$NRI_UNIT" >/etc/systemd/system/containerd-nri.service || return 1
+    systemctl daemon-reload || return 1
+    systemctl start containerd-nri || return 1
+    systemctl is-active containerd-nri
+    i=0
+    until [ -S /run/nri/nri.sock ]; do
+        i=$((i + 1))
+        [ $i -lt 300 ] || { echo "no NRI socket 60 s after containerd-nri started"; return 1; }
+        sleep 0.2
+    done
+    /usr/local/bin/containerd-2.1 --version
+}
+# The agent's unit config for the NRI step, in place of LINK_CONFIG until the
+# step ends; the kernel concern off (`dkms status` takes 3 s under TCG).
+NRI_AGENT_CONFIG='[containerd]
+memlock_via = "nri"
+unit = "containerd-nri.service"
+binary = "/usr/local/bin/containerd-2.1"
+nri_socket = "/run/nri/nri.sock"
+[systemd]
+enabled = false
+[kernel]
+enabled = false
+[daemon]
+interval_secs = 1'
+nri_agent_config() {
+    printf '%s\n' "$NRI_AGENT_CONFIG" >"$CONF" || return 1
+    cat "$CONF"
+}
+# The step's end: both units stopped, the agent's config back to rdma.link's.
+nri_end() {
+    systemctl stop rdma-node-agent containerd-nri || return 1
+    printf '%s\n' "$LINK_CONFIG" >"$CONF"
+}
+
 blocked() {
     step "apply-$1" "$AGENT" --config "$NCONF" apply --json --no-restart
     step "netns-$1" "$AGENT" --config "$NCONF" check --json --only rdma.netns
@@ -358,15 +419,21 @@ boot1() {
     step restrack-check "$AGENT" check --json --only pods.rdma
     step restrack-stop rt_stop
 
-    # memlock_via = "nri": containerd 2.1 and the agent's NRI plugin alone (no
-    # base spec), ib_write_bw in a pod; then the same pod with the agent stopped.
-    # Its own records are nri-*; the driver's own log is this step's. A
+    # memlock_via = "nri": the node's containerd is 2.1 with NRI on (a unit of
+    # its own), the agent's unit has the NRI plugin alone (no base spec), and
+    # ib_write_bw runs in a pod; then the same pod with the agent's unit
+    # stopped. The driver's records are nri-*; its own log is nri-driver's. A
     # hostNetwork sandbox gets copies of the node's /etc/hosts and resolv.conf,
     # which a node has and this minimal image lacks.
     [ -e /etc/hosts ] || printf '127.0.0.1\tlocalhost\n' >/etc/hosts
     [ -e /etc/resolv.conf ] || : >/etc/resolv.conf
+    step nri-containerd-start nri_containerd_start
+    sh_step nri-containerd-limits 'cat "/proc/$(systemctl show -P MainPID containerd-nri)/limits"'
+    step nri-agent-config nri_agent_config
     step nri-driver env RDMA_AGENT_BUSYBOX=/payload/busybox RDMA_AGENT_TIMEOUT_SCALE=10 \
-        /payload/vm-nri-guest "$AGENT" /payload/containerd-2.1 "$R"
+        /payload/vm-nri-guest run "$NRI_DIR/containerd.sock" "$R"
+    step nri-agent-journal unit_journal
+    step nri-end nri_end
 
     # apply, exclusive, with no other network namespace: the live switch.
     config exclusive

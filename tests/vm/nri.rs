@@ -1,7 +1,9 @@
-//! `memlock_via = "nri"` on the real kernel (boot 1 of the VM tier): the agent's
-//! NRI plugin alone lets ib_write_bw in a pod container register its 8 MiB
-//! buffer over Soft-RoCE; the same container once the agent stopped fails with
-//! the kernel's refusal. The guest side is tests/vm/nri_guest.rs.
+//! `memlock_via = "nri"` on the real kernel (boot 1 of the VM tier), as
+//! installed: the agent's unit (the .deb's, started with `systemctl`) and its
+//! NRI plugin alone, on a containerd 2.1 run by a unit of its own, let
+//! ib_write_bw in a pod container register its 8 MiB buffer over Soft-RoCE; the
+//! same container once the unit stopped fails with the kernel's refusal. The
+//! guest side is tests/vm/guest.sh (the units) and tests/vm/nri_guest.rs.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -98,6 +100,11 @@ fn memlock(limits: &str) -> (String, String) {
 #[ignore = "needs root and QEMU (minutes under TCG): run via scripts/test.sh"]
 fn nri_alone_lets_ib_write_bw_in_a_pod_register_its_buffer() {
     let Some(d) = vm() else { return };
+    let started = step(d, "nri-containerd-start");
+    assert!(started.ok().out.contains("containerd"), "{}", started.out);
+    step(d, "nri-agent-config").ok();
+    // The driver ran: it started and stopped the agent's unit with systemctl.
+    step(d, "nri-driver").ok();
     // containerd itself, and so every container nothing adjusts, has 64 KiB.
     let containerd = step(d, "nri-containerd-limits");
     assert_eq!(
@@ -109,6 +116,15 @@ fn nri_alone_lets_ib_write_bw_in_a_pod_register_its_buffer() {
     let registered: Value = serde_json::from_str(&step(d, "nri-registered").ok().out).unwrap();
     assert_eq!(registered["status"], "ok", "{registered}");
     assert_eq!(registered["details"]["registered"], true, "{registered}");
+    // The unit's own daemon registered, on the socket of the node's containerd.
+    let journal = step(d, "nri-agent-journal");
+    assert!(
+        registered["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("/run/nri/nri.sock")),
+        "{registered}\n{}",
+        journal.text()
+    );
 
     // The plugin gave the RDMA container the target; runc applied it, with no
     // CAP_IPC_LOCK, and both sides of ib_write_bw registered 8 MiB.

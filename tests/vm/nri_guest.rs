@@ -1,9 +1,12 @@
 //! The VM tier's NRI proof, run inside the guest by tests/vm/guest.sh (boot 1),
-//! as root on the real kernel with Soft-RoCE: the real containerd 2.1 (from the
-//! payload) with NRI on, runc over CRI, and the agent's `serve` with
-//! `memlock_via = "nri"` and nothing else raising memlock (no base spec, no
-//! drop-in; containerd runs with a soft memlock of 64 KiB). ib_write_bw's server
-//! and client run in one hostNetwork pod container given the real
+//! as root on the real kernel with Soft-RoCE, against the node as installed:
+//! the real containerd 2.1 (from the payload) run by its own systemd unit with
+//! NRI on and a soft memlock of 64 KiB, runc over CRI, and the agent's unit
+//! (the .deb's) with `memlock_via = "nri"` and nothing else raising memlock (no
+//! base spec, no drop-in). guest.sh writes both units' configs and starts
+//! containerd's unit; this driver starts and stops the agent's with
+//! `systemctl`, reads its check from `/status`, and runs ib_write_bw's server
+//! and client in one hostNetwork pod container given the real
 //! /dev/infiniband/uverbs0, as an RDMA device plugin hands it: once while the
 //! agent's plugin is registered, and once more after the agent stopped.
 //!
@@ -12,13 +15,16 @@
 //! Debian ships no crictl; tests/vm_rxe.rs builds it (`cargo build --example
 //! vm-nri-guest`) and puts it in the payload.
 //!
-//!   vm-nri-guest AGENT CONTAINERD RESULTS
+//!   vm-nri-guest containerd-config DIR NRI_SOCKET   (prints containerd's config)
+//!   vm-nri-guest run CONTAINERD_SOCKET RESULTS
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::process::Command;
+use std::time::{Duration, Instant};
 
 use k8s_cri::v1::{ContainerConfig, Device, Mount};
+use serde_json::Value;
 
 #[allow(dead_code)] // the harness's other helpers serve the host tests
 #[path = "../support/cri.rs"]
@@ -26,11 +32,10 @@ mod cri;
 #[allow(dead_code)]
 #[path = "../support/http_get.rs"]
 mod http_get;
-#[allow(dead_code)]
-#[path = "../support/nri_daemon.rs"]
-mod nri_daemon;
 
-const NRI_SOCKET: &str = "/run/nri/nri.sock";
+/// The agent's unit, as the .deb installs it, and its default listener.
+const UNIT: &str = "rdma-node-agent";
+const LISTEN: &str = "127.0.0.1:9470";
 const UVERBS: &str = "/dev/infiniband/uverbs0";
 /// The runc bundle test's script (guest.sh `bundle`): the limit and capabilities
 /// the container got, then 5 iterations of 8 MiB over rxe0 on loopback.
@@ -41,43 +46,68 @@ const BW: &str = "grep 'Max locked memory' /proc/self/limits; grep Cap /proc/sel
 
 fn main() {
     let args: Vec<PathBuf> = std::env::args_os().skip(1).map(PathBuf::from).collect();
-    let [agent, containerd, results] = &args[..] else {
-        eprintln!("usage: vm-nri-guest AGENT CONTAINERD RESULTS");
-        std::process::exit(2);
-    };
-    let mut c = cri::Containerd::with_binary(containerd);
-    let root = c.root();
-    enable_nri(&root);
-    fs::create_dir_all(root.join("etc/rdma-node-agent")).unwrap();
-    fs::write(
-        root.join("etc/rdma-node-agent/config.toml"),
-        format!(
-            "[containerd]\nmemlock_via = \"nri\"\nnri_socket = \"{NRI_SOCKET}\"\nbinary = \"{}\"\n\
-             [systemd]\nenabled = false\n[daemon]\ninterval_secs = 1\n",
-            containerd.display()
-        ),
-    )
-    .unwrap();
-    c.start();
-    let limits = fs::read_to_string(format!("/proc/{}/limits", c.pid().unwrap())).unwrap();
-    record(results, "nri-containerd-limits", &limits, "", 0);
+    match &args[..] {
+        [cmd, dir, nri] if cmd == Path::new("containerd-config") => {
+            // The host tests' config (runc handlers, host-network pods) with
+            // NRI on as containerd 2.x has it by default.
+            print!("{}{}", cri::config_toml(dir), cri::nri_toml(nri));
+        }
+        [cmd, socket, results] if cmd == Path::new("run") => run(socket, results),
+        _ => {
+            eprintln!(
+                "usage: vm-nri-guest containerd-config DIR NRI_SOCKET | run CONTAINERD_SOCKET RESULTS"
+            );
+            std::process::exit(2);
+        }
+    }
+}
 
-    let mut serve = nri_daemon::NriDaemon::start(agent, &root, results.join("nri-agent.log"));
-    let check = serve.wait_registered(1, Duration::from_secs(120));
+fn run(socket: &Path, results: &Path) {
+    let mut c = cri::Containerd::attach(socket);
+    systemctl("start");
+    let check = wait_registered(Duration::from_secs(120));
     record(results, "nri-registered", &check.to_string(), "", 0);
     run_bw(&mut c, results, "nri-bw-plugin");
-    serve.stop();
+    systemctl("stop");
     run_bw(&mut c, results, "nri-bw-without-plugin");
 }
 
-/// NRI as containerd 2.x has it by default, its socket inside the tree.
-fn enable_nri(root: &Path) {
-    let config = root.join("etc/containerd/config.toml");
-    let mut text = fs::read_to_string(&config).unwrap();
-    text.push_str(&cri::nri_toml(
-        &root.join(NRI_SOCKET.trim_start_matches('/')),
-    ));
-    fs::write(&config, text).unwrap();
+fn systemctl(verb: &str) {
+    let status = Command::new("systemctl")
+        .args([verb, UNIT])
+        .status()
+        .unwrap();
+    assert!(status.success(), "systemctl {verb} {UNIT}: {status}");
+}
+
+/// The `containerd.nri` check in the unit's `/status`, once the plugin has
+/// registered and is registered now.
+fn wait_registered(limit: Duration) -> Value {
+    let start = Instant::now();
+    let mut last = None;
+    loop {
+        let check = http_get::get(LISTEN, "/status")
+            .and_then(|body| serde_json::from_str::<Value>(&body).ok())
+            .and_then(|v| {
+                let checks = v["report"]["checks"]
+                    .as_array()
+                    .or(v["checks"].as_array())?;
+                checks.iter().find(|c| c["id"] == "containerd.nri").cloned()
+            });
+        if let Some(c) = &check {
+            if c["details"]["registered"] == true
+                && c["details"]["registrations"].as_u64() >= Some(1)
+            {
+                return c.clone();
+            }
+        }
+        last = check.or(last);
+        assert!(
+            start.elapsed() < limit,
+            "the unit's NRI plugin did not register within {limit:?}; last containerd.nri: {last:?}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 /// ib_write_bw in a new pod: the guest's /usr (perftest, rdma-core and their
