@@ -18,6 +18,10 @@ use nix::fcntl::{OFlag, open, openat, renameat};
 use nix::sys::stat::{Mode, SFlag, fstatat, mkdirat};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
+/// The most the agent reads of one of its own state files (the ledger, the
+/// originals it keeps, kernel.json, link history): far above what it writes.
+pub const STATE_MAX: u64 = 64 << 20;
+
 use super::{Host, HostError, Result};
 
 /// The agent's own state: its ledger, journal, records and caches.
@@ -155,7 +159,8 @@ impl Host {
         }
     }
 
-    /// An agent file's bytes; `None` when absent.
+    /// An agent file's bytes; `None` when absent. Read up to [`STATE_MAX`]:
+    /// a larger one is refused, never buffered whole.
     pub fn state_read(&self, p: &Path) -> Result<Option<Vec<u8>>> {
         let Some(mut f) = self.open_state(p, OFlag::O_RDONLY, 0, false)? else {
             return Ok(None);
@@ -163,11 +168,25 @@ impl Host {
         // The ledger decides what `revert` writes back.
         trusted(&f, &self.path(p), "the agent's state")?;
         let mut bytes = Vec::new();
-        f.read_to_end(&mut bytes)
+        (&mut f)
+            .take(STATE_MAX + 1)
+            .read_to_end(&mut bytes)
             .map_err(|source| HostError::Read {
                 path: self.path(p),
                 source,
             })?;
+        if bytes.len() as u64 > STATE_MAX {
+            return Err(HostError::Read {
+                path: self.path(p),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!(
+                        "larger than {} MiB, which no file the agent writes reaches: move it aside and run `rdma-node-agent apply` again",
+                        STATE_MAX >> 20
+                    ),
+                ),
+            });
+        }
         Ok(Some(bytes))
     }
 
@@ -346,6 +365,27 @@ mod tests {
         h.state_remove(p).unwrap();
         h.state_remove_dir_if_empty(Path::new("/var/lib/rdma-node-agent/originals"));
         assert!(!t.path().join("var/lib/rdma-node-agent/originals").exists());
+    }
+
+    #[test]
+    fn a_state_file_past_the_bound_is_refused_not_buffered() {
+        let t = tempfile::tempdir().unwrap();
+        let h = Host::new(t.path());
+        let p = Path::new("/var/lib/rdma-node-agent/ledger.json");
+        h.state_write(p, b"{}", 0o600).unwrap();
+        // Sparse: no disk, and no memory unless the read buffers it whole.
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .open(t.path().join("var/lib/rdma-node-agent/ledger.json"))
+            .unwrap();
+        f.set_len(STATE_MAX + 1).unwrap();
+        let e = h.state_read(p).unwrap_err().to_string();
+        assert!(
+            e.contains("ledger.json") && e.contains("larger than 64 MiB"),
+            "{e}"
+        );
+        f.set_len(STATE_MAX).unwrap();
+        assert_eq!(h.state_read(p).unwrap().unwrap().len() as u64, STATE_MAX);
     }
 
     #[test]
