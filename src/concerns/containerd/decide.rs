@@ -203,6 +203,13 @@ impl Draft {
             self.spec_for_path
                 .insert(spec_path.clone(), spec_path == facts.spec_path);
         }
+        self.plan_changed_files(&set, facts);
+        Ok(())
+    }
+
+    /// Plans the set's files that the edits changed; containerd reads them
+    /// at its restart.
+    fn plan_changed_files(&mut self, set: &ConfigSet, facts: &Facts) {
         for f in set.files.iter().filter(|f| f.changed()) {
             self.plan.changes.push(FileChange {
                 path: f.path.clone(),
@@ -215,7 +222,6 @@ impl Draft {
                 restart: vec![facts.unit.clone()],
             });
         }
-        Ok(())
     }
 
     /// Handlers CRI can use that the operator left out (and whose spec does

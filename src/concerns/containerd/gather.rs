@@ -20,6 +20,9 @@ use crate::host::snapshot::Snapshot;
 /// and its file; `Err` when a time cannot be read (the question stays open).
 type Newest = Result<Option<(SystemTime, PathBuf)>, String>;
 
+/// Spec files by path: their text and mode; `None` when absent.
+type Specs = BTreeMap<PathBuf, Option<(String, u32)>>;
+
 /// `owned_specs`: spec files the agent created earlier (from its ledger): a handler
 /// pointing at one of them follows `base_spec_path` when that setting changes.
 pub fn gather(
@@ -68,11 +71,7 @@ pub fn gather(
     if let Some(Ok(v)) = &dump_view {
         spec_paths_from_view(v, &mut referenced);
     }
-    let mut spec_paths = referenced.clone();
-    spec_paths.insert(spec_path.clone());
-    spec_paths.extend(owned_specs.iter().cloned());
-    let mut newest = config_times(host, &set);
-    let specs = read_specs(host, spec_paths, &referenced, &mut newest)?;
+    let (specs, newest) = specs(host, &set, &referenced, &spec_path, owned_specs)?;
     let (template_spec, template_source) = template_spec(host, ctr.as_deref());
     let containerd_started = started(host, manager, &unit, found.pid);
     // containerd's `--address` wins over the config's [grpc] address.
@@ -237,6 +236,23 @@ fn config_times(host: &Snapshot, set: &ConfigSet) -> Newest {
     newest
 }
 
+/// The spec files read, and the newest change of what containerd reads: the
+/// referenced specs, the agent's configured path and the specs it created.
+fn specs(
+    host: &Snapshot,
+    set: &ConfigSet,
+    referenced: &BTreeSet<PathBuf>,
+    spec_path: &Path,
+    owned_specs: &BTreeSet<PathBuf>,
+) -> Result<(Specs, Newest), ContainerdError> {
+    let mut spec_paths = referenced.clone();
+    spec_paths.insert(spec_path.to_path_buf());
+    spec_paths.extend(owned_specs.iter().cloned());
+    let mut newest = config_times(host, set);
+    let specs = read_specs(host, spec_paths, referenced, &mut newest)?;
+    Ok((specs, newest))
+}
+
 /// The specs containerd reads (those the handlers reference), and the ones the
 /// agent may write: its configured path and the spec files it created before.
 /// A referenced one's time counts towards the newest change.
@@ -245,7 +261,7 @@ fn read_specs(
     spec_paths: BTreeSet<PathBuf>,
     referenced: &BTreeSet<PathBuf>,
     newest: &mut Newest,
-) -> Result<BTreeMap<PathBuf, Option<(String, u32)>>, ContainerdError> {
+) -> Result<Specs, ContainerdError> {
     let mut specs = BTreeMap::new();
     for p in spec_paths {
         let data = host.read_trusted(&p, "a base runtime spec")?;

@@ -6,7 +6,7 @@
 //! is down or missing (pods get scheduled here and fail). No kubelet: skipped.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
@@ -149,22 +149,7 @@ pub fn decide(
     let checksum = cp
         .as_ref()
         .map(|c| c.checksum_ok().map_err(|e| e.to_string()));
-    match &checksum {
-        Some(Ok(false)) => problems.push((
-            Status::Warn,
-            Reason::KubeletCheckpointInvalid,
-            format!(
-                "{}: checksum does not verify (corrupt, or a kubelet layout this agent does not know): its content may be wrong",
-                path.display()
-            ),
-        )),
-        Some(Err(e)) => problems.push((
-            Status::Warn,
-            Reason::KubeletCheckpointInvalid,
-            format!("{}: {e}", path.display()),
-        )),
-        _ => {}
-    }
+    problems.extend(checksum_problem(&checksum, &path));
     if !f.kubelet_socket {
         notes.push(format!(
             "no {KUBELET_SOCKET}: the kubelet is not running, this is what it last saw"
@@ -184,7 +169,37 @@ pub fn decide(
         "sockets": f.sockets,
         "rdma_allocations": allocations,
     }));
-    let observations = registered
+    let observations = resource_observations(cfg, &registered);
+    (check, observations)
+}
+
+/// A checkpoint whose checksum does not verify (or cannot be computed): its
+/// content may be wrong.
+fn checksum_problem(checksum: &Option<Result<bool, String>>, path: &Path) -> Option<Problem> {
+    match checksum {
+        Some(Ok(false)) => Some((
+            Status::Warn,
+            Reason::KubeletCheckpointInvalid,
+            format!(
+                "{}: checksum does not verify (corrupt, or a kubelet layout this agent does not know): its content may be wrong",
+                path.display()
+            ),
+        )),
+        Some(Err(e)) => Some((
+            Status::Warn,
+            Reason::KubeletCheckpointInvalid,
+            format!("{}: {e}", path.display()),
+        )),
+        _ => None,
+    }
+}
+
+/// The RDMA and reported resources, for the metrics.
+fn resource_observations(
+    cfg: &KubeletConfig,
+    registered: &BTreeMap<&str, usize>,
+) -> Vec<Observation> {
+    registered
         .iter()
         .filter(|(n, _)| matches(&cfg.rdma_resources, n) || matches(&cfg.report_resources, n))
         .map(|(n, d)| Observation::KubeletResource {
@@ -192,8 +207,7 @@ pub fn decide(
             devices: *d,
             rdma: matches(&cfg.rdma_resources, n),
         })
-        .collect();
-    (check, observations)
+        .collect()
 }
 
 /// `kubelet.expected_resources` the kubelet has no healthy device of.
