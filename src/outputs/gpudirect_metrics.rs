@@ -13,6 +13,12 @@ fn bool01(b: bool) -> f64 {
 /// (the node's budget is 150 series). A pair whose readiness cannot be told
 /// has no `ready` series.
 pub(super) fn gpudirect(m: &mut Families, seen: &[Observation]) {
+    pairs(m, seen);
+    links(m, seen);
+}
+
+/// Each GPU-NIC pair's readiness and problems.
+fn pairs(m: &mut Families, seen: &[Observation]) {
     let pairs: Vec<_> = seen
         .iter()
         .filter_map(|o| match o {
@@ -62,6 +68,10 @@ pub(super) fn gpudirect(m: &mut Families, seen: &[Observation]) {
             );
         }
     }
+}
+
+/// The PCIe links on the pairs' paths: speed and width.
+fn links(m: &mut Families, seen: &[Observation]) {
     let links: Vec<_> = seen
         .iter()
         .filter_map(|o| match o {

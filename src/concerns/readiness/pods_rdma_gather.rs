@@ -283,23 +283,7 @@ pub fn gather(snap: &Snapshot) -> crate::host::Result<Facts> {
         let scan = (holders.is_err() && !no_rdma)
             || c.has_rdma_devices()
             || held.iter().any(Option::is_some);
-        for (pid, held) in members.pids.iter().zip(held) {
-            let mut p = Process {
-                pid: *pid,
-                holds: held.cloned().unwrap_or_default(),
-                ..Process::default()
-            };
-            holding += usize::from(held.is_some());
-            if scan {
-                match snap.fd_targets(*pid) {
-                    Ok(t) => p.opened = t.iter().filter(|p| is_rdma_path(p)).cloned().collect(),
-                    Err(e) => p.fds_unreadable = Some(e),
-                }
-            } else {
-                p.fds_skipped = true;
-            }
-            c.processes.push(p);
-        }
+        holding += add_processes(snap, &members.pids, held, scan, &mut c);
         // Credentials only where there is something to judge.
         let evidence = !c.dev_nodes.is_empty()
             || !c.cgroup_devices.is_empty()
@@ -318,7 +302,49 @@ pub fn gather(snap: &Snapshot) -> crate::host::Result<Facts> {
         }
         containers.push(c);
     }
-    let route = match snap.restrack() {
+    let route = route(snap, no_rdma, holding);
+    Ok(Facts {
+        containers,
+        unreadable,
+        route,
+        pods_from,
+    })
+}
+
+/// A container's processes, each with the RDMA resources it holds
+/// (restrack) and, where `scan`, the RDMA files it has open. Returns how
+/// many hold one.
+fn add_processes(
+    snap: &Snapshot,
+    pids: &[u32],
+    held: Vec<Option<&Vec<String>>>,
+    scan: bool,
+    c: &mut Container,
+) -> usize {
+    let mut holding = 0;
+    for (pid, held) in pids.iter().zip(held) {
+        let mut p = Process {
+            pid: *pid,
+            holds: held.cloned().unwrap_or_default(),
+            ..Process::default()
+        };
+        holding += usize::from(held.is_some());
+        if scan {
+            match snap.fd_targets(*pid) {
+                Ok(t) => p.opened = t.iter().filter(|p| is_rdma_path(p)).cloned().collect(),
+                Err(e) => p.fds_unreadable = Some(e),
+            }
+        } else {
+            p.fds_skipped = true;
+        }
+        c.processes.push(p);
+    }
+    holding
+}
+
+/// How RDMA users were found: restrack, else a scan of open files (and why).
+fn route(snap: &Snapshot, no_rdma: bool, holding: usize) -> Route {
+    match snap.restrack() {
         Err(_) if no_rdma => Route::NoUverbs,
         Ok(h) => Route::Restrack {
             devices: h.devices.clone(),
@@ -330,13 +356,7 @@ pub fn gather(snap: &Snapshot) -> crate::host::Result<Facts> {
             // No RDMA device, or not the running kernel: nothing was missed.
             expected: matches!(why, Unavailable::NotLive | Unavailable::NoDevices),
         },
-    };
-    Ok(Facts {
-        containers,
-        unreadable,
-        route,
-        pods_from,
-    })
+    }
 }
 
 #[cfg(test)]
