@@ -159,7 +159,10 @@ fn constants_are_the_kernel_headers() {
         ("BUS_NAME", devlink::DEVLINK_ATTR_BUS_NAME.into()),
         ("DEV_NAME", devlink::DEVLINK_ATTR_DEV_NAME.into()),
         ("PORT_INDEX", devlink::DEVLINK_ATTR_PORT_INDEX.into()),
-        ("REPORTER_NEST", devlink::DEVLINK_ATTR_HEALTH_REPORTER.into()),
+        (
+            "REPORTER_NEST",
+            devlink::DEVLINK_ATTR_HEALTH_REPORTER.into(),
+        ),
         (
             "REPORTER_NAME",
             devlink::DEVLINK_ATTR_HEALTH_REPORTER_NAME.into(),

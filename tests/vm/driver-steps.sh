@@ -1,0 +1,55 @@
+# driver.health's steps of the Soft-RoCE tier (sourced by tests/vm/guest.sh;
+# uses its step/http_get/reconciles helpers and the daemon its link steps run).
+# netdevsim, built for the guest's kernel by the image (tests/vm/customize.sh),
+# gives a devlink instance with health reporters and debugfs test triggers
+# (tools/testing/selftests/drivers/net/netdevsim/devlink.sh): the daemon,
+# under its installed unit, watches it (`also_watch`), reads the kernel log,
+# and its /status says ok; then the dummy reporter is broken with recovery
+# failing, and /status must say fail naming the instance and the reporter.
+NSIM=netdevsim/netdevsim10
+NSIM_DEBUG=/sys/kernel/debug/netdevsim/netdevsim10
+driver_status() { http_get /status | jq -c '.checks[] | select(.id == "driver.health")'; }
+nsim_up() {
+    modprobe netdevsim || return 1
+    echo "10 1" >/sys/bus/netdevsim/new_device || return 1
+    devlink health show "$NSIM"
+}
+driver_watch() {
+    cp /etc/rdma-node-agent/config.toml /var/lib/vm-test/config-before-driver.toml
+    printf '[driver_health]\nalso_watch = ["%s"]\n' "$NSIM" >>/etc/rdma-node-agent/config.toml
+    before=$(reconciles)
+    systemctl restart rdma-node-agent || return 1
+    i=0
+    until [ -n "$(reconciles)" ]; do
+        i=$((i + 1))
+        [ $i -lt 300 ] || { echo "the daemon did not answer in 60 s"; return 1; }
+        sleep 0.2
+    done
+    echo "reconciles before restart: $before"
+    systemctl show -p CapabilityBoundingSet -p ProtectKernelLogs -p DeviceAllow rdma-node-agent
+}
+nsim_break() {
+    echo 1 >"$NSIM_DEBUG/health/fail_recover" || return 1
+    echo "rdma-node-agent VM tier" >"$NSIM_DEBUG/health/break_health"
+    devlink health show "$NSIM" reporter dummy
+    n=$(reconciles)
+    systemctl reload rdma-node-agent || return 1
+    wait_reconciles_above "$n"
+}
+driver_health_steps() {
+    step driver-nsim-up nsim_up
+    step driver-watch driver_watch
+    step driver-before driver_status
+    step driver-break nsim_break
+    step driver-after driver_status
+    sh_step driver-metrics "http_get /metrics | grep -E '^rdma_node_agent_driver_'"
+    step driver-journal unit_journal
+}
+# The config as the link steps had it (netdevsim is gone after a reboot).
+driver_unwatch() {
+    systemctl stop rdma-node-agent
+    cp /var/lib/vm-test/config-before-driver.toml /etc/rdma-node-agent/config.toml
+    echo 0 >"$NSIM_DEBUG/health/fail_recover"
+    echo 10 >/sys/bus/netdevsim/del_device
+    modprobe -r netdevsim
+}
