@@ -14,7 +14,7 @@
 
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::PathBuf;
 
 use super::read::ReadHost;
@@ -66,6 +66,14 @@ pub enum KmsgError {
     Denied { path: PathBuf, source: io::Error },
     #[error("cannot read {path}: {source}")]
     Io { path: PathBuf, source: io::Error },
+    #[error(
+        "{path} is not the kernel log (character device {major}:{minor}, not 1:11): a container's stand-in, so the kernel's messages cannot be read here"
+    )]
+    NotKmsg {
+        path: PathBuf,
+        major: u64,
+        minor: u64,
+    },
 }
 
 /// `prio,seq,usec,flag[,...];text` and its dictionary lines.
@@ -140,6 +148,15 @@ pub fn read(
         }
         log.truncated |= text.len() as u64 >= caps.max_bytes;
         return Ok(log);
+    }
+    // A container's /dev/kmsg may be /dev/null (systemd-nspawn): it reads as an
+    // empty log, which must not pass for a clean one.
+    let (major, minor) = (
+        nix::sys::stat::major(meta.rdev()),
+        nix::sys::stat::minor(meta.rdev()),
+    );
+    if (major, minor) != (1, 11) {
+        return Err(KmsgError::NotKmsg { path, major, minor });
     }
     let mut f = std::fs::OpenOptions::new()
         .read(true)

@@ -93,3 +93,25 @@ fn reads_the_live_kernel_log_to_its_end() {
     assert!(log.last_seq.is_some(), "{log:?}");
     assert!(!log.records.is_empty());
 }
+
+/// /dev/null where /dev/kmsg should be (a container's stand-in) is refused,
+/// not read as a clean, empty log.
+#[test]
+fn a_stand_in_device_is_not_the_kernel_log() {
+    let t = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(t.path().join("dev")).unwrap();
+    std::os::unix::fs::symlink("/dev/null", t.path().join("dev/kmsg")).unwrap();
+    let host = ReadHost::new(Host::new(t.path()));
+    let e = read(&host, None, &|_| true, ALL).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            KmsgError::NotKmsg {
+                major: 1,
+                minor: 3,
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
