@@ -440,12 +440,24 @@ fn assert_no_ipc_lock(status: &str) {
 fn driver_health_sees_netdevsims_reporter_break_under_the_unit() {
     let Some(d) = vm() else { return };
     step(d, "driver-nsim-up").ok();
+    // The forged line is in the log, as userspace's (facility 1, LOG_USER: `<11>`).
+    let forged = step(d, "driver-forged");
+    assert!(
+        forged.ok().out.starts_with("<11>mlx5_core"),
+        "{}",
+        forged.text()
+    );
     let watch = step(d, "driver-watch");
     watch.ok();
     assert!(watch.out.contains("CAP_SYSLOG"), "{}", watch.text());
     let before: Value = serde_json::from_str(step(d, "driver-before").ok().out.trim()).unwrap();
     assert_eq!(before["status"], "ok", "{before}");
     assert_eq!(before["details"]["kernel_log_read"], true, "{before}");
+    assert_eq!(
+        before["details"]["kernel_log"],
+        serde_json::json!({}),
+        "{before}"
+    );
     let brk = step(d, "driver-break");
     brk.ok();
     assert!(brk.out.contains("error"), "{}", brk.text());

@@ -36,6 +36,10 @@ pub struct Record {
     pub seq: u64,
     /// The syslog level (0 emerg … 7 debug).
     pub level: u8,
+    /// The syslog facility: 0 (LOG_KERN) for the kernel's own messages; the
+    /// kernel gives a line written into /dev/kmsg from userspace another
+    /// (LOG_USER unless it names one), so it cannot pass for the kernel's.
+    pub facility: u8,
     /// The message, as the kernel escaped it (non-printable bytes as `\xNN`).
     pub text: String,
     /// The `DEVICE=` dictionary value (`+pci:0000:03:00.0`), when present.
@@ -91,6 +95,7 @@ pub fn parse_record(raw: &str) -> Option<Record> {
     Some(Record {
         seq,
         level: (prio & 7) as u8,
+        facility: (prio >> 3) as u8,
         text: text.to_owned(),
         device,
     })

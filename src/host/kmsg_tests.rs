@@ -26,7 +26,9 @@ fn parses_the_abi_documents_records() {
     assert!(r.text.starts_with("pci_root PNP0A03:00: host bridge"));
     assert_eq!(r.device.as_deref(), Some("+acpi:PNP0A03:00"));
     // Facility 3 (daemon) << 3 | level 6.
-    assert_eq!((log.records[2].seq, log.records[2].level), (340, 6));
+    let udevd = &log.records[2];
+    assert_eq!((udevd.seq, udevd.facility, udevd.level), (340, 3, 6));
+    assert_eq!(r.facility, 0);
     assert_eq!((log.first_seq, log.last_seq), (Some(160), Some(340)));
     assert!(!log.truncated);
 }

@@ -85,9 +85,11 @@ pub static PATTERNS: &[Pattern] = &[
 
 pub const DRIVER_PREFIX: &str = "mlx5_core ";
 
-/// Only mlx5_core's device messages are kept by the kernel-log pass.
+/// Only mlx5_core's device messages are kept by the kernel-log pass, and only
+/// the kernel's own (facility LOG_KERN): a line root wrote into /dev/kmsg is
+/// not the driver's.
 pub fn is_driver_record(r: &Record) -> bool {
-    r.text.starts_with(DRIVER_PREFIX)
+    r.facility == 0 && r.text.starts_with(DRIVER_PREFIX)
 }
 
 /// `(PCI address, pattern name)` of a record that is one of the patterns.
@@ -115,6 +117,7 @@ mod tests {
         Record {
             seq: 1,
             level: 3,
+            facility: 0,
             text: text.into(),
             device: None,
         }
@@ -145,5 +148,11 @@ mod tests {
         );
         // Another driver's words are not mlx5's.
         assert_eq!(c("bnxt_en 0000:03:00.0: device's health compromised"), None);
+        // A line written into /dev/kmsg from userspace (facility LOG_USER) is not the kernel's.
+        let mut forged =
+            rec("mlx5_core 0000:41:00.0: poll_health:1:(pid 0): device's health compromised");
+        assert!(is_driver_record(&forged));
+        forged.facility = 1;
+        assert!(!is_driver_record(&forged));
     }
 }
