@@ -449,7 +449,12 @@ fn driver_health_sees_netdevsims_reporter_break_under_the_unit() {
     );
     let watch = step(d, "driver-watch");
     watch.ok();
-    assert!(watch.out.contains("CAP_SYSLOG"), "{}", watch.text());
+    assert!(watch.out.contains("cap_syslog"), "{}", watch.text());
+    assert!(
+        watch.out.contains("DeviceAllow=/dev/kmsg r"),
+        "{}",
+        watch.text()
+    );
     let before: Value = serde_json::from_str(step(d, "driver-before").ok().out.trim()).unwrap();
     assert_eq!(before["status"], "ok", "{before}");
     assert_eq!(before["details"]["kernel_log_read"], true, "{before}");

@@ -44,7 +44,7 @@ driver_metrics() { http_get /metrics | grep -E '^rdma_node_agent_driver_'; }
 # the agent must not take it for the driver's (driver-before stays ok).
 forge_mlx5_line() {
     echo "<3>mlx5_core 0000:00:00.0: poll_health:1:(pid 0): device's health compromised - reached miss count" >/dev/kmsg
-    dmesg -r | grep -F "health compromised"
+    dmesg -x | grep -F "health compromised"
 }
 driver_health_steps() {
     step driver-nsim-up nsim_up
