@@ -92,7 +92,8 @@ pub enum Observation {
     /// (`pci/0000:03:00.0/fw_fatal`) or a kernel-log pattern (`cmd_timeout`)
     /// and kind `reporter_error`, `reporter_errors` or `kernel_log`.
     DriverHealth {
-        reporters: u64,
+        /// `None`: devlink was not read (not the running kernel, or an error).
+        reporters: Option<u64>,
         kernel_log_read: Option<bool>,
         problems: Vec<(String, String, &'static str, u64)>,
     },

@@ -17,12 +17,16 @@ pub(super) fn driver_health(m: &mut Families, seen: &[Observation]) {
     }) else {
         return;
     };
-    m.family(
-        "driver_health_reporters",
-        Kind::Gauge,
-        "devlink health reporters driver.health watches (those of the RDMA NICs' devlink instances and of [driver_health] also_watch)",
-    )
-    .sample(vec![], reporters as f64);
+    // Nothing when devlink was not read (a tree under --root): no 0 that reads
+    // as "no reporter".
+    if let Some(n) = reporters {
+        m.family(
+            "driver_health_reporters",
+            Kind::Gauge,
+            "devlink health reporters driver.health watches (those of the RDMA NICs' devlink instances and of [driver_health] also_watch); no series when devlink could not be read",
+        )
+        .sample(vec![], n as f64);
+    }
     if let Some(read) = log_read {
         m.family(
             "driver_health_kernel_log_readable",

@@ -117,7 +117,7 @@ impl Concern for Health {
         let missed = reading.and_then(|l| state::missed(&old, f.boot_id.as_deref(), l));
         let v = verdict::judge(f, &next, missed, state_error, &ctx.config.driver_health);
         let mut observations = vec![Observation::DriverHealth {
-            reporters: v.watched as u64,
+            reporters: matches!(f.devlink, Devlink::Reporters(_)).then_some(v.watched as u64),
             kernel_log_read: f.log.as_ref().map(Result::is_ok),
             problems: v.problems.clone(),
         }];
