@@ -7,6 +7,7 @@ pub mod driver;
 pub mod fleet;
 pub mod gpudirect;
 pub mod kernel;
+pub mod nfd;
 pub mod pods;
 pub mod rdma;
 pub mod readiness;
@@ -35,7 +36,7 @@ pub static ALL: &[&dyn Run] = &[
     &kernel::concern::Kernel,
     &fleet::Export,
     &reboot::Sentinel,
-    &crate::outputs::nfd::Labels,
+    &nfd::Labels,
 ];
 
 /// The units a ledger entry's owner restarted, for entries written before

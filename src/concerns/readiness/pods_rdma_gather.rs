@@ -240,8 +240,22 @@ fn pod_containers(
     Ok((by_id, from))
 }
 
+/// Whether the node has no uverbs device, so that no process anywhere can hold
+/// one: `/sys/class/infiniband_verbs` is not tagged by network namespace (its
+/// class has no `ns_type`, drivers/infiniband/core/uverbs_main.c), so it lists
+/// every namespace's; `/sys/class/infiniband` (this namespace's devices) is
+/// asked too, so a tree without the verbs class never counts as empty. `false`
+/// when either cannot be read.
+fn no_uverbs_device(snap: &Snapshot) -> bool {
+    ["/sys/class/infiniband_verbs", "/sys/class/infiniband"]
+        .iter()
+        .all(|d| snap.list_dir(Path::new(d)).is_ok_and(|l| l.is_empty()))
+}
+
 pub fn gather(snap: &Snapshot) -> crate::host::Result<Facts> {
     let holders = holders_by_process(snap);
+    // Cost follows RDMA work: with no uverbs device, no descriptor is read.
+    let no_rdma = holders.is_err() && no_uverbs_device(snap);
     let mut unreadable = Vec::new();
     let (by_id, pods_from) = pod_containers(snap, holders.as_ref().ok(), &mut unreadable)?;
     let mut containers = Vec::new();
@@ -266,7 +280,9 @@ pub fn gather(snap: &Snapshot) -> crate::host::Result<Facts> {
             .iter()
             .map(|pid| holders.as_ref().ok().and_then(|h| h.get(pid)))
             .collect();
-        let scan = holders.is_err() || c.has_rdma_devices() || held.iter().any(Option::is_some);
+        let scan = (holders.is_err() && !no_rdma)
+            || c.has_rdma_devices()
+            || held.iter().any(Option::is_some);
         for (pid, held) in members.pids.iter().zip(held) {
             let mut p = Process {
                 pid: *pid,
@@ -303,6 +319,7 @@ pub fn gather(snap: &Snapshot) -> crate::host::Result<Facts> {
         containers.push(c);
     }
     let route = match snap.restrack() {
+        Err(_) if no_rdma => Route::NoUverbs,
         Ok(h) => Route::Restrack {
             devices: h.devices.clone(),
             holders: holding,
