@@ -18,11 +18,11 @@ use std::path::Path;
 
 use crate::config::Config;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
-use crate::engine::plan::Record;
 use crate::fleet::Fact;
 use crate::host::devlink::{DevlinkError, Reporter};
 use crate::host::kmsg::{self, Caps, KmsgError};
 use crate::host::snapshot::Snapshot;
+use crate::host::state::Record;
 use crate::observe::Observation;
 use state::{LogReading, State};
 
