@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::host::{Host, HostError};
 
 mod containerd;
+pub mod driver_health;
 pub mod globs;
 pub mod gpudirect;
 pub mod nri;
@@ -53,6 +54,7 @@ pub struct Config {
     pub gpudirect: gpudirect::GpuDirectConfig,
     pub kernel: KernelConfig,
     pub kubelet: readiness::KubeletConfig,
+    pub driver_health: driver_health::DriverHealthConfig,
     /// What the file says that is no longer read, and what to write instead.
     #[serde(skip)]
     pub warnings: Vec<String>,
@@ -155,7 +157,8 @@ impl Config {
         one(&self.rdma, text, shown_path)?;
         one(&self.gpudirect, text, shown_path)?;
         one(&self.kernel, text, shown_path)?;
-        one(&self.kubelet, text, shown_path)
+        one(&self.kubelet, text, shown_path)?;
+        one(&self.driver_health, text, shown_path)
     }
 
     /// Keys that said a second time what another says (and could disagree):

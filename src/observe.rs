@@ -87,6 +87,16 @@ pub enum Observation {
         devices: usize,
         rdma: bool,
     },
+    /// `driver.health`: the reporters it watched, and each problem it found:
+    /// `(device, source, kind, count)` where source is a devlink reporter
+    /// (`pci/0000:03:00.0/fw_fatal`) or a kernel-log pattern (`cmd_timeout`)
+    /// and kind `reporter_error`, `reporter_errors` or `kernel_log`.
+    DriverHealth {
+        /// `None`: devlink was not read (not the running kernel, or an error).
+        reporters: Option<u64>,
+        kernel_log_read: Option<bool>,
+        problems: Vec<(String, String, &'static str, u64)>,
+    },
 }
 
 /// Why a pod container with RDMA devices cannot register memory.

@@ -97,6 +97,13 @@ reasons! {
     DkmsStatusDisagrees => "dkms_status_disagrees",
     DkmsStatusTimeout => "dkms_status_timeout",
     DkmsStatusFailed => "dkms_status_failed",
+    // driver.health
+    DevlinkReporterError => "devlink_reporter_error",
+    DevlinkErrorsRising => "devlink_errors_rising",
+    DevlinkUnavailable => "devlink_unavailable",
+    DriverFatalLog => "driver_fatal_log",
+    DriverLogWarning => "driver_log_warning",
+    KernelLogUnreadable => "kernel_log_unreadable",
 }
 
 impl std::fmt::Display for Reason {

@@ -431,3 +431,54 @@ fn assert_no_ipc_lock(status: &str) {
         assert_eq!(bits & (1 << 14), 0, "CAP_IPC_LOCK in {l}");
     }
 }
+
+/// driver.health under the installed unit on Debian's kernel: netdevsim's
+/// dummy health reporter (module built by the image) healthy, then broken with
+/// its recovery failing; the kernel log read through the unit's grant.
+#[test]
+#[ignore = "needs root and QEMU (minutes under TCG): run via scripts/test.sh"]
+fn driver_health_sees_netdevsims_reporter_break_under_the_unit() {
+    let Some(d) = vm() else { return };
+    step(d, "driver-nsim-up").ok();
+    // The forged line is in the log, as userspace's (facility 1, LOG_USER: `<11>`).
+    let forged = step(d, "driver-forged");
+    assert!(
+        forged.ok().out.starts_with("<11>mlx5_core"),
+        "{}",
+        forged.text()
+    );
+    let watch = step(d, "driver-watch");
+    watch.ok();
+    assert!(watch.out.contains("cap_syslog"), "{}", watch.text());
+    assert!(
+        watch.out.contains("DeviceAllow=/dev/kmsg r"),
+        "{}",
+        watch.text()
+    );
+    let before: Value = serde_json::from_str(step(d, "driver-before").ok().out.trim()).unwrap();
+    assert_eq!(before["status"], "ok", "{before}");
+    assert_eq!(before["details"]["kernel_log_read"], true, "{before}");
+    assert_eq!(
+        before["details"]["kernel_log"],
+        serde_json::json!({}),
+        "{before}"
+    );
+    let brk = step(d, "driver-break");
+    brk.ok();
+    assert!(brk.out.contains("error"), "{}", brk.text());
+    let after: Value = serde_json::from_str(step(d, "driver-after").ok().out.trim()).unwrap();
+    assert_eq!(after["status"], "fail", "{after}");
+    assert_eq!(after["reason"], "devlink_reporter_error", "{after}");
+    let msg = after["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("netdevsim/netdevsim10: health reporter dummy is in error state"),
+        "{msg}"
+    );
+    let metrics = step(d, "driver-metrics").out;
+    assert!(
+        metrics.contains(
+            "rdma_node_agent_driver_health_reporter_in_error{instance=\"netdevsim/netdevsim10\",reporter=\"netdevsim/netdevsim10/dummy\"} 1"
+        ),
+        "{metrics}"
+    );
+}

@@ -3,6 +3,7 @@
 //! purely). `ALL` registers them, in order: the one place that names them.
 
 pub mod containerd;
+pub mod driver;
 pub mod fleet;
 pub mod gpudirect;
 pub mod kernel;
@@ -29,6 +30,7 @@ pub static ALL: &[&dyn Run] = &[
     &rdma::concern::Devices,
     &rdma::link::Link,
     &gpudirect::Path,
+    &driver::Health,
     &readiness::kubelet::Kubelet,
     &rdma::concern::Netns,
     &kernel::concern::Kernel,

@@ -26,17 +26,17 @@ pub const RDMA_NLDEV_CMD_SYS_SET: u16 = 7;
 /// A u8: 0 exclusive, 1 shared.
 pub const RDMA_NLDEV_SYS_ATTR_NETNS_MODE: u16 = 66;
 
-const NLM_F_REQUEST: u16 = 0x1;
-const NLM_F_ACK: u16 = 0x4;
+pub(crate) const NLM_F_REQUEST: u16 = 0x1;
+pub(crate) const NLM_F_ACK: u16 = 0x4;
 const NLM_F_CAPPED: u16 = 0x100;
 const NLM_F_ACK_TLVS: u16 = 0x200;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
+pub(crate) const NLMSG_ERROR: u16 = 2;
+pub(crate) const NLMSG_DONE: u16 = 3;
 const NLMSGERR_ATTR_MSG: u16 = 1;
 /// Attribute types carry two flag bits (nested, net byte order) above the type.
 const NLA_TYPE_MASK: u16 = 0x3fff;
-const NLMSG_HDRLEN: usize = 16;
-const NLA_HDRLEN: usize = 4;
+pub(crate) const NLMSG_HDRLEN: usize = 16;
+pub(crate) const NLA_HDRLEN: usize = 4;
 
 /// The kernel's netns mode of the RDMA subsystem.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -130,11 +130,11 @@ pub fn msg_type(op: u16) -> u16 {
     (RDMA_NL_NLDEV << 10) | op
 }
 
-fn align4(n: usize) -> usize {
+pub(crate) fn align4(n: usize) -> usize {
     (n + 3) & !3
 }
 
-fn header(len: usize, ty: u16, flags: u16, seq: u32) -> Vec<u8> {
+pub(crate) fn header(len: usize, ty: u16, flags: u16, seq: u32) -> Vec<u8> {
     let mut m = Vec::with_capacity(len);
     m.extend_from_slice(&(len as u32).to_ne_bytes());
     m.extend_from_slice(&ty.to_ne_bytes());
@@ -190,16 +190,16 @@ pub enum Reply {
     Other { seq: u32 },
 }
 
-fn u16_at(b: &[u8], at: usize) -> Option<u16> {
+pub(crate) fn u16_at(b: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_ne_bytes(b.get(at..at + 2)?.try_into().ok()?))
 }
 
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+pub(crate) fn u32_at(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
 }
 
 /// `(type without flag bits, payload)` of each attribute in `b`.
-fn attributes(b: &[u8]) -> Result<Vec<(u16, &[u8])>, NetlinkError> {
+pub(crate) fn attributes(b: &[u8]) -> Result<Vec<(u16, &[u8])>, NetlinkError> {
     let mut out = Vec::new();
     let mut at = 0;
     while at + NLA_HDRLEN <= b.len() {
@@ -263,7 +263,7 @@ pub fn decode(buf: &[u8]) -> Result<Vec<Reply>, NetlinkError> {
 
 /// struct nlmsgerr: the error, the request's header (and body unless capped),
 /// then extended-ack attributes when the kernel sent them.
-fn decode_error(seq: u32, flags: u16, p: &[u8]) -> Result<Reply, NetlinkError> {
+pub(crate) fn decode_error(seq: u32, flags: u16, p: &[u8]) -> Result<Reply, NetlinkError> {
     let error = u32_at(p, 0)
         .ok_or_else(|| NetlinkError::Malformed("truncated error message".into()))?
         as i32;

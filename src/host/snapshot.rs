@@ -8,6 +8,7 @@ use std::ops::Deref;
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use super::devlink::{DevlinkError, Reporter};
 use super::netlink::restrack::{self, Holders, Unavailable};
 use super::read::ReadHost;
 use super::service::{ServiceManager, SystemdError, UnitStatus};
@@ -42,6 +43,8 @@ pub struct Snapshot {
     nri: Option<super::nri::Status>,
     /// The kernel's RDMA resource owners (restrack), asked once per cycle.
     restrack: OnceLock<Result<Holders, Unavailable>>,
+    /// The kernel's devlink health reporters, asked once per cycle.
+    devlink: OnceLock<Result<Vec<Reporter>, DevlinkError>>,
 }
 
 /// NVIDIA GPUs among the PCI functions: vendor `0x10de` (the only file read of
@@ -96,6 +99,7 @@ impl Snapshot {
             nvidia_gpus: OnceLock::new(),
             nri: None,
             restrack: OnceLock::new(),
+            devlink: OnceLock::new(),
         }
     }
 
@@ -123,6 +127,21 @@ impl Snapshot {
         self.restrack
             .get_or_init(|| restrack::live(&self.host))
             .as_ref()
+    }
+
+    /// With the kernel's devlink answer given rather than asked (unit tests).
+    pub fn with_devlink(self, answer: Result<Vec<Reporter>, DevlinkError>) -> Self {
+        let _ = self.devlink.set(answer);
+        self
+    }
+
+    /// Every devlink health reporter of the running kernel (asked once per
+    /// cycle), or why it could not be asked.
+    pub fn devlink_reporters(&self) -> Result<&[Reporter], &DevlinkError> {
+        self.devlink
+            .get_or_init(|| super::devlink::live(&self.host))
+            .as_ref()
+            .map(Vec::as_slice)
     }
 
     /// The NVIDIA GPUs on the PCI bus, scanned once per cycle.

@@ -32,3 +32,29 @@ for k in $kernels; do
 done
 chr dkms install -m rdma-probe -v 1.0 -k "$(echo "$kernels" | head -n 1)"
 chr dkms status
+
+# netdevsim for driver.health's proof (devlink health reporters with test
+# triggers in debugfs): Debian builds its kernel with `# CONFIG_NETDEVSIM is not
+# set`, so the module is built here, out of tree, from Debian's own source of the
+# kernel the Soft-RoCE tier boots (the oldest: bookworm's), the linux-source
+# package of the same version as its linux-image, only drivers/net/netdevsim
+# taken out of the tarball; the tarball is purged again (150 MB).
+boot=$(echo "$kernels" | head -n 1)
+series=$(echo "$boot" | cut -d. -f1,2)
+chr apt-get install -y -q --no-install-recommends "linux-source-$series"
+image_version=$(chr dpkg-query -W -f='${Version}' "linux-image-$boot")
+source_version=$(chr dpkg-query -W -f='${Version}' "linux-source-$series")
+[ "$image_version" = "$source_version" ] || {
+    echo "customize.sh: linux-source-$series $source_version does not match linux-image-$boot $image_version" >&2
+    exit 1
+}
+rm -rf "$root/tmp/netdevsim-src"
+mkdir -p "$root/tmp/netdevsim-src"
+tar -xaf "$root/usr/src/linux-source-$series.tar.xz" -C "$root/tmp/netdevsim-src" \
+    --strip-components=4 "linux-source-$series/drivers/net/netdevsim"
+chr apt-get purge -y -q "linux-source-$series"
+chr make -s -C "/lib/modules/$boot/build" M=/tmp/netdevsim-src CONFIG_NETDEVSIM=m modules
+install -D -m 0644 "$root/tmp/netdevsim-src/netdevsim.ko" "$root/lib/modules/$boot/extra/netdevsim.ko"
+rm -rf "$root/tmp/netdevsim-src"
+chr depmod "$boot"
+chr modinfo -k "$boot" netdevsim | grep -E '^(filename|vermagic)'

@@ -29,6 +29,7 @@ set -u
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 # The boot count, `step`/`sh_step` and the results disk (tests/vm/steps.sh).
 . "$(dirname "$0")/steps.sh"
+. "$(dirname "$0")/driver-steps.sh"
 # The unit's config: the rdma.link daemon's (report mode, below).
 CONF=/etc/rdma-node-agent/config.toml
 # The netns steps' config, given with --config: the unit's daemon keeps its own.
@@ -493,6 +494,12 @@ boot1() {
     wait "$holder" 2>/dev/null
     step settle-fd settle_netns
     link_flaps
+    # driver.health: netdevsim's health reporter, healthy then broken, read
+    # from the daemon under its installed unit (tests/vm/driver-steps.sh).
+    step driver-daemon-start link_daemon_start
+    driver_health_steps
+    step driver-daemon-stop link_daemon_stop
+    step driver-unwatch driver_unwatch
     # Live shared, exclusive persisted: the next boot comes up exclusive from
     # modprobe.d alone.
     sh_step modprobe-persisted "cat /etc/modprobe.d/rdma-node-agent.conf"

@@ -110,6 +110,7 @@ fn boot(tier: &Tier) -> Result<PathBuf, String> {
     copy(&deb, "rdma-node-agent.deb")?;
     copy(&here.join(tier.guest), "guest.sh")?;
     copy(&here.join("steps.sh"), "steps.sh")?;
+    copy(&here.join("driver-steps.sh"), "driver-steps.sh")?;
     (tier.payload)(payload.path())?;
     let results = cache.join(tier.results);
     if results.exists() {

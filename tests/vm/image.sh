@@ -34,7 +34,7 @@ PACKAGES=(
     linux-headers-amd64 dkms
 )
 # Bump when the recipe below changes (init, hooks), so old images are not reused.
-RECIPE=vm-4
+RECIPE=vm-5
 
 here=$(cd "$(dirname "$0")" && pwd)
 key=$( { echo "$RECIPE $SUITE"; printf '%s\n' "${PACKAGES[@]}"; cat "$here/vm-guest" "$here"/vm-guest*.service "$here/customize.sh" "$here"/../fixtures/dkms/rdma-probe/*; } \
