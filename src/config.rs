@@ -12,6 +12,7 @@ mod containerd;
 pub mod globs;
 pub mod gpudirect;
 pub mod nri;
+pub mod pcie;
 pub mod rdma;
 pub mod readiness;
 pub mod section;
@@ -51,6 +52,7 @@ pub struct Config {
     pub nfd: NfdConfig,
     pub rdma: rdma::RdmaConfig,
     pub gpudirect: gpudirect::GpuDirectConfig,
+    pub pcie: pcie::PcieConfig,
     pub kernel: KernelConfig,
     pub kubelet: readiness::KubeletConfig,
     /// What the file says that is no longer read, and what to write instead.
@@ -154,6 +156,7 @@ impl Config {
         one(&self.nfd, text, shown_path)?;
         one(&self.rdma, text, shown_path)?;
         one(&self.gpudirect, text, shown_path)?;
+        one(&self.pcie, text, shown_path)?;
         one(&self.kernel, text, shown_path)?;
         one(&self.kubelet, text, shown_path)
     }

@@ -97,6 +97,12 @@ reasons! {
     DkmsStatusDisagrees => "dkms_status_disagrees",
     DkmsStatusTimeout => "dkms_status_timeout",
     DkmsStatusFailed => "dkms_status_failed",
+    // pcie.aer
+    AerFatal => "aer_fatal",
+    AerNonfatal => "aer_nonfatal",
+    AerCorrectableRising => "aer_correctable_rising",
+    PcieLinkRetrainedDown => "pcie_link_retrained_down",
+    AerUnavailable => "aer_unavailable",
 }
 
 impl std::fmt::Display for Reason {

@@ -6,6 +6,7 @@ pub mod containerd;
 pub mod fleet;
 pub mod gpudirect;
 pub mod kernel;
+pub mod pcie;
 pub mod pods;
 pub mod rdma;
 pub mod readiness;
@@ -28,6 +29,7 @@ pub static ALL: &[&dyn Run] = &[
     &rdma::concern::Devices,
     &rdma::link::Link,
     &gpudirect::Path,
+    &pcie::Aer,
     &readiness::kubelet::Kubelet,
     &rdma::concern::Netns,
     &kernel::concern::Kernel,
