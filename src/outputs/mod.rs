@@ -1,6 +1,7 @@
 //! What the daemon publishes after each reconcile, for the health outputs
 //! (HTTP, metrics) to render: they read this record, never the host.
 
+mod aer_metrics;
 pub mod assets;
 pub mod exposition;
 mod fleet_metrics;
