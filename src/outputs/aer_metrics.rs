@@ -1,5 +1,6 @@
 //! The `pcie.aer` families of the exposition (see `metrics`). Within the
-//! node's series budget: a healthy node exports the two summary series only;
+//! node's series budget: a healthy node exports the two summary series only
+//! (the families are declared even with nothing watched, so rules can name them);
 //! a function gets its `pcie_aer_errors_total` series (all three severities,
 //! so a later first fatal is a rise of an existing series) once it has had an
 //! AER error this boot, and a `pcie_link_retrained_down` series while its link
@@ -22,9 +23,6 @@ pub(super) fn aer(m: &mut Families, seen: &[Observation]) {
             _ => None,
         })
         .collect();
-    if watched.is_empty() {
-        return;
-    }
     let errors = m.family(
         "pcie_aer_errors",
         Kind::Counter,
@@ -104,9 +102,18 @@ mod tests {
             !text.contains("function=\"0000:00:10.0\",severity"),
             "{text}"
         );
-        // No function watched (the check is off, or nothing on PCI): no family.
+        // No function watched (the check is off, or nothing on PCI): the
+        // families are declared, the summary says 0.
         let mut m = Families::new("rdma_node_agent");
         aer(&mut m, &[]);
-        assert_eq!(m.render(Format::Text), "");
+        let text = m.render(Format::Text);
+        assert!(
+            text.contains("# TYPE rdma_node_agent_pcie_aer_errors_total counter\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("rdma_node_agent_pcie_aer_functions{state=\"watched\"} 0\n"),
+            "{text}"
+        );
     }
 }
