@@ -28,10 +28,12 @@
 #   again; its journal and /status; stopped; revert at the end. Then AER: the
 #   unit started again with [pcie] correctable_threshold = 3; pcie.aer ok on a
 #   clean boot; errors injected into the emulated devices by QEMU's monitor
-#   (tests/vm/aer-inject.sh on the host, asked over the serial console): four
-#   correctable Receiver Errors and one non-fatal Unsupported Request on the
-#   "nic", one fatal Data Link Protocol error on "gpu1"; after each, the guest
-#   kernel's counters and the unit's pcie.aer verdict.
+#   (tests/vm/aer-inject.sh on the host, asked over the serial console): one
+#   non-fatal Unsupported Request on the switch port above the "nic", one fatal
+#   Data Link Protocol error on the root port above "gpu1"; before them four
+#   correctable Receiver Errors on the "nic" through the kernel's aer_inject
+#   (QEMU sends no correctable message up); after each, the guest kernel's
+#   counters and the unit's pcie.aer verdict.
 set -u
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 # The boot count, `step` and the results disk (tests/vm/steps.sh).
@@ -144,6 +146,36 @@ aer_counts() {
     done
 }
 
+# kinject BDF COR_STATUS: a correctable error on BDF through the kernel's own
+# AER injector (aer_inject, CONFIG_PCIEAER_INJECT=m): it fakes the function's
+# and its root port's AER registers and runs the AER driver's handling, which
+# counts it as a real one. QEMU cannot: its pcie_aer_msg_alldev()
+# (hw/pci/pcie_aer.c) sends only uncorrectable messages up, so a correctable
+# error injected from the monitor never reaches the root port. The write is a
+# struct aer_error_inj (drivers/pci/pcie/aer_inject.c): bus,
+# dev, fn (u8), a pad byte, uncor_status, cor_status, four header words,
+# domain (u32, little-endian). Prints the function's file after.
+oct() { printf '\\%03o' "$1"; }
+le32() { oct $(($1 & 255)); oct $((($1 >> 8) & 255)); oct $((($1 >> 16) & 255)); oct $((($1 >> 24) & 255)); }
+kinject() {
+    bdf=$1 dom=${1%%:*} rest=${1#*:}
+    bus=${rest%%:*} rest=${rest#*:}
+    slot=${rest%%.*} fn=${rest#*.}
+    before=$(total "$bdf" aer_dev_correctable)
+    modprobe aer_inject || return 1
+    # shellcheck disable=SC2059 # the format is the struct's bytes
+    printf "$(oct $((0x$bus)))$(oct $((0x$slot)))$(oct "$fn")$(oct 0)$(le32 0)$(le32 "$2")$(le32 0)$(le32 0)$(le32 0)$(le32 0)$(le32 $((0x$dom)))" \
+        >/dev/aer_inject || return 1
+    t0=$(up)
+    while [ "$(total "$bdf" aer_dev_correctable)" = "$before" ]; do
+        awk -v t0="$t0" -v t="$(up)" 'BEGIN { exit !(t - t0 < 20) }' \
+            || { echo "$bdf aer_dev_correctable stayed at $before for 20 s after aer_inject"; return 1; }
+        sleep 0.5
+    done
+    echo "$bdf aer_dev_correctable TOTAL $before -> $(total "$bdf" aer_dev_correctable)"
+    cat "/sys/bus/pci/devices/$bdf/aer_dev_correctable"
+}
+
 # inject BDF FILE ARGS...: asks the host (tests/vm/aer-inject.sh) to run
 # `pcie_aer_inject_error ARGS` and waits (20 s at most) until the guest
 # kernel's TOTAL in BDF's FILE rises; prints the file after.
@@ -229,15 +261,22 @@ else
     gpu1_bdf=$(awk '$1 == "gpu1" { print $2 }' "$R/boot$boot-identities.out")
     { config_text report report; printf '%s\n' '[pcie]' 'correctable_threshold = 3'; } >"$CONF"
     step aer-counts-clean aer_counts
+    # Uncorrectable errors from QEMU go to the emulated ports, whose error
+    # reporting the kernel turns on: QEMU's e1000e has no writable reporting
+    # enables (its DevCtl reads 0x0000 even after a write), so an error
+    # injected into it is never signalled.
+    dsp2_bdf=$(basename "$(dirname "$(readlink -f "/sys/bus/pci/devices/$nic_bdf")")")
+    rp2_bdf=$(basename "$(dirname "$(readlink -f "/sys/bus/pci/devices/$gpu1_bdf")")")
+    echo "$dsp2_bdf $rp2_bdf" >"$R/aer-ports"
     step aer-unit-start systemctl start rdma-node-agent
     step aer-clean aer_wait '.status == "ok"'
     for i in 1 2 3 4; do
-        step "aer-inject-cor$i" inject "$nic_bdf" aer_dev_correctable -c nic 0x1
+        step "aer-inject-cor$i" kinject "$nic_bdf" 0x1
     done
     step aer-correctable aer_wait '.status == "warn" and .reason == "aer_correctable_rising"'
-    step aer-inject-nonfatal inject "$nic_bdf" aer_dev_nonfatal nic 0x100000
+    step aer-inject-nonfatal inject "$dsp2_bdf" aer_dev_nonfatal dsp2 0x100000
     step aer-nonfatal aer_wait '.status == "warn" and (.message | contains("aer_dev_nonfatal"))'
-    step aer-inject-fatal inject "$gpu1_bdf" aer_dev_fatal gpu1 0x10
+    step aer-inject-fatal inject "$rp2_bdf" aer_dev_fatal rp2 0x10
     step aer-fatal aer_wait '.status == "fail" and .reason == "aer_fatal"'
     step aer-counts-after aer_counts
     sh_step aer-metrics 'curl -s --max-time 10 http://127.0.0.1:9470/metrics | grep -E "pcie_aer|pcie_link_retrained|check_status.*pcie"'
@@ -248,6 +287,7 @@ else
     mkdir -p "$R/aer-files"
     for f in aer_dev_correctable aer_dev_nonfatal aer_dev_fatal; do
         cp "/sys/bus/pci/devices/$nic_bdf/$f" "$R/aer-files/nic-$f"
-        cp "/sys/bus/pci/devices/$gpu1_bdf/$f" "$R/aer-files/gpu1-$f"
+        cp "/sys/bus/pci/devices/$dsp2_bdf/$f" "$R/aer-files/dsp2-$f"
+        cp "/sys/bus/pci/devices/$rp2_bdf/$f" "$R/aer-files/rp2-$f"
     done
 fi
