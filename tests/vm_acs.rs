@@ -384,12 +384,13 @@ fn kernel_counts(dir: &Path, name: &str) -> BTreeMap<String, Option<[u64; 3]>> {
         .collect()
 }
 
-/// AER on a real kernel: a clean boot is ok; four correctable errors on the
-/// NIC's function (the kernel's aer_inject) warn (threshold 3) naming it and
-/// the counter; a non-fatal one injected by QEMU into the switch port above
-/// it is named with what the port is on the path to; a fatal one into the
-/// root port above a GPU fails naming it, by its own count and its root port
-/// totals. Each error is first seen in the guest kernel's own counters.
+/// AER on a real kernel: a clean boot is ok; a non-fatal error injected by
+/// QEMU into the switch port above the NIC warns naming the port and what it
+/// is on the path to; four correctable errors on the NIC's function (the
+/// kernel's aer_inject) are named as rising (threshold 3) with the counter; a
+/// fatal one into the root port above a GPU fails naming it, by its own count
+/// and its root port totals. Each error is first seen in the guest kernel's
+/// own counters.
 #[test]
 #[ignore = "boots a VM: run by scripts/test.sh (--include-ignored)"]
 fn injected_aer_errors_reach_the_kernels_counters_and_the_units_verdict() {
@@ -415,27 +416,34 @@ fn injected_aer_errors_reach_the_kernels_counters_and_the_units_verdict() {
             .starts_with("8 PCIe function(s)"),
         "{c}"
     );
-    for i in 1..=4 {
-        ok(dir, &format!("aer-inject-cor{i}"));
-    }
-    let c = aer_check(dir, "aer-correctable");
-    assert_eq!(c["reason"], "aer_correctable_rising", "{c}");
-    assert_eq!(
-        c["message"],
-        format!(
-            "{nic} (NIC mlx5_0): aer_dev_correctable TOTAL_ERR_COR rose by 4 in the last 1h (more than pcie.correctable_threshold = 3; 4 since boot (RxErr 4))"
-        ),
-        "{c}"
-    );
     ok(dir, "aer-inject-nonfatal");
     let c = aer_check(dir, "aer-nonfatal");
-    assert_eq!(c["status"], "warn", "{c}");
+    assert_eq!(c["reason"], "aer_nonfatal", "{c}");
     assert!(
         c["message"].as_str().unwrap().contains(&format!(
             "{dsp2} (bridge on the path to NIC mlx5_0 ({nic})): aer_dev_nonfatal TOTAL_ERR_NONFATAL 1 since boot (UnsupReq 1)"
         )),
         "{c}"
     );
+    for i in 1..=4 {
+        ok(dir, &format!("aer-inject-cor{i}"));
+    }
+    let c = aer_check(dir, "aer-correctable");
+    assert_eq!(c["status"], "warn", "{c}");
+    assert!(
+        c["message"].as_str().unwrap().contains(&format!(
+            "{nic} (NIC mlx5_0): aer_dev_correctable TOTAL_ERR_COR rose by 4 in the last 1h (more than pcie.correctable_threshold = 3; 4 since boot (RxErr 4))"
+        )),
+        "{c}"
+    );
+    let rising = &c["details"]["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["function"] == nic.as_str())
+        .unwrap()["findings"];
+    assert!(rising.to_string().contains("aer_correctable_rising"), "{c}");
+    ok(dir, "aer-inject-unload");
     ok(dir, "aer-inject-fatal");
     let c = aer_check(dir, "aer-fatal");
     assert_eq!(
@@ -446,13 +454,13 @@ fn injected_aer_errors_reach_the_kernels_counters_and_the_units_verdict() {
     let msg = c["message"].as_str().unwrap();
     assert!(
         msg.contains(&format!(
-            "{gpu1} (GPU): aer_dev_fatal TOTAL_ERR_FATAL 1 since boot (DLP 1)"
+            "{rp2} (root port on the path to GPU {gpu1}): aer_dev_fatal TOTAL_ERR_FATAL 1 since boot (DLP 1)"
         )),
         "{c}"
     );
     assert!(
         msg.contains(&format!(
-            "(root port on the path to GPU {gpu1}): aer_rootport_total_err_fatal 1 since boot"
+            "{rp2} (root port on the path to GPU {gpu1}): aer_rootport_total_err_fatal 1 since boot"
         )),
         "{c}"
     );
@@ -465,8 +473,9 @@ fn injected_aer_errors_reach_the_kernels_counters_and_the_units_verdict() {
         format!(
             "rdma_node_agent_pcie_aer_errors_total{{function=\"{nic}\",severity=\"correctable\"}} 4"
         ),
+        format!("rdma_node_agent_pcie_aer_errors_total{{function=\"{rp2}\",severity=\"fatal\"}} 1"),
         format!(
-            "rdma_node_agent_pcie_aer_errors_total{{function=\"{gpu1}\",severity=\"fatal\"}} 1"
+            "rdma_node_agent_pcie_aer_errors_total{{function=\"{dsp2}\",severity=\"nonfatal\"}} 1"
         ),
         "rdma_node_agent_pcie_aer_functions{state=\"without_aer\"} 0".to_owned(),
     ] {

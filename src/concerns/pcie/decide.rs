@@ -103,12 +103,8 @@ pub fn findings(f: &Function, h: Option<&FnHistory>, cfg: &PcieConfig, now: u64)
                 );
             }
             if nonfatal.total > 0 {
-                let status = match cfg.nonfatal {
-                    ConfigSeverity::Fail => Status::Fail,
-                    ConfigSeverity::Warn => Status::Warn,
-                };
                 say(
-                    status,
+                    nonfatal_status(cfg),
                     Reason::AerNonfatal,
                     format!(
                         "{who}: aer_dev_nonfatal TOTAL_ERR_NONFATAL {} since boot{}",
@@ -133,34 +129,6 @@ pub fn findings(f: &Function, h: Option<&FnHistory>, cfg: &PcieConfig, now: u64)
             }
         }
     }
-    match &f.rootport {
-        Some(Err(e)) => say(
-            Status::Unknown,
-            Reason::FactUnreadable,
-            format!("{who}: cannot read its root port totals: {e}"),
-        ),
-        Some(Ok([_, nonfatal, fatal])) => {
-            if *fatal > 0 {
-                say(
-                    Status::Fail,
-                    Reason::AerFatal,
-                    format!(
-                        "{who}: aer_rootport_total_err_fatal {fatal} since boot (fatal error messages from below it)"
-                    ),
-                );
-            }
-            if *nonfatal > 0 {
-                say(
-                    Status::Warn,
-                    Reason::AerNonfatal,
-                    format!(
-                        "{who}: aer_rootport_total_err_nonfatal {nonfatal} since boot (non-fatal error messages from below it)"
-                    ),
-                );
-            }
-        }
-        None => {}
-    }
     if let Some(text) = retrained(f, h) {
         say(
             Status::Warn,
@@ -168,7 +136,56 @@ pub fn findings(f: &Function, h: Option<&FnHistory>, cfg: &PcieConfig, now: u64)
             format!("{who}: {text}"),
         );
     }
+    // The root port's totals after its own counts, before its link.
+    let link = out
+        .iter()
+        .position(|x| x.reason == Reason::PcieLinkRetrainedDown)
+        .unwrap_or(out.len());
+    out.splice(link..link, rootport(&who, f, nonfatal_status(cfg)));
     out
+}
+
+/// What an uncorrectable non-fatal error makes the check (`[pcie] nonfatal`).
+fn nonfatal_status(cfg: &PcieConfig) -> Status {
+    match cfg.nonfatal {
+        ConfigSeverity::Fail => Status::Fail,
+        ConfigSeverity::Warn => Status::Warn,
+    }
+}
+
+/// A root port's totals: the error messages it received from below it.
+fn rootport(who: &str, f: &Function, nonfatal: Status) -> Vec<Finding> {
+    let finding = |status, reason, text: String| Finding {
+        status,
+        reason,
+        text: format!("{who}: {text}"),
+    };
+    match &f.rootport {
+        None => Vec::new(),
+        Some(Err(e)) => vec![finding(
+            Status::Unknown,
+            Reason::FactUnreadable,
+            format!("cannot read its root port totals: {e}"),
+        )],
+        Some(Ok([_, n, x])) => {
+            let mut out = Vec::new();
+            if *x > 0 {
+                out.push(finding(
+                    Status::Fail,
+                    Reason::AerFatal,
+                    format!("aer_rootport_total_err_fatal {x} since boot (fatal error messages from below it)"),
+                ));
+            }
+            if *n > 0 {
+                out.push(finding(
+                    nonfatal,
+                    Reason::AerNonfatal,
+                    format!("aer_rootport_total_err_nonfatal {n} since boot (non-fatal error messages from below it)"),
+                ));
+            }
+            out
+        }
+    }
 }
 
 /// `link at 8.0 GT/s x8, trained at 16.0 GT/s x16 earlier this boot`.
