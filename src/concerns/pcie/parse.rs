@@ -174,6 +174,20 @@ mod tests {
         assert_eq!(number("17\n"), Some(17));
     }
 
+    /// What Debian's 6.1 kernel wrote after the ACS VM tier's injections
+    /// (tests/fixtures/aer/qemu-guest, copied from that run's results).
+    #[test]
+    fn the_guest_kernels_files_after_injection_parse() {
+        let f = |n: &str, s| counts(&fixture(&format!("qemu-guest/{n}")), s).unwrap();
+        let c = f("nic-aer_dev_correctable", Severity::Correctable);
+        assert_eq!((c.total, c.errors["RxErr"]), (4, 4));
+        let c = f("dsp2-aer_dev_nonfatal", Severity::Nonfatal);
+        assert_eq!((c.total, c.errors["UnsupReq"]), (1, 1));
+        let c = f("rp2-aer_dev_fatal", Severity::Fatal);
+        assert_eq!((c.total, c.errors["DLP"]), (1, 1));
+        assert_eq!(f("rp2-aer_dev_correctable", Severity::Correctable).total, 0);
+    }
+
     #[test]
     fn link_attributes() {
         assert_eq!(speed_tenths("16.0 GT/s PCIe\n"), Some(160));
