@@ -225,6 +225,30 @@ fn nonfatal_warns_or_fails_as_configured() {
     let cfg = Config::parse("[pcie]\nnonfatal = \"fail\"\n", Path::new("/c")).unwrap();
     let (c, _) = decide(&facts(root), &cfg);
     assert_eq!(c.status, Status::Fail, "{}", c.message);
+    // A root port's non-fatal totals (from a function below it) follow the same setting.
+    let t = tree();
+    let root = t.path();
+    put(
+        root,
+        &format!("{RP}/aer_rootport_total_err_nonfatal"),
+        "2\n",
+    );
+    let (c, _) = decide(&facts(root), &Config::default());
+    assert_eq!(
+        (c.status, c.reason),
+        (Status::Warn, Some(Reason::AerNonfatal)),
+        "{}",
+        c.message
+    );
+    assert!(
+        c.message.ends_with(
+            "aer_rootport_total_err_nonfatal 2 since boot (non-fatal error messages from below it)"
+        ),
+        "{}",
+        c.message
+    );
+    let (c, _) = decide(&facts(root), &cfg);
+    assert_eq!(c.status, Status::Fail, "{}", c.message);
 }
 
 fn correctable(root: &Path, dir: &str, n: u64) {
