@@ -10,9 +10,11 @@
 //! - the floor: a bare pass that lists each process's /proc/<pid>/fd and reads
 //!   every link relative to it (openat, getdents64, readlinkat), nothing else;
 //! - `AGENT check --only pods.rdma --json` on this host, whole process: here no
-//!   RDMA device exists, so the kernel is not asked and every pod process's
-//!   descriptors are read (the fallback);
-//! - the check's gather and verdict in this process, on the same fallback;
+//!   uverbs device exists, so no process can hold one and no descriptor is
+//!   read (`found_by: no_uverbs`; before that route, every pod process's
+//!   descriptors were read: the fallback a node with devices whose kernel does
+//!   not answer still takes);
+//! - the check's gather and verdict in this process, restrack unavailable;
 //! - the same with a restrack answer given in place of the kernel's: a FAKE
 //!   netlink answer naming HOLDERS of the processes (this machine has no RDMA
 //!   device to answer), so only their descriptors are read.
@@ -285,7 +287,10 @@ fn main() -> ExitCode {
         bin_ms,
     );
     row(
-        "gather + verdict in process, no restrack: every pod process's fds",
+        &format!(
+            "gather + verdict in process, no restrack (found_by: {})",
+            scan["found_by"]["by"].as_str().unwrap_or("?")
+        ),
         scan_ms,
     );
     row(

@@ -3,7 +3,7 @@
 //! the metrics; and the agent state a concern asks the daemon to keep every
 //! cycle, whatever the mode (a history of the host, not a change to it).
 
-use crate::engine::plan::Record;
+use crate::host::state::Record;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Fact {

@@ -15,6 +15,7 @@ pub mod engine;
 pub mod fleet;
 pub mod fleetview;
 pub mod host;
+pub mod logging;
 pub mod observe;
 pub mod outputs;
 pub mod reason;

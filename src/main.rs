@@ -154,39 +154,7 @@ fn print_json(v: &impl serde::Serialize) {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match &cli.command {
-        Command::Check { json, only } => {
-            let agent = match load(&cli) {
-                Ok(a) => a,
-                Err(e) => {
-                    // First line stays a short summary for node-problem-detector.
-                    println!("rdma-node-agent cannot check: its config is invalid or missing");
-                    eprintln!("error: {e:#}");
-                    return Ok(ExitCode::from(EXIT_UNKNOWN as u8));
-                }
-            };
-            let known: Vec<&str> = concerns::ALL
-                .iter()
-                .flat_map(|c| c.ids())
-                .copied()
-                .collect();
-            if let Some(unknown) = only.iter().find(|id| !known.contains(&id.as_str())) {
-                println!("rdma-node-agent: no check named {unknown}");
-                eprintln!("known checks: {}", known.join(", "));
-                return Ok(ExitCode::from(EXIT_UNKNOWN as u8));
-            }
-            // Only the concerns those checks need run; report only the checks asked for.
-            let mut report: Report = agent.check(only);
-            if !only.is_empty() {
-                report.checks.retain(|c| only.contains(&c.id));
-                report = Report::new(report.checks);
-            }
-            if *json {
-                print_json(&report);
-            } else {
-                print!("{}", report.to_text());
-            }
-            Ok(ExitCode::from(report.exit_code() as u8))
-        }
+        Command::Check { json, only } => check(&cli, *json, only),
         Command::Plan { json, exit_code } => {
             let plan = load(&cli)?.plan().context("cannot plan")?;
             if *json {
@@ -200,33 +168,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ExitCode::SUCCESS
             })
         }
-        Command::Apply { json, no_restart } => {
-            let out = load(&cli)?.apply(!no_restart).context("apply failed")?;
-            if *json {
-                print_json(&out);
-            } else if out.changed.is_empty() && out.actions.is_empty() {
-                println!("No changes: the node is converged.");
-            } else {
-                for p in &out.changed {
-                    println!("changed: {}", p.display());
-                }
-                for a in &out.actions {
-                    println!("{}: {}: {}", a.status, a.action, a.detail);
-                }
-            }
-            for n in &out.notes {
-                eprintln!("note: {n}");
-            }
-            use rdma_node_agent::engine::outcome::{ActionStatus, apply_exit_code};
-            for a in &out.actions {
-                match a.status {
-                    ActionStatus::Done | ActionStatus::Skipped => {}
-                    ActionStatus::Pending => eprintln!("pending: {}: {}", a.action, a.detail),
-                    s => eprintln!("error: {} {s}: {}", a.action, a.detail),
-                }
-            }
-            Ok(ExitCode::from(apply_exit_code(&out.actions)))
-        }
+        Command::Apply { json, no_restart } => apply(&cli, *json, *no_restart),
         Command::GenerateAssets { dir } => {
             generate_assets(dir)?;
             Ok(ExitCode::SUCCESS)
@@ -248,55 +190,119 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             *min_percent,
             !no_control,
         ),
-        Command::Serve { listen } => {
-            cli.check_config_exists(&Host::new(&cli.root))?;
-            let daemon = rdma_node_agent::daemon::Daemon::new(
-                cli.root.clone(),
-                cli.config_path(),
-                listen.clone(),
-            );
-            // One thread serves every request from cached bytes; reconciles run on
-            // their own thread, so a slow one never delays a probe. The runtime is
-            // the process's one (D-Bus and CRI clients use it too) and is never
-            // dropped: a reconcile that did not return after SIGTERM is not
-            // waited for, its writes are atomic and the stop budget is short.
-            let rt = rdma_node_agent::host::rt::shared().map_err(anyhow::Error::msg)?;
-            rt.block_on(daemon.run())?;
-            Ok(ExitCode::SUCCESS)
+        Command::Serve { listen } => serve(&cli, listen),
+        Command::Revert { json, force } => revert(&cli, *json, *force),
+    }
+}
+
+/// `check`: the report, and an exit code node-problem-detector reads.
+fn check(cli: &Cli, json: bool, only: &[String]) -> anyhow::Result<ExitCode> {
+    let agent = match load(cli) {
+        Ok(a) => a,
+        Err(e) => {
+            // First line stays a short summary for node-problem-detector.
+            println!("rdma-node-agent cannot check: its config is invalid or missing");
+            eprintln!("error: {e:#}");
+            return Ok(ExitCode::from(EXIT_UNKNOWN as u8));
         }
-        Command::Revert { json, force } => {
-            let result = load(&cli)?.revert(*force).context("revert failed")?;
-            let out = &result.files;
-            if *json {
-                print_json(&result);
-            } else {
-                for p in &out.restored {
-                    println!("restored: {}", p.display());
-                }
-                for p in &out.removed {
-                    println!("removed: {}", p.display());
-                }
-                for (p, why) in &out.kept {
-                    println!("kept: {}: {why}", p.display());
-                }
-                if out.restored.is_empty() && out.removed.is_empty() && out.kept.is_empty() {
-                    println!("Nothing to revert: the agent has changed no file.");
-                }
-                for a in &result.actions {
-                    println!("{}: {}: {}", a.status, a.action, a.detail);
-                }
-            }
-            let failed = result
-                .actions
-                .iter()
-                .any(|a| a.status == rdma_node_agent::engine::outcome::ActionStatus::Failed);
-            Ok(if out.kept.is_empty() && !failed {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            })
+    };
+    let known: Vec<&str> = concerns::ALL
+        .iter()
+        .flat_map(|c| c.ids())
+        .copied()
+        .collect();
+    if let Some(unknown) = only.iter().find(|id| !known.contains(&id.as_str())) {
+        println!("rdma-node-agent: no check named {unknown}");
+        eprintln!("known checks: {}", known.join(", "));
+        return Ok(ExitCode::from(EXIT_UNKNOWN as u8));
+    }
+    // Only the concerns those checks need run; report only the checks asked for.
+    let mut report: Report = agent.check(only);
+    if !only.is_empty() {
+        report.checks.retain(|c| only.contains(&c.id));
+        report = Report::new(report.checks);
+    }
+    if json {
+        print_json(&report);
+    } else {
+        print!("{}", report.to_text());
+    }
+    Ok(ExitCode::from(report.exit_code() as u8))
+}
+
+fn apply(cli: &Cli, json: bool, no_restart: bool) -> anyhow::Result<ExitCode> {
+    use rdma_node_agent::engine::outcome::{ActionStatus, apply_exit_code};
+    let out = load(cli)?.apply(!no_restart).context("apply failed")?;
+    if json {
+        print_json(&out);
+    } else if out.changed.is_empty() && out.actions.is_empty() {
+        println!("No changes: the node is converged.");
+    } else {
+        for p in &out.changed {
+            println!("changed: {}", p.display());
+        }
+        for a in &out.actions {
+            println!("{}: {}: {}", a.status, a.action, a.detail);
         }
     }
+    for n in &out.notes {
+        eprintln!("note: {n}");
+    }
+    for a in &out.actions {
+        match a.status {
+            ActionStatus::Done | ActionStatus::Skipped => {}
+            ActionStatus::Pending => eprintln!("pending: {}: {}", a.action, a.detail),
+            s => eprintln!("error: {} {s}: {}", a.action, a.detail),
+        }
+    }
+    Ok(ExitCode::from(apply_exit_code(&out.actions)))
+}
+
+fn serve(cli: &Cli, listen: &Option<String>) -> anyhow::Result<ExitCode> {
+    cli.check_config_exists(&Host::new(&cli.root))?;
+    let daemon =
+        rdma_node_agent::daemon::Daemon::new(cli.root.clone(), cli.config_path(), listen.clone());
+    // One thread serves every request from cached bytes; reconciles run on
+    // their own thread, so a slow one never delays a probe. The runtime is
+    // the process's one (D-Bus and CRI clients use it too) and is never
+    // dropped: a reconcile that did not return after SIGTERM is not
+    // waited for, its writes are atomic and the stop budget is short.
+    let rt = rdma_node_agent::host::rt::shared().map_err(anyhow::Error::msg)?;
+    rt.block_on(daemon.run())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn revert(cli: &Cli, json: bool, force: bool) -> anyhow::Result<ExitCode> {
+    let result = load(cli)?.revert(force).context("revert failed")?;
+    let out = &result.files;
+    if json {
+        print_json(&result);
+    } else {
+        for p in &out.restored {
+            println!("restored: {}", p.display());
+        }
+        for p in &out.removed {
+            println!("removed: {}", p.display());
+        }
+        for (p, why) in &out.kept {
+            println!("kept: {}: {why}", p.display());
+        }
+        if out.restored.is_empty() && out.removed.is_empty() && out.kept.is_empty() {
+            println!("Nothing to revert: the agent has changed no file.");
+        }
+        for a in &result.actions {
+            println!("{}: {}: {}", a.status, a.action, a.detail);
+        }
+    }
+    let failed = result
+        .actions
+        .iter()
+        .any(|a| a.status == rdma_node_agent::engine::outcome::ActionStatus::Failed);
+    Ok(if out.kept.is_empty() && !failed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 /// Asks the daemon over loopback HTTP and prints its report like `check` does,
@@ -432,75 +438,9 @@ fn generate_assets(dir: &std::path::Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Logs go to journald, with structured fields, when systemd connected our output
-/// to the journal; to stderr otherwise.
-fn init_logging(serve: bool) {
-    use tracing_subscriber::filter::{LevelFilter, Targets};
-    use tracing_subscriber::prelude::*;
-    let default = if serve {
-        LevelFilter::INFO
-    } else {
-        LevelFilter::WARN
-    };
-    // `RUST_LOG=debug` or `RUST_LOG=warn,rdma_node_agent=debug`: targets and levels
-    // (Targets, not EnvFilter, whose regex engine would double the code paged in).
-    let filter = match std::env::var("RUST_LOG") {
-        Ok(spec) => spec.parse::<Targets>().unwrap_or_else(|e| {
-            eprintln!("RUST_LOG={spec:?} ignored: {e}");
-            Targets::new().with_default(default)
-        }),
-        Err(_) => Targets::new().with_default(default),
-    };
-    let journald = stderr_is_journal()
-        .then(|| tracing_journald::layer().ok())
-        .flatten();
-    let registry = tracing_subscriber::registry().with(filter);
-    match journald {
-        Some(j) => registry.with(j).init(),
-        None => registry
-            .with(
-                tracing_subscriber::fmt::layer()
-                    .with_writer(std::io::stderr)
-                    .with_ansi(stderr_color(
-                        std::io::IsTerminal::is_terminal(&std::io::stderr()),
-                        std::env::var_os("NO_COLOR").as_deref(),
-                    )),
-            )
-            .init(),
-    }
-}
-
-/// Colour only for a person at a terminal: never into pipes, files or the
-/// journal, and not when `NO_COLOR` is set to anything (no-color.org).
-fn stderr_color(is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
-    is_terminal && no_color.is_none_or(|v| v.is_empty())
-}
-
-/// systemd sets `JOURNAL_STREAM=<dev>:<inode>` for a unit whose output goes to
-/// the journal; a child that inherited the variable but not the stream (a shell
-/// started from a unit, redirecting stderr) must log to its stderr instead.
-fn stderr_is_journal() -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let Some(v) = std::env::var_os("JOURNAL_STREAM") else {
-        return false;
-    };
-    let Some((dev, ino)) = v.to_str().and_then(|v| v.split_once(':')) else {
-        return false;
-    };
-    let fd = std::io::stderr();
-    let Ok(meta) = std::os::fd::AsFd::as_fd(&fd)
-        .try_clone_to_owned()
-        .map(std::fs::File::from)
-        .and_then(|f| f.metadata())
-    else {
-        return false;
-    };
-    dev.parse() == Ok(meta.dev()) && ino.parse() == Ok(meta.ino())
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(matches!(cli.command, Command::Serve { .. }));
+    rdma_node_agent::logging::init(matches!(cli.command, Command::Serve { .. }));
     match run(cli) {
         Ok(code) => code,
         Err(e) => {

@@ -67,7 +67,7 @@ pub enum Observation {
         distance: &'static str,
         /// `None`: cannot tell.
         ready: Option<bool>,
-        /// From `gpudirect::decide::Reason::ALL`.
+        /// Codes from `gpudirect::decide::Reason::ALL`, each once, in that order.
         reasons: Vec<&'static str>,
     },
     /// A PCIe link on a GPU↔NIC path, named by the function below it; speeds in

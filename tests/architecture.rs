@@ -1,6 +1,8 @@
-//! The layout's rules, checked on the source: the engine names no concern, no
-//! concern imports another, no module gives another's items a second name, and
-//! files stay small enough to read. Each failure names the file and line.
+//! The layout's rules, checked on the source's words: the engine names no
+//! concern, no module gives another's items a second name, and files stay small
+//! enough to read. Each failure names the file and line. The module graph (no
+//! circle, no concern naming another) is read as the compiler parses it, in
+//! tests/architecture_graph.rs.
 
 use std::path::{Path, PathBuf};
 
@@ -36,18 +38,6 @@ fn lines_where(files: &[PathBuf], hit: impl Fn(&Path, &str) -> bool) -> Vec<Stri
     out
 }
 
-/// The concerns, by their folder or file under src/concerns.
-fn concern_names() -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(src().join("concerns"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.file_name().unwrap() != "mod.rs")
-        .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
-}
-
 #[test]
 fn the_engine_names_no_concern() {
     // Words only a concern would use; "systemd" and "kernel" are the engine's
@@ -81,37 +71,6 @@ fn the_engine_names_no_concern() {
         agent.is_empty(),
         "agent/ names a concern:\n{}",
         agent.join("\n")
-    );
-}
-
-#[test]
-fn no_concern_imports_another() {
-    let names = concern_names();
-    let root = src().join("concerns");
-    let hits = lines_where(&sources(&root), |f, l| {
-        let Ok(rel) = f.strip_prefix(&root) else {
-            return false;
-        };
-        if rel == Path::new("mod.rs") {
-            return false; // the registry
-        }
-        let own = rel
-            .components()
-            .next()
-            .unwrap()
-            .as_os_str()
-            .to_string_lossy()
-            .trim_end_matches(".rs")
-            .to_owned();
-        names
-            .iter()
-            .filter(|n| **n != own)
-            .any(|n| l.contains(&format!("concerns::{n}")))
-    });
-    assert!(
-        hits.is_empty(),
-        "a concern imports another:\n{}",
-        hits.join("\n")
     );
 }
 

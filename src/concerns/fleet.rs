@@ -41,14 +41,7 @@ impl Concern for Export {
 
     fn gather(&self, snap: &Snapshot, cfg: &Config) -> Result<Facts, GatherError> {
         let host = snap;
-        let text = |p: &Path| {
-            host.read_string(p)
-                .ok()
-                .flatten()
-                .map(|t| t.trim().to_owned())
-                .unwrap_or_default()
-        };
-        let routes = text(Path::new("/proc/net/route"));
+        let routes = text(host, Path::new("/proc/net/route"));
         let mut devices = Vec::new();
         let mut ports = Vec::new();
         for dev in host
@@ -61,77 +54,21 @@ impl Concern for Export {
             if host.exists(&base.join("device/physfn")) {
                 continue;
             }
-            let driver = host
-                .read_link(&base.join("device/driver"))
-                .ok()
-                .flatten()
-                .and_then(|l| l.file_name().map(|n| n.to_string_lossy().into_owned()))
-                .unwrap_or_default();
-            // MLNX_OFED and DOCA-OFED modules carry a version; in-tree ones do not.
-            let version = text(&Path::new("/sys/module").join(&driver).join("version"));
-            devices.push(Fact::Device {
-                device: dev.clone(),
-                fw_ver: text(&base.join("fw_ver")),
-                board_id: text(&base.join("board_id")),
-                driver: if driver.is_empty() || version.is_empty() {
-                    driver
-                } else {
-                    format!("{driver} {version}")
-                },
-                node_guid: text(&base.join("node_guid")),
-            });
-            let parent = text(&base.join("parent"));
+            devices.push(device(host, &dev, &base));
+            let parent = text(host, &base.join("parent"));
             for port in host.list_dir(&base.join("ports")).unwrap_or_default() {
                 let Ok(number) = port.parse::<u32>() else {
                     continue;
                 };
                 let dir = base.join("ports").join(&port);
-                let link_layer = match text(&dir.join("link_layer")).as_str() {
-                    "" => "unknown".to_owned(),
-                    l => l.to_owned(),
-                };
-                let (rate, width) = rate_width(&text(&dir.join("rate")));
-                let netdev = Some(text(&dir.join("gid_attrs/ndevs/0")))
-                    .filter(|n| !n.is_empty())
-                    .or_else(|| parent.split_whitespace().next().map(str::to_owned))
-                    .unwrap_or_default();
-                let netdev_mtu = if netdev.is_empty() {
-                    String::new()
-                } else {
-                    text(&Path::new("/sys/class/net").join(&netdev).join("mtu"))
-                };
-                let ethernet = link_layer == "Ethernet";
-                let port_mtu = match netdev_mtu.parse::<u32>() {
-                    Ok(m) if ethernet => iboe_mtu(m).map(|m| m.to_string()).unwrap_or_default(),
-                    _ => String::new(),
-                };
-                let fabric = if ethernet {
-                    roce_subnet(&routes, &netdev)
-                        .map(|s| format!("roce:{s}"))
-                        .unwrap_or_default()
-                } else {
-                    ib_prefix(&text(&dir.join("gids/0")))
-                        .map(|p| format!("ib:{p}"))
-                        .unwrap_or_default()
-                };
-                ports.push(Fact::Port {
-                    device: dev.clone(),
-                    port: number,
-                    link_layer,
-                    rate,
-                    width,
-                    netdev,
-                    netdev_mtu,
-                    port_mtu,
-                    fabric,
-                });
+                ports.push(self::port(host, &dev, number, &dir, &parent, &routes));
             }
         }
         Ok(Facts {
             devices,
             ports,
             kernel: snap.kernel_release().unwrap_or_default(),
-            gpu_driver: text(Path::new("/sys/module/nvidia/version")),
+            gpu_driver: text(host, Path::new("/sys/module/nvidia/version")),
             memlock_via: memlock_via(cfg, snap),
         })
     }
@@ -160,6 +97,85 @@ impl Concern for Export {
             observations,
             ..Decision::default()
         }
+    }
+}
+
+/// A file's text, trimmed; empty when it cannot be read.
+fn text(host: &Snapshot, p: &Path) -> String {
+    host.read_string(p)
+        .ok()
+        .flatten()
+        .map(|t| t.trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// A device's firmware, board, driver (with its OFED module version) and GUID.
+fn device(host: &Snapshot, dev: &str, base: &Path) -> Fact {
+    let driver = host
+        .read_link(&base.join("device/driver"))
+        .ok()
+        .flatten()
+        .and_then(|l| l.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_default();
+    // MLNX_OFED and DOCA-OFED modules carry a version; in-tree ones do not.
+    let version = text(
+        host,
+        &Path::new("/sys/module").join(&driver).join("version"),
+    );
+    Fact::Device {
+        device: dev.to_owned(),
+        fw_ver: text(host, &base.join("fw_ver")),
+        board_id: text(host, &base.join("board_id")),
+        driver: if driver.is_empty() || version.is_empty() {
+            driver
+        } else {
+            format!("{driver} {version}")
+        },
+        node_guid: text(host, &base.join("node_guid")),
+    }
+}
+
+/// A port's link, its netdev and MTUs, and its fabric (the GID subnet
+/// prefix on InfiniBand, the netdev's IPv4 subnet on RoCE).
+fn port(host: &Snapshot, dev: &str, number: u32, dir: &Path, parent: &str, routes: &str) -> Fact {
+    let link_layer = match text(host, &dir.join("link_layer")).as_str() {
+        "" => "unknown".to_owned(),
+        l => l.to_owned(),
+    };
+    let (rate, width) = rate_width(&text(host, &dir.join("rate")));
+    let netdev = Some(text(host, &dir.join("gid_attrs/ndevs/0")))
+        .filter(|n| !n.is_empty())
+        .or_else(|| parent.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_default();
+    let netdev_mtu = if netdev.is_empty() {
+        String::new()
+    } else {
+        text(host, &Path::new("/sys/class/net").join(&netdev).join("mtu"))
+    };
+    let ethernet = link_layer == "Ethernet";
+    let port_mtu = match netdev_mtu.parse::<u32>() {
+        Ok(m) if ethernet => iboe_mtu(m).map(|m| m.to_string()).unwrap_or_default(),
+        _ => String::new(),
+    };
+    let fabric = if ethernet {
+        roce_subnet(routes, &netdev)
+            .map(|s| format!("roce:{s}"))
+            .unwrap_or_default()
+    } else {
+        ib_prefix(&text(host, &dir.join("gids/0")))
+            .map(|p| format!("ib:{p}"))
+            .unwrap_or_default()
+    };
+    Fact::Port {
+        device: dev.to_owned(),
+        port: number,
+        link_layer,
+        rate,
+        width,
+        netdev,
+        netdev_mtu,
+        port_mtu,
+        fabric,
     }
 }
 

@@ -6,6 +6,7 @@ pub mod containerd;
 pub mod fleet;
 pub mod gpudirect;
 pub mod kernel;
+pub mod nfd;
 pub mod pcie;
 pub mod pods;
 pub mod rdma;
@@ -35,7 +36,7 @@ pub static ALL: &[&dyn Run] = &[
     &kernel::concern::Kernel,
     &fleet::Export,
     &reboot::Sentinel,
-    &crate::outputs::nfd::Labels,
+    &nfd::Labels,
 ];
 
 /// The units a ledger entry's owner restarted, for entries written before

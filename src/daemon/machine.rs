@@ -2,11 +2,17 @@
 //! that assert where they start from (as zincati's update agent does), so a
 //! change to the loop that reorders them fails its tests, not a node.
 //!
+//! The triggers and the one debounce live here too: while idle, the daemon's
+//! loop hands each wake-up to `event`, which says whether to wait on, gather a
+//! burst (the debounce, state `Settling`) or reconcile now.
+//!
 //! ```text
 //! Starting ─reconcile(Start)─▶ Reconciling ─reconciled─▶ Idle ─reconcile(t)─▶ Reconciling …
 //!                                  │  └─ stale mounts ─▶ Exited(StaleMounts)
 //!                                  └─ stop ─▶ Stopping ─stopped─▶ Exited(Stopped)
-//!                      Idle ─stop─▶ Exited(Stopped)
+//!                      Idle ─event(timer, reload)─▶ Idle, Step::Reconcile
+//!                      Idle ─event(file, link)─▶ Settling ─event(quiet)─▶ Idle, Step::Reconcile
+//!                      Idle, Settling ─stop─▶ Exited(Stopped)
 //! ```
 
 use std::fmt;
@@ -54,8 +60,12 @@ pub enum State {
     /// The host is locked and the endpoint bound; nothing reconciled yet.
     Starting,
     Reconciling(Trigger),
-    /// Waiting for the timer, a reload or a file change.
+    /// Waiting for the timer, a reload, a file change or a link going down.
     Idle,
+    /// A file changed or a link went down: the rest of its burst (an editor's
+    /// temp file, rename, chmod; a bond's ports going down one by one) joins
+    /// it until the debounce's quiet time ends, then one reconcile runs.
+    Settling(Trigger),
     /// Asked to stop while a reconcile runs: it is told to stop waiting.
     Stopping,
     Exited(Exit),
@@ -70,6 +80,53 @@ pub enum Next {
     Wait,
     Exit(Exit),
 }
+
+/// What woke the idle daemon.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// The interval ran out.
+    Timer,
+    /// SIGHUP.
+    Reload,
+    /// inotify: a name changed in a watched directory (empty when unnamed).
+    FileChanged(String),
+    /// rtnetlink: a network device went down.
+    LinkDown,
+    /// The debounce's quiet time ended.
+    Quiet,
+}
+
+/// Where a burst comes from: while one settles, only its own source is read,
+/// so a reload or the timer is not swallowed by it but seen after the reconcile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Files,
+    Links,
+}
+
+/// What the idle daemon listens to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listen {
+    /// The timer, SIGHUP, file changes and link events.
+    All,
+    /// A burst's own source and the quiet time's end.
+    Burst(Source),
+}
+
+/// What to do after an event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Keep listening.
+    Wait,
+    /// Start the debounce's quiet time.
+    Settle,
+    /// Reconcile now (`reconcile` follows).
+    Reconcile(Trigger),
+}
+
+/// The agent's own atomic writes leave temporary names with this in them: the
+/// reconcile that made them already ran, so they trigger nothing.
+const OWN_WRITE: &str = ".rdma-node-agent.";
 
 #[derive(Debug)]
 pub struct Machine {
@@ -135,6 +192,42 @@ impl Machine {
         !std::mem::replace(&mut self.ready, true)
     }
 
+    /// What to listen to while waiting for the next reconcile.
+    pub fn listening(&self) -> Listen {
+        match &self.state {
+            State::Idle => Listen::All,
+            State::Settling(Trigger::LinkDown) => Listen::Burst(Source::Links),
+            State::Settling(_) => Listen::Burst(Source::Files),
+            s => panic!("listening() from {s:?}"),
+        }
+    }
+
+    /// A wake-up while idle or settling: what to do next.
+    pub fn event(&mut self, event: Event) -> Step {
+        let settling = match (&self.state, event) {
+            (State::Idle, Event::Timer) => return Step::Reconcile(Trigger::Timer),
+            (State::Idle, Event::Reload) => return Step::Reconcile(Trigger::Reload),
+            (State::Idle, Event::FileChanged(name)) if name.contains(OWN_WRITE) => {
+                return Step::Wait;
+            }
+            (State::Idle, Event::FileChanged(name)) => Trigger::FileChange(name),
+            (State::Idle, Event::LinkDown) => Trigger::LinkDown,
+            // The rest of the burst joins it, our own writes included.
+            (State::Settling(Trigger::LinkDown), Event::LinkDown) => return Step::Wait,
+            (State::Settling(Trigger::FileChange(_)), Event::FileChanged(_)) => {
+                return Step::Wait;
+            }
+            (State::Settling(t), Event::Quiet) => {
+                let t = t.clone();
+                self.state = State::Idle;
+                return Step::Reconcile(t);
+            }
+            (s, e) => panic!("event({e:?}) from {s:?}"),
+        };
+        self.state = State::Settling(settling);
+        Step::Settle
+    }
+
     /// SIGTERM or SIGINT. Returns whether a reconcile must be told to stop
     /// (then `stopped` follows once it returned or its grace ran out).
     pub fn stop(&mut self) -> bool {
@@ -143,7 +236,7 @@ impl Machine {
                 self.state = State::Stopping;
                 true
             }
-            State::Starting | State::Idle => {
+            State::Starting | State::Idle | State::Settling(_) => {
                 self.state = State::Exited(Exit::Stopped);
                 false
             }
@@ -163,110 +256,5 @@ impl Machine {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_life_of_reconciles_then_a_stop() {
-        let mut m = Machine::default();
-        assert!(!m.reconcile(Trigger::Start));
-        assert_eq!(m.state(), &State::Reconciling(Trigger::Start));
-        assert_eq!(
-            m.reconciled(None, true),
-            Next::Reconcile(Trigger::NewWatches)
-        );
-        assert!(m.report_published(), "READY after the first report");
-        assert!(!m.reconcile(Trigger::NewWatches));
-        assert_eq!(m.reconciled(None, false), Next::Wait);
-        assert!(!m.report_published(), "READY once");
-        assert!(
-            m.reconcile(Trigger::Reload),
-            "a reload retries held actions"
-        );
-        assert_eq!(m.reconciled(None, false), Next::Wait);
-        assert!(!m.stop(), "idle: nothing to interrupt");
-        assert_eq!(m.state(), &State::Exited(Exit::Stopped));
-    }
-
-    #[test]
-    fn a_stop_during_a_reconcile_waits_for_it() {
-        let mut m = Machine::default();
-        m.reconcile(Trigger::Start);
-        assert!(m.stop());
-        assert_eq!(m.state(), &State::Stopping);
-        m.stopped();
-        assert_eq!(m.state(), &State::Exited(Exit::Stopped));
-    }
-
-    #[test]
-    fn stale_mounts_end_the_life_for_a_restart() {
-        let mut m = Machine::default();
-        m.reconcile(Trigger::Start);
-        m.reconciled(None, false);
-        m.reconcile(Trigger::FileChange("config.toml".into()));
-        let next = m.reconciled(Some("/etc is read-only here".into()), true);
-        assert_eq!(
-            next,
-            Next::Exit(Exit::StaleMounts("/etc is read-only here".into()))
-        );
-        assert!(matches!(m.state(), State::Exited(Exit::StaleMounts(_))));
-    }
-
-    #[test]
-    #[should_panic(expected = "reconcile(timer) from Reconciling")]
-    fn reconciles_never_overlap() {
-        let mut m = Machine::default();
-        m.reconcile(Trigger::Start);
-        m.reconcile(Trigger::Timer);
-    }
-
-    #[test]
-    #[should_panic(expected = "reconcile(start) from Idle")]
-    fn start_is_only_the_first() {
-        let mut m = Machine::default();
-        m.reconcile(Trigger::Start);
-        m.reconciled(None, false);
-        m.reconcile(Trigger::Start);
-    }
-
-    #[test]
-    #[should_panic(expected = "reconciled() from Idle")]
-    fn a_reconcile_ends_once() {
-        let mut m = Machine::default();
-        m.reconcile(Trigger::Start);
-        m.reconciled(None, false);
-        m.reconciled(None, false);
-    }
-
-    #[test]
-    #[should_panic(expected = "stop() from Exited")]
-    fn nothing_after_the_exit() {
-        let mut m = Machine::default();
-        m.stop();
-        m.stop();
-    }
-
-    #[test]
-    fn triggers_read_as_before_in_the_journal_and_status() {
-        let shown: Vec<String> = [
-            Trigger::Start,
-            Trigger::Timer,
-            Trigger::Reload,
-            Trigger::NewWatches,
-            Trigger::FileChange("x.toml".into()),
-        ]
-        .iter()
-        .map(Trigger::to_string)
-        .collect();
-        assert_eq!(
-            shown,
-            [
-                "start",
-                "timer",
-                "SIGHUP",
-                "new watches",
-                "file change (x.toml)"
-            ]
-        );
-    }
-}
+#[path = "machine_tests.rs"]
+mod tests;

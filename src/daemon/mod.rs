@@ -4,16 +4,12 @@
 
 mod worker;
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use futures_util::StreamExt;
-use inotify::{Inotify, WatchMask};
 use sd_notify::NotifyState;
-use tokio::signal::unix::{SignalKind, signal};
 
 mod cycle;
 mod link_events;
@@ -22,6 +18,7 @@ mod nri;
 mod persist;
 mod sandbox;
 mod state_copy;
+mod wakeups;
 
 use crate::agent::Connection;
 use crate::config::Config;
@@ -33,8 +30,10 @@ use crate::outputs::Cycle;
 use crate::outputs::http::{self, Board, Published};
 use crate::outputs::listen::{self, Limits, Listen};
 use crate::outputs::metrics::{self, Totals};
+use cycle::{Outcome, Timing};
 use machine::{Machine, Next, Trigger};
 use state_copy::{StateCopy, WriteBack};
+use wakeups::Wakeups;
 use worker::Worker;
 
 pub const DAEMON_LOCK: &str = "/run/rdma-node-agent/daemon.lock";
@@ -109,21 +108,11 @@ impl Daemon {
         let host = Host::new(&self.root);
         let _instance = lock::acquire(&host, Path::new(DAEMON_LOCK), Duration::ZERO)
             .map_err(DaemonError::Running)?;
-        let setup = |what| move |source| DaemonError::Setup { what, source };
-        let mut sighup = signal(SignalKind::hangup()).map_err(setup("SIGHUP"))?;
-        let mut sigterm = signal(SignalKind::terminate()).map_err(setup("SIGTERM"))?;
-        let mut sigint = signal(SignalKind::interrupt()).map_err(setup("SIGINT"))?;
-        let inotify = Inotify::init().map_err(setup("inotify"))?;
-        let mut events = inotify
-            .into_event_stream([0u8; 4096])
-            .map_err(setup("inotify"))?;
-        let mut watched: BTreeSet<PathBuf> = BTreeSet::new();
-        let worker = Worker::start().map_err(setup("the reconcile thread"))?;
-        // Link-down events between reconciles (live host only), for rdma.link.
-        let (link_tx, mut link_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
-        if host.is_live() {
-            link_events::spawn(host.clone(), link_tx);
-        }
+        let mut wake = Wakeups::new(&host)?;
+        let worker = Worker::start().map_err(|source| DaemonError::Setup {
+            what: "the reconcile thread",
+            source,
+        })?;
         self.start_http(&host).await?;
         // Lives as long as this loop: its end stops the NRI task.
         let (_nri_stop, nri_stop) = tokio::sync::watch::channel(false);
@@ -133,9 +122,50 @@ impl Daemon {
             self.nri.clone(),
             nri_stop,
         ));
+        self.start_watchdog();
+
         let mut totals = Totals::default();
-        // Pinged from its own task, since a reconcile may wait minutes for a restart
-        // and rollback; but not for a reconcile stuck beyond any bound it sets itself.
+        let mut machine = Machine::default();
+        let mut trigger = Trigger::Start;
+        let mut holds = Holds::default();
+        loop {
+            if machine.reconcile(trigger.clone()) {
+                // `systemctl reload`: the operator asks for failed actions to be tried now.
+                holds.actions.clear();
+            }
+            let run = self.reconcile(&worker, trigger.to_string(), std::mem::take(&mut holds));
+            tokio::pin!(run);
+            let out = tokio::select! {
+                out = &mut run => out,
+                _ = wake.sigterm.recv() => return self.stop_during(&mut machine, run).await,
+                _ = wake.sigint.recv() => return self.stop_during(&mut machine, run).await,
+            };
+            holds = out.holds;
+            if let Some(why) = &out.cycle.stale_mounts {
+                return self.exit_for_mounts(&host, &mut machine, why);
+            }
+            let status = self.publish(&out.cycle, &mut totals);
+            let new_watches = wake.watch(&host, &out.watch);
+            let next = machine.reconciled(None, new_watches);
+            let mut states = vec![NotifyState::Status(&status)];
+            if machine.report_published() {
+                states.push(NotifyState::Ready);
+            }
+            let _ = sd_notify::notify(&states);
+            trigger = match next {
+                Next::Reconcile(t) => t,
+                _ => match wake.next_trigger(&mut machine, out.timing).await {
+                    Some(t) => t,
+                    None => return self.stop(&mut machine),
+                },
+            };
+        }
+    }
+
+    /// Pings systemd's watchdog from its own task, since a reconcile may wait
+    /// minutes for a restart and rollback; but not for a reconcile stuck beyond
+    /// any bound it sets itself.
+    fn start_watchdog(&self) {
         let busy = self.busy_since.clone();
         if let Some(w) = sd_notify::watchdog_enabled() {
             tokio::spawn(async move {
@@ -150,121 +180,43 @@ impl Daemon {
                 }
             });
         }
+    }
 
-        let mut machine = Machine::default();
-        let mut trigger = Trigger::Start;
-        let mut holds = Holds::default();
-        loop {
-            if machine.reconcile(trigger.clone()) {
-                // `systemctl reload`: the operator asks for failed actions to be tried now.
-                holds.actions.clear();
+    /// The service's mounts went stale: what only this process still knows goes
+    /// to the host first, then the daemon exits so that systemd
+    /// (Restart=on-failure) starts it again with the host's mounts;
+    /// StartLimitBurst bounds it.
+    fn exit_for_mounts(
+        &self,
+        host: &Host,
+        machine: &mut Machine,
+        why: &str,
+    ) -> Result<(), DaemonError> {
+        machine.reconciled(Some(why.to_owned()), false);
+        match self.state.write_back(host) {
+            WriteBack::Nothing => {}
+            WriteBack::Restored(what) | WriteBack::RestartNeeded(what) => {
+                tracing::warn!("{what}")
             }
-            let run = self.reconcile(&worker, trigger.to_string(), std::mem::take(&mut holds));
-            tokio::pin!(run);
-            let (cycle, watch, interval, debounce, held) = tokio::select! {
-                out = &mut run => out,
-                _ = sigterm.recv() => return self.stop_during(&mut machine, run).await,
-                _ = sigint.recv() => return self.stop_during(&mut machine, run).await,
-            };
-            holds = held;
-            if let Some(why) = &cycle.stale_mounts {
-                machine.reconciled(Some(why.clone()), false);
-                // What only this process still knows goes to the host first.
-                match self.state.write_back(&host) {
-                    WriteBack::Nothing => {}
-                    WriteBack::Restored(what) | WriteBack::RestartNeeded(what) => {
-                        tracing::warn!("{what}")
-                    }
-                }
-                // Exit so that systemd (Restart=on-failure) starts the service
-                // again with the host's mounts; StartLimitBurst bounds it.
-                tracing::error!(
-                    "{why}: exiting so that systemd restarts the service with the host's view"
-                );
-                return Err(DaemonError::StaleMounts(why.clone()));
-            }
-            let status = match (&cycle.error, &cycle.report) {
-                (Some(e), _) => format!("error: {e}"),
-                (None, Some(r)) => r.summary.clone(),
-                (None, None) => String::new(),
-            };
-            totals.reconciles += 1;
-            totals.changes += cycle.changed.len() as u64;
-            totals.errors += u64::from(cycle.error.is_some());
-            let published = Published::new(&cycle, metrics::render(&cycle, totals));
-            *self.board.write().expect("board lock") = Some(Arc::new(published));
-            let mut new_watches = false;
-            for dir in watch_dirs(&host, &watch) {
-                if watched.insert(dir.clone()) {
-                    new_watches = true;
-                    let mask = WatchMask::CLOSE_WRITE
-                        | WatchMask::MOVED_TO
-                        | WatchMask::MOVED_FROM
-                        | WatchMask::CREATE
-                        | WatchMask::DELETE;
-                    if let Err(e) = events.watches().add(host.path(&dir), mask) {
-                        tracing::warn!(dir = %dir.display(), "cannot watch: {e}");
-                    }
-                }
-            }
-            let next = machine.reconciled(None, new_watches);
-            let mut states = vec![NotifyState::Status(&status)];
-            if machine.report_published() {
-                states.push(NotifyState::Ready);
-            }
-            let _ = sd_notify::notify(&states);
-            if let Next::Reconcile(t) = next {
-                trigger = t;
-                continue;
-            }
-
-            let timer = tokio::time::sleep(interval);
-            tokio::pin!(timer);
-            trigger = loop {
-                tokio::select! {
-                    _ = &mut timer => break Trigger::Timer,
-                    _ = sighup.recv() => break Trigger::Reload,
-                    _ = sigterm.recv() => return self.stop(&mut machine),
-                    _ = sigint.recv() => return self.stop(&mut machine),
-                    // A link went down: read the ports now (the tally is on disk).
-                    Some(()) = link_rx.recv() => {
-                        let quiet = tokio::time::sleep(debounce);
-                        tokio::pin!(quiet);
-                        loop {
-                            tokio::select! {
-                                _ = &mut quiet => break,
-                                _ = sigterm.recv() => return self.stop(&mut machine),
-                                _ = sigint.recv() => return self.stop(&mut machine),
-                                Some(()) = link_rx.recv() => {}
-                            }
-                        }
-                        break Trigger::LinkDown;
-                    }
-                    Some(ev) = events.next() => {
-                        let first = ev
-                            .ok()
-                            .and_then(|e| e.name.map(|n| n.to_string_lossy().into_owned()))
-                            .unwrap_or_default();
-                        // Our own atomic writes: the reconcile that made them already ran.
-                        if first.contains(".rdma-node-agent.") {
-                            continue;
-                        }
-                        // Gather the burst (an editor's temp file, rename, chmod) into one run.
-                        let quiet = tokio::time::sleep(debounce);
-                        tokio::pin!(quiet);
-                        loop {
-                            tokio::select! {
-                                _ = &mut quiet => break,
-                                _ = sigterm.recv() => return self.stop(&mut machine),
-                                _ = sigint.recv() => return self.stop(&mut machine),
-                                Some(_) = events.next() => {}
-                            }
-                        }
-                        break Trigger::FileChange(first);
-                    }
-                }
-            };
         }
+        tracing::error!("{why}: exiting so that systemd restarts the service with the host's view");
+        Err(DaemonError::StaleMounts(why.to_owned()))
+    }
+
+    /// Counts the cycle and puts it on the board (`/status`, `/metrics`).
+    /// Returns the status line for systemd.
+    fn publish(&self, cycle: &Cycle, totals: &mut Totals) -> String {
+        let status = match (&cycle.error, &cycle.report) {
+            (Some(e), _) => format!("error: {e}"),
+            (None, Some(r)) => r.summary.clone(),
+            (None, None) => String::new(),
+        };
+        totals.reconciles += 1;
+        totals.changes += cycle.changed.len() as u64;
+        totals.errors += u64::from(cycle.error.is_some());
+        let published = Published::new(cycle, metrics::render(cycle, *totals));
+        *self.board.write().expect("board lock") = Some(Arc::new(published));
+        status
     }
 
     /// Binds the endpoint before the first reconcile, so a taken port fails the
@@ -322,15 +274,15 @@ impl Daemon {
     async fn stop_during(
         &self,
         machine: &mut Machine,
-        run: std::pin::Pin<&mut impl std::future::Future<Output = ReconcileOut>>,
+        run: std::pin::Pin<&mut impl std::future::Future<Output = Outcome>>,
     ) -> Result<(), DaemonError> {
         machine.stop();
         let _ = sd_notify::notify(&[NotifyState::Stopping]);
         tracing::info!("stopping during a reconcile");
         self.stop.request();
         match tokio::time::timeout(STOP_GRACE, run).await {
-            Ok((cycle, ..)) => {
-                if let Some(e) = cycle.error {
+            Ok(out) => {
+                if let Some(e) = out.cycle.error {
                     tracing::info!("the reconcile ended: {e}");
                 }
             }
@@ -344,7 +296,7 @@ impl Daemon {
 
     /// One cycle on the reconcile thread: the core is synchronous (file I/O, D-Bus
     /// waits). Returns the cycle, the paths to watch and the timings to use next.
-    async fn reconcile(&self, worker: &Worker, trigger: String, holds: Holds) -> ReconcileOut {
+    async fn reconcile(&self, worker: &Worker, trigger: String, holds: Holds) -> Outcome {
         let root = self.root.clone();
         let config_path = self.config_path.clone();
         let stop = self.stop.clone();
@@ -366,46 +318,14 @@ impl Daemon {
             })
             .await;
         self.busy_since.store(0, Ordering::Relaxed);
-        let (mut cycle, watch, interval, debounce, held) = match out {
-            Ok(r) => r,
-            Err(e) => (
-                Cycle::failed("panic".into(), format!("reconcile panicked: {e}")),
-                Vec::new(),
-                Duration::from_secs(60),
-                Duration::from_millis(200),
-                Holds::default(),
-            ),
-        };
-        cycle.duration_ms = started.elapsed().as_millis() as u64;
-        cycle.finished_unix = unix_now();
-        (cycle, watch, interval, debounce, held)
+        let mut out = out.unwrap_or_else(|e| Outcome {
+            cycle: Cycle::failed("panic".into(), format!("reconcile panicked: {e}")),
+            watch: Vec::new(),
+            timing: Timing::FALLBACK,
+            holds: Holds::default(),
+        });
+        out.cycle.duration_ms = started.elapsed().as_millis() as u64;
+        out.cycle.finished_unix = unix_now();
+        out
     }
-}
-
-/// A cycle, the paths to watch, the interval and debounce to use next, and the holds.
-type ReconcileOut = (Cycle, Vec<PathBuf>, Duration, Duration, Holds);
-
-/// The directories to watch for the given files: a file is replaced by rename, so
-/// its directory is watched; a directory that does not exist yet is watched
-/// through its nearest existing ancestor, so its creation is noticed.
-fn watch_dirs(host: &Host, files: &[PathBuf]) -> BTreeSet<PathBuf> {
-    files
-        .iter()
-        .flat_map(|f| {
-            // A linked file (or one in a linked directory) is edited at its
-            // target: watch where that lives too.
-            let target = host
-                .resolve_managed(f)
-                .ok()
-                .map(|r| r.real)
-                .filter(|real| real != f);
-            std::iter::once(f.clone()).chain(target)
-        })
-        .filter_map(|f| {
-            f.ancestors()
-                .skip(1)
-                .find(|d| host.path(d).is_dir())
-                .map(Path::to_path_buf)
-        })
-        .collect()
 }

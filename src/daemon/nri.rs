@@ -150,26 +150,12 @@ pub async fn run(
     state: Arc<State>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
+    if !first_table(&state, &mut stop).await {
+        return;
+    }
     let mut backoff = BACKOFF_MIN;
     let mut last_logged: Option<String> = None;
     let mut last_good: Option<Settings> = None;
-    // Registered before the base specs are known, new RDMA containers would be
-    // left unraised (never over an unknown lower limit), and `containerd.nri`
-    // would say "registered" of a plugin that raises nothing: wait for the
-    // first reconcile's table, and past FIRST_TABLE say why in the check.
-    let start = tokio::time::Instant::now();
-    while !state.base_specs_known() {
-        if start.elapsed() >= FIRST_TABLE {
-            state.set_error(format!(
-                "not registered yet: no reconcile has read containerd's runtime handlers and their base specs in {} s (see containerd.memlock), and until one has no RDMA container could be raised",
-                FIRST_TABLE.as_secs()
-            ));
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
-            _ = stop.changed() => return,
-        }
-    }
     loop {
         let wanted = match load_quietly(&host, &config_path) {
             Some(c) => {
@@ -185,43 +171,8 @@ pub async fn run(
                 _ = stop.changed() => return,
             }
         };
-        let id = Identity {
-            socket: s.socket.clone(),
-            name: PLUGIN_NAME.into(),
-            index: s.index.clone(),
-            registration_timeout: Duration::from_secs(5),
-        };
-        let handler = Arc::new(Adjuster {
-            target: s.target.clone(),
-            state: state.clone(),
-        });
-        // A settings change ends the session, so the next one registers with them.
-        let (changed_tx, mut changed_rx) = tokio::sync::watch::channel(false);
-        let watcher = {
-            let (host, path, s) = (host.clone(), config_path.clone(), s.clone());
-            tokio::spawn(async move {
-                loop {
-                    tokio::time::sleep(RELOAD).await;
-                    // A config that does not load keeps the plugin as it is,
-                    // as the reconcile keeps the last good config.
-                    let Some(cfg) = load_quietly(&host, &path) else {
-                        continue;
-                    };
-                    if settings(&host, &cfg).as_ref() != Some(&s) {
-                        let _ = changed_tx.send(true);
-                        return;
-                    }
-                }
-            })
-        };
         let before = state.status().registrations;
-        let mut session_stop = stop.clone();
-        let outcome = tokio::select! {
-            r = plugin::session(&id, handler, &state, &mut session_stop) => Some(r),
-            _ = changed_rx.changed() => None,
-        };
-        watcher.abort();
-        match outcome {
+        match session(&host, &config_path, &state, &stop, s).await {
             None => {
                 tracing::info!("NRI settings changed: registering again");
                 state.set_registered(false);
@@ -249,4 +200,72 @@ pub async fn run(
         }
         backoff = (backoff * 2).min(BACKOFF_MAX);
     }
+}
+
+/// Waits for the first reconcile's table of base specs; `false` when told to
+/// stop first. Registered before the base specs are known, new RDMA
+/// containers would be left unraised (never over an unknown lower limit), and
+/// `containerd.nri` would say "registered" of a plugin that raises nothing:
+/// past FIRST_TABLE the check says why.
+async fn first_table(state: &State, stop: &mut tokio::sync::watch::Receiver<bool>) -> bool {
+    let start = tokio::time::Instant::now();
+    while !state.base_specs_known() {
+        if start.elapsed() >= FIRST_TABLE {
+            state.set_error(format!(
+                "not registered yet: no reconcile has read containerd's runtime handlers and their base specs in {} s (see containerd.memlock), and until one has no RDMA container could be raised",
+                FIRST_TABLE.as_secs()
+            ));
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            _ = stop.changed() => return false,
+        }
+    }
+    true
+}
+
+/// One registration with these settings, until it ends or `stop` fires; `None`
+/// when the config's settings changed (the next session registers with them).
+async fn session(
+    host: &Host,
+    config_path: &std::path::Path,
+    state: &Arc<State>,
+    stop: &tokio::sync::watch::Receiver<bool>,
+    s: Settings,
+) -> Option<Result<(), plugin::SessionError>> {
+    let id = Identity {
+        socket: s.socket.clone(),
+        name: PLUGIN_NAME.into(),
+        index: s.index.clone(),
+        registration_timeout: Duration::from_secs(5),
+    };
+    let handler = Arc::new(Adjuster {
+        target: s.target.clone(),
+        state: state.clone(),
+    });
+    let (changed_tx, mut changed_rx) = tokio::sync::watch::channel(false);
+    let watcher = {
+        let (host, path) = (host.clone(), config_path.to_path_buf());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(RELOAD).await;
+                // A config that does not load keeps the plugin as it is,
+                // as the reconcile keeps the last good config.
+                let Some(cfg) = load_quietly(&host, &path) else {
+                    continue;
+                };
+                if settings(&host, &cfg).as_ref() != Some(&s) {
+                    let _ = changed_tx.send(true);
+                    return;
+                }
+            }
+        })
+    };
+    let mut session_stop = stop.clone();
+    let outcome = tokio::select! {
+        r = plugin::session(&id, handler, state, &mut session_stop) => Some(r),
+        _ = changed_rx.changed() => None,
+    };
+    watcher.abort();
+    outcome
 }

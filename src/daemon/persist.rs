@@ -33,7 +33,7 @@ pub(super) fn persist(host: &Host, observations: &[Observation], checks: &mut [C
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::plan::Record;
+    use crate::host::state::Record;
 
     #[test]
     fn written_or_the_check_says_it_is_not() {

@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use crate::agent::Agent;
 use crate::engine::ledger::Ledger;
 use crate::engine::plan::{FileChange, Plan};
+use crate::host::Host;
 use crate::host::lock;
 use crate::host::sandbox::{granted, own_unit};
 use crate::host::service::{ServiceManager, UnitState};
@@ -148,21 +149,9 @@ pub(super) fn settle(agent: &Agent, plan: &Plan) -> Result<String, String> {
     };
     let unit_file = host.unit_file(&unit).ok().flatten();
     let granted_by_unit = unit_file.map(|u| u.read_write_paths).unwrap_or_default();
-    let boot_id = host
-        .read_string(Path::new("/proc/sys/kernel/random/boot_id"))
-        .ok()
-        .flatten()
-        .unwrap_or_default()
-        .trim()
-        .to_owned();
+    let boot_id = boot_id(host);
     let record_path = Path::new(STATE_DIR).join(RECORD);
-    let record: Record = host
-        .state_read(&record_path)
-        .ok()
-        .flatten()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .filter(|r: &Record| r.boot_id == boot_id)
-        .unwrap_or_default();
+    let record = this_boots_record(host, &record_path, &boot_id);
     let manager = agent.live.as_ref().and_then(|l| l.manager.clone());
     let what = match remedy(&read_only, &granted_by_unit, &record.dirs) {
         Remedy::Report(why) => return Ok(why),
@@ -170,37 +159,7 @@ pub(super) fn settle(agent: &Agent, plan: &Plan) -> Result<String, String> {
             "{} is granted by {unit} but missing from this service's mounts (made or remounted since it started): stale mounts, restarting",
             dirs[0].display()
         ),
-        Remedy::Grant(dirs) => {
-            let path = Path::new("/etc/systemd/system")
-                .join(format!("{unit}.d"))
-                .join(DROPIN);
-            let before = host.read(&path).ok().flatten().map(|d| d.bytes);
-            let before = before.map(|b| String::from_utf8_lossy(&b).into_owned());
-            let text = dropin_text(before.as_deref(), &dirs);
-            let change = FileChange {
-                path: path.clone(),
-                old: before.map(String::into_bytes),
-                new: Some(text.into_bytes()),
-                mode: 0o644,
-                owner: OWNER,
-                reason: "grant the agent's unit the directories of its containerd layout".into(),
-                restart: Vec::new(),
-            };
-            let one = Plan {
-                changes: vec![change],
-                ..Plan::default()
-            };
-            let _lock = lock::acquire(host, Path::new(lock::LOCK_PATH), Duration::from_secs(10))
-                .map_err(|e| e.to_string())?;
-            Ledger::load(&host.reader())
-                .and_then(|mut l| l.apply(host, &one))
-                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-            format!(
-                "{} not granted by {unit}: granted in {} (ReadWritePaths=), restarting",
-                list_dirs(&dirs),
-                path.display()
-            )
-        }
+        Remedy::Grant(dirs) => grant(host, &unit, &dirs)?,
     };
     let m = manager.ok_or("systemd is not reachable over D-Bus")?;
     let mut dirs = record.dirs;
@@ -212,6 +171,60 @@ pub(super) fn settle(agent: &Agent, plan: &Plan) -> Result<String, String> {
     m.reload().map_err(|e| e.to_string())?;
     restart_when_active(m, unit);
     Ok(what)
+}
+
+/// This boot's id: restarts are counted per boot.
+fn boot_id(host: &Host) -> String {
+    host.read_string(Path::new("/proc/sys/kernel/random/boot_id"))
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
+/// The directories restarts were made for this boot (none from another boot).
+fn this_boots_record(host: &Host, record_path: &Path, boot_id: &str) -> Record {
+    host.state_read(record_path)
+        .ok()
+        .flatten()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .filter(|r: &Record| r.boot_id == boot_id)
+        .unwrap_or_default()
+}
+
+/// Grants the unit these directories in the agent's drop-in (through the
+/// ledger, so `revert` removes it). Returns what to say.
+fn grant(host: &Host, unit: &str, dirs: &[PathBuf]) -> Result<String, String> {
+    let path = Path::new("/etc/systemd/system")
+        .join(format!("{unit}.d"))
+        .join(DROPIN);
+    let before = host.read(&path).ok().flatten().map(|d| d.bytes);
+    let before = before.map(|b| String::from_utf8_lossy(&b).into_owned());
+    let text = dropin_text(before.as_deref(), dirs);
+    let change = FileChange {
+        path: path.clone(),
+        old: before.map(String::into_bytes),
+        new: Some(text.into_bytes()),
+        mode: 0o644,
+        owner: OWNER,
+        reason: "grant the agent's unit the directories of its containerd layout".into(),
+        restart: Vec::new(),
+    };
+    let one = Plan {
+        changes: vec![change],
+        ..Plan::default()
+    };
+    let _lock = lock::acquire(host, Path::new(lock::LOCK_PATH), Duration::from_secs(10))
+        .map_err(|e| e.to_string())?;
+    Ledger::load(&host.reader())
+        .and_then(|mut l| l.apply(host, &one))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(format!(
+        "{} not granted by {unit}: granted in {} (ReadWritePaths=), restarting",
+        list_dirs(dirs),
+        path.display()
+    ))
 }
 
 /// Queues the restart once the unit is active: queued while its start job still

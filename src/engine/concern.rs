@@ -11,8 +11,9 @@ use std::sync::Arc;
 use crate::config::Config;
 use crate::engine::check::{Check, Status};
 use crate::engine::effect::{Effect, Preflight, Probe};
-use crate::engine::plan::{Action, FileChange, Record};
+use crate::engine::plan::{Action, FileChange};
 use crate::host::snapshot::Snapshot;
+use crate::host::state::Record;
 use crate::reason::Reason;
 
 use crate::observe::Observation;

@@ -99,6 +99,27 @@ enum RestartError {
     },
 }
 
+/// A plan rolled back before waits for its backoff (an empty plan never).
+fn refuse_held(plan: &Plan, holds: &Holds) -> Result<(), ExecError> {
+    let Some(h) = holds.plan_held(&plan.digest(), SystemTime::now()) else {
+        return Ok(());
+    };
+    if plan.is_empty() {
+        return Ok(());
+    }
+    let wait = h
+        .until
+        .duration_since(SystemTime::now())
+        .unwrap_or_default()
+        .as_secs();
+    Err(ExecError::HeldBack {
+        reason: format!(
+            "{} (rolled back {} time(s) in a row; tried again in {wait} s)",
+            h.reason, h.failures
+        ),
+    })
+}
+
 pub struct Executor<'a> {
     pub host: &'a Host,
     /// `None`: not the live host; live actions are skipped.
@@ -135,21 +156,7 @@ impl Executor<'_> {
             Path::new(lock::LOCK_PATH),
             Duration::from_secs(10),
         )?;
-        if let Some(h) = holds.plan_held(&plan.digest(), SystemTime::now()) {
-            if !plan.is_empty() {
-                let wait = h
-                    .until
-                    .duration_since(SystemTime::now())
-                    .unwrap_or_default()
-                    .as_secs();
-                return Err(ExecError::HeldBack {
-                    reason: format!(
-                        "{} (rolled back {} time(s) in a row; tried again in {wait} s)",
-                        h.reason, h.failures
-                    ),
-                });
-            }
-        }
+        refuse_held(plan, holds)?;
         if self.stop.requested() && !plan.is_empty() {
             return Err(ExecError::Interrupted(
                 "stopping before the first write: nothing was changed".into(),
@@ -162,32 +169,18 @@ impl Executor<'_> {
         let mut actions = Vec::new();
         let mut reloaded = false;
         for a in &plan.actions {
-            let text = a.kind.to_string();
-            let outcome = |status, detail| ActionOutcome::new(text.clone(), status, detail);
             let unit = match &a.kind {
                 ActionKind::RestartUnit { unit } => unit,
                 // Restarts have their own guard (verification, rollback, the plan hold).
                 ActionKind::Effect(_) => {
-                    if let Some(h) = holds.deferred(&a.kind.key(), now) {
-                        let wait = h.until.duration_since(now).unwrap_or_default().as_secs();
-                        actions.push(outcome(
-                            ActionStatus::Deferred,
-                            format!(
-                                "failed {} time(s) in a row; next try in {wait} s, or now with `systemctl reload rdma-node-agent` ({})",
-                                h.failures, a.reason
-                            ),
-                        ));
-                    } else {
-                        let (status, detail) = self.live_action(a);
-                        actions.push(outcome(status, detail).keyed(a.kind.key()));
-                    }
+                    actions.push(self.effect(a, holds, now));
                     continue;
                 }
             };
             let manager = match self.restarter(unit, &a.reason, restart) {
                 Ok(m) => m,
                 Err((status, detail)) => {
-                    actions.push(outcome(status, detail));
+                    actions.push(ActionOutcome::new(a.kind.to_string(), status, detail));
                     continue;
                 }
             };
@@ -195,41 +188,12 @@ impl Executor<'_> {
                 manager.reload()?;
                 reloaded = true;
             }
-            match self.restart_verified(manager, unit, plan.verify_of(unit)) {
-                Ok(()) => actions.push(outcome(ActionStatus::Done, a.reason.clone())),
-                Err(RestartError::Stopped { cancelled: true }) => {
-                    // The job never ran: the unit still runs with the files it read
-                    // before. Put those files back so files and process agree; the
-                    // next start applies the change again.
-                    ledger.rollback(self.host, plan)?;
-                    return Err(ExecError::Interrupted(format!(
-                        "the restart of {unit} was cancelled before it ran and this apply's files were rolled back; the next start applies them again"
-                    )));
-                }
-                Err(RestartError::Stopped { cancelled: false }) => {
-                    return Err(ExecError::Interrupted(format!(
-                        "the files are written and {unit}'s restart was left to systemd; the next start verifies it"
-                    )));
-                }
-                Err(RestartError::Failed(reason)) => {
-                    tracing::error!(unit = %unit, "restart failed, rolling back: {reason}");
-                    ledger.rollback(self.host, plan)?;
-                    manager.reload()?;
-                    let after = match self.restart_verified(manager, unit, plan.verify_of(unit)) {
-                        Ok(()) => "it is healthy again".to_owned(),
-                        Err(RestartError::Failed(e)) => format!("it is still unhealthy: {e}"),
-                        Err(RestartError::Stopped { .. }) => {
-                            "the agent is stopping: its restart was left to systemd".to_owned()
-                        }
-                    };
-                    return Err(ExecError::RolledBack {
-                        unit: unit.clone(),
-                        reason,
-                        after,
-                        digest: plan.digest(),
-                    });
-                }
-            }
+            self.restart_or_roll_back(manager, unit, plan, &mut ledger)?;
+            actions.push(ActionOutcome::new(
+                a.kind.to_string(),
+                ActionStatus::Done,
+                a.reason.clone(),
+            ));
         }
         // The run converged: record the agent's own state (what it last saw).
         let mut notes = plan.notes.clone();
@@ -243,6 +207,71 @@ impl Executor<'_> {
             actions,
             notes,
         })
+    }
+
+    /// A live action other than a restart, unless its backoff defers it.
+    fn effect(&self, a: &Action, holds: &Holds, now: SystemTime) -> ActionOutcome {
+        let text = a.kind.to_string();
+        if let Some(h) = holds.deferred(&a.kind.key(), now) {
+            let wait = h.until.duration_since(now).unwrap_or_default().as_secs();
+            return ActionOutcome::new(
+                text,
+                ActionStatus::Deferred,
+                format!(
+                    "failed {} time(s) in a row; next try in {wait} s, or now with `systemctl reload rdma-node-agent` ({})",
+                    h.failures, a.reason
+                ),
+            );
+        }
+        let (status, detail) = self.live_action(a);
+        ActionOutcome::new(text, status, detail).keyed(a.kind.key())
+    }
+
+    /// Restarts a reader of the plan's files and verifies it. A failed
+    /// restart puts the files back and restarts it again (`RolledBack`); a
+    /// stop leaves the restart to systemd, or rolls back when the job never ran.
+    fn restart_or_roll_back(
+        &self,
+        manager: &dyn ServiceManager,
+        unit: &str,
+        plan: &Plan,
+        ledger: &mut Ledger,
+    ) -> Result<(), ExecError> {
+        match self.restart_verified(manager, unit, plan.verify_of(unit)) {
+            Ok(()) => Ok(()),
+            Err(RestartError::Stopped { cancelled: true }) => {
+                // The job never ran: the unit still runs with the files it read
+                // before. Put those files back so files and process agree; the
+                // next start applies the change again.
+                ledger.rollback(self.host, plan)?;
+                Err(ExecError::Interrupted(format!(
+                    "the restart of {unit} was cancelled before it ran and this apply's files were rolled back; the next start applies them again"
+                )))
+            }
+            Err(RestartError::Stopped { cancelled: false }) => {
+                Err(ExecError::Interrupted(format!(
+                    "the files are written and {unit}'s restart was left to systemd; the next start verifies it"
+                )))
+            }
+            Err(RestartError::Failed(reason)) => {
+                tracing::error!(unit = %unit, "restart failed, rolling back: {reason}");
+                ledger.rollback(self.host, plan)?;
+                manager.reload()?;
+                let after = match self.restart_verified(manager, unit, plan.verify_of(unit)) {
+                    Ok(()) => "it is healthy again".to_owned(),
+                    Err(RestartError::Failed(e)) => format!("it is still unhealthy: {e}"),
+                    Err(RestartError::Stopped { .. }) => {
+                        "the agent is stopping: its restart was left to systemd".to_owned()
+                    }
+                };
+                Err(ExecError::RolledBack {
+                    unit: unit.to_owned(),
+                    reason,
+                    after,
+                    digest: plan.digest(),
+                })
+            }
+        }
     }
 
     /// Effects that undo what concerns changed on the host (`revert`), each on

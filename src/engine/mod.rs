@@ -30,7 +30,7 @@ use crate::engine::plan::Plan;
 use crate::host::snapshot::Snapshot;
 use crate::observe::Observation;
 use crate::reason::Reason;
-use concern::{Ctx, Run};
+use concern::{Ctx, Decision, GatherError, Run};
 
 /// Why no plan could be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -90,86 +90,38 @@ pub fn assess(
         Scope::All => vec![true; concerns.len()],
         Scope::Only(ids) => selected(concerns, ids),
     };
-    let mut checks = Vec::new();
-    let mut observations = Vec::new();
-    let mut plan = Plan::default();
-    let mut watch = Vec::new();
-    let mut summaries = Vec::new();
-    let mut blocked: Option<String> = None;
-    // Check ids of the concerns whose gather failed: they left no observations.
-    let mut not_gathered: BTreeSet<&str> = BTreeSet::new();
+    let mut pass = Pass::default();
     for (c, _) in concerns.iter().zip(&keep).filter(|(_, k)| **k) {
         if !c.enabled(config) {
-            checks.extend(
+            pass.checks.extend(
                 c.ids()
                     .iter()
                     .map(|id| Check::new(id, Status::Skipped, "disabled in the agent config")),
             );
             continue;
         }
-        // What it reads of others is not known: neither is its verdict, and
-        // nothing is planned from it.
-        let unknown = unknown_needs(c.needs(), &checks, &not_gathered);
-        if !unknown.is_empty() {
-            let why = unknown.join("; ");
-            checks.extend(c.ids().iter().map(|id| {
-                Check::new(
-                    id,
-                    Status::Unknown,
-                    format!("not established: it reads {why}"),
-                )
-                .with_reason(Reason::DependencyUnknown)
-            }));
-            if c.writes() {
-                plan.notes.push(format!(
-                    "nothing planned by the concern that reads {}: {why}",
-                    c.needs().join(", ")
-                ));
-            }
+        if pass.needs_unknown(*c) {
             continue;
         }
         let ctx = Ctx {
             config,
-            checks: &checks,
-            observations: &observations,
+            checks: &pass.checks,
+            observations: &pass.observations,
         };
         match c.run(snap, &ctx) {
-            Ok(d) => {
-                checks.extend(d.checks);
-                observations.extend(d.observations);
-                watch.extend(d.watch);
-                if let Some(why) = d.blocked {
-                    blocked.get_or_insert(why);
-                }
-                if c.summarises() {
-                    summaries.extend(d.changes.iter().map(|f| f.path.clone()));
-                }
-                plan.extend(Plan {
-                    changes: d.changes,
-                    actions: d.actions,
-                    notes: d.notes,
-                    verify: d.verify,
-                    preflight: d.preflight,
-                    records: d.records,
-                });
-            }
-            Err(e) => {
-                if e.status != Status::Skipped {
-                    not_gathered.extend(c.ids());
-                }
-                checks.extend(
-                    c.ids().iter().map(|id| {
-                        Check::new(id, e.status, e.message.clone()).with_reason(e.reason())
-                    }),
-                );
-                // Nothing to act on (skipped) blocks nothing; a writer that
-                // could not tell what to write blocks the whole plan.
-                if c.writes() && e.status != Status::Skipped {
-                    blocked.get_or_insert(e.message);
-                }
-            }
+            Ok(d) => pass.decided(*c, d),
+            Err(e) => pass.not_gathered(*c, e),
         }
     }
+    let Pass {
+        checks,
+        observations,
+        plan,
+        watch,
+        summaries,
+        blocked,
+        ..
+    } = pass;
     let plan = match blocked {
         Some(why) => Err(PlanError::Blocked(why)),
         None if validate => run_preflights(plan),
@@ -181,6 +133,84 @@ pub fn assess(
         plan,
         watch,
         summaries,
+    }
+}
+
+/// What one pass over the concerns has gathered so far, in their order.
+#[derive(Default)]
+struct Pass {
+    checks: Vec<Check>,
+    observations: Vec<Observation>,
+    plan: Plan,
+    watch: Vec<PathBuf>,
+    summaries: Vec<PathBuf>,
+    /// Why the plan cannot be carried out (the first writer that said so).
+    blocked: Option<String>,
+    /// Check ids of the concerns whose gather failed: they left no observations.
+    not_gathered: BTreeSet<&'static str>,
+}
+
+impl Pass {
+    /// What a concern reads of others is not known: neither is its verdict,
+    /// and nothing is planned from it. Returns whether that is so.
+    fn needs_unknown(&mut self, c: &dyn Run) -> bool {
+        let unknown = unknown_needs(c.needs(), &self.checks, &self.not_gathered);
+        if unknown.is_empty() {
+            return false;
+        }
+        let why = unknown.join("; ");
+        self.checks.extend(c.ids().iter().map(|id| {
+            Check::new(
+                id,
+                Status::Unknown,
+                format!("not established: it reads {why}"),
+            )
+            .with_reason(Reason::DependencyUnknown)
+        }));
+        if c.writes() {
+            self.plan.notes.push(format!(
+                "nothing planned by the concern that reads {}: {why}",
+                c.needs().join(", ")
+            ));
+        }
+        true
+    }
+
+    fn decided(&mut self, c: &dyn Run, d: Decision) {
+        self.checks.extend(d.checks);
+        self.observations.extend(d.observations);
+        self.watch.extend(d.watch);
+        if let Some(why) = d.blocked {
+            self.blocked.get_or_insert(why);
+        }
+        if c.summarises() {
+            self.summaries
+                .extend(d.changes.iter().map(|f| f.path.clone()));
+        }
+        self.plan.extend(Plan {
+            changes: d.changes,
+            actions: d.actions,
+            notes: d.notes,
+            verify: d.verify,
+            preflight: d.preflight,
+            records: d.records,
+        });
+    }
+
+    fn not_gathered(&mut self, c: &dyn Run, e: GatherError) {
+        if e.status != Status::Skipped {
+            self.not_gathered.extend(c.ids());
+        }
+        self.checks.extend(
+            c.ids()
+                .iter()
+                .map(|id| Check::new(id, e.status, e.message.clone()).with_reason(e.reason())),
+        );
+        // Nothing to act on (skipped) blocks nothing; a writer that
+        // could not tell what to write blocks the whole plan.
+        if c.writes() && e.status != Status::Skipped {
+            self.blocked.get_or_insert(e.message);
+        }
     }
 }
 

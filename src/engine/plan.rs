@@ -8,6 +8,7 @@ use serde::Serialize;
 use similar::TextDiff;
 
 use super::effect::{Effect, EffectKey, Preflight, Probe};
+use crate::host::state::Record;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileChange {
@@ -126,16 +127,6 @@ impl Serialize for Action {
         m.serialize_entry("reason", &self.reason)?;
         m.end()
     }
-}
-
-/// The agent's own state, written once an apply has converged (never reverted:
-/// it describes the host, it is not a change to it).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Record {
-    pub path: PathBuf,
-    pub bytes: Vec<u8>,
-    /// Said to the operator when recorded.
-    pub note: Option<String>,
 }
 
 #[derive(Debug, Clone, Default)]

@@ -83,23 +83,7 @@ impl Host {
 
     fn walk(&self, p: &Path, follow_last: bool) -> Result<Resolved> {
         let start = normalize(p);
-        let names: Vec<OsString> = start
-            .components()
-            .filter_map(|c| match c {
-                Component::Normal(n) => Some(n.to_owned()),
-                _ => None,
-            })
-            .collect();
-        let n = names.len();
-        let mut todo: Vec<Step> = names
-            .into_iter()
-            .enumerate()
-            .rev()
-            .map(|(i, name)| Step {
-                name,
-                last: i + 1 == n,
-            })
-            .collect();
+        let mut todo: Vec<Step> = steps(names(&start), true).collect();
         let refuse = |target: &Path, why: String| HostError::UnsafeLink {
             path: self.path(&start),
             target: target.to_owned(),
@@ -121,11 +105,11 @@ impl Host {
             let real = self.path(&cand);
             let meta = match fs::symlink_metadata(&real) {
                 Ok(m) if m.is_dir() || todo.is_empty() || m.file_type().is_symlink() => m,
-                Ok(_) => return self.not_there(&start, &cand, &todo, link, &seen),
-                Err(e) if missing(&e) => {
-                    return self.not_there(&start, &cand, &todo, link, &seen);
+                Err(source) if !missing(&source) => {
+                    return Err(HostError::Read { path: real, source });
                 }
-                Err(source) => return Err(HostError::Read { path: real, source }),
+                // Nothing there, or a file where a directory should be.
+                _ => return self.not_there(&start, &cand, &todo, link, &seen),
             };
             if !meta.file_type().is_symlink() {
                 let role = if todo.is_empty() {
@@ -145,22 +129,8 @@ impl Host {
                 done = cand;
                 break;
             }
-            // The same link with as much left to walk: a cycle (`a -> .` on
-            // `a/a/x` is not one, the kernel follows it and so does the walk).
-            let here = (cand.clone(), todo.len());
-            if visited.contains(&here) {
-                return Err(refuse(
-                    &cand,
-                    format!(
-                        "which is a loop: {} leads back to itself",
-                        self.path(&cand).display()
-                    ),
-                ));
-            }
-            if visited.len() == MAX_HOPS {
-                return Err(refuse(&cand, format!("through more than {MAX_HOPS} links")));
-            }
-            visited.push(here);
+            self.hop(&mut visited, &cand, todo.len())
+                .map_err(|why| refuse(&cand, why))?;
             let target = fs::read_link(&real).map_err(|source| HostError::Read {
                 path: real.clone(),
                 source,
@@ -176,19 +146,7 @@ impl Host {
             if target.is_absolute() {
                 done = PathBuf::from("/");
             }
-            let comps: Vec<OsString> = target
-                .components()
-                .filter_map(|c| match c {
-                    Component::Normal(n) => Some(n.to_owned()),
-                    Component::ParentDir => Some("..".into()),
-                    _ => None,
-                })
-                .collect();
-            let k = comps.len();
-            todo.extend(comps.into_iter().enumerate().rev().map(|(i, name)| Step {
-                name,
-                last: step.last && i + 1 == k,
-            }));
+            todo.extend(steps(target_names(&target), step.last));
         }
         if visited.is_empty() {
             return Ok(Resolved {
@@ -208,6 +166,30 @@ impl Host {
         }
         self.trusted_chain(&start, &done, &seen)?;
         Ok(Resolved { real: done, link })
+    }
+
+    /// Records following the link at `cand` with `left` steps still to walk.
+    /// The same link with as much left to walk is a cycle (`a -> .` on
+    /// `a/a/x` is not one, the kernel follows it and so does the walk);
+    /// `Err` says why the walk stops.
+    fn hop(
+        &self,
+        visited: &mut Vec<(PathBuf, usize)>,
+        cand: &Path,
+        left: usize,
+    ) -> std::result::Result<(), String> {
+        let here = (cand.to_path_buf(), left);
+        if visited.contains(&here) {
+            return Err(format!(
+                "which is a loop: {} leads back to itself",
+                self.path(cand).display()
+            ));
+        }
+        if visited.len() == MAX_HOPS {
+            return Err(format!("through more than {MAX_HOPS} links"));
+        }
+        visited.push(here);
+        Ok(())
     }
 
     /// The walk found nothing at `cand` (or a file where a directory should be).
@@ -286,6 +268,42 @@ impl Host {
         }
         Ok(())
     }
+}
+
+/// A path's names, in order.
+fn names(p: &Path) -> Vec<OsString> {
+    p.components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_owned()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A link target's names, `..` kept: the walk climbs them.
+fn target_names(target: &Path) -> Vec<OsString> {
+    target
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_owned()),
+            Component::ParentDir => Some("..".into()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The steps for these names in the order the walk pops them (the first
+/// name last); with `last`, the final name is the one the path ends in.
+fn steps(names: Vec<OsString>, last: bool) -> impl Iterator<Item = Step> {
+    let n = names.len();
+    names
+        .into_iter()
+        .enumerate()
+        .rev()
+        .map(move |(i, name)| Step {
+            name,
+            last: last && i + 1 == n,
+        })
 }
 
 fn kind(ft: &fs::FileType) -> &'static str {

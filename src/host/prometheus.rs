@@ -317,32 +317,7 @@ fn decode(url: &str, query: &str, status: u16, body: &[u8]) -> Result<Vec<Sample
         });
     }
     if !(200..300).contains(&status) {
-        let hint = match status {
-            401 | 403 => {
-                "check the credentials: --bearer-token-file, or --basic-auth-user with --basic-auth-password-file"
-            }
-            404 => {
-                "check the URL's path: the query API must answer at <URL>/api/v1/query (Thanos and Mimir: include their prefix, e.g. /prometheus)"
-            }
-            407 => {
-                "a proxy asks for credentials; fleet uses none (HTTP_PROXY and HTTPS_PROXY are ignored), so the URL itself answered so"
-            }
-            s if s >= 500 => "the server failed; check its logs, or try again",
-            _ => "check the URL",
-        };
-        let text = String::from_utf8_lossy(body);
-        let first = text.lines().next().unwrap_or("").trim();
-        let detail = if first.is_empty() {
-            String::new()
-        } else {
-            format!(" ({})", first.chars().take(200).collect::<String>())
-        };
-        return Err(PromError::Http {
-            url: url.into(),
-            status,
-            detail,
-            hint,
-        });
+        return Err(http_error(url, status, body));
     }
     let malformed = |why: String| PromError::Malformed {
         url: url.into(),
@@ -385,6 +360,36 @@ fn decode(url: &str, query: &str, status: u16, body: &[u8]) -> Result<Vec<Sample
             })
         })
         .collect()
+}
+
+/// A status other than 2xx, with what to check and the answer's first line.
+fn http_error(url: &str, status: u16, body: &[u8]) -> PromError {
+    let hint = match status {
+        401 | 403 => {
+            "check the credentials: --bearer-token-file, or --basic-auth-user with --basic-auth-password-file"
+        }
+        404 => {
+            "check the URL's path: the query API must answer at <URL>/api/v1/query (Thanos and Mimir: include their prefix, e.g. /prometheus)"
+        }
+        407 => {
+            "a proxy asks for credentials; fleet uses none (HTTP_PROXY and HTTPS_PROXY are ignored), so the URL itself answered so"
+        }
+        s if s >= 500 => "the server failed; check its logs, or try again",
+        _ => "check the URL",
+    };
+    let text = String::from_utf8_lossy(body);
+    let first = text.lines().next().unwrap_or("").trim();
+    let detail = if first.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", first.chars().take(200).collect::<String>())
+    };
+    PromError::Http {
+        url: url.into(),
+        status,
+        detail,
+        hint,
+    }
 }
 
 /// An error and its causes on one line (reqwest's own Display stops at the first).

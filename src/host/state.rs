@@ -24,6 +24,17 @@ pub const STATE_MAX: u64 = 64 << 20;
 
 use super::{Host, HostError, Result};
 
+/// A file of the agent's own state a concern asks kept (a history, a record),
+/// written by the executor or the daemon's state writer; never reverted: it
+/// describes the host, it is not a change to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub path: PathBuf,
+    pub bytes: Vec<u8>,
+    /// Said to the operator when recorded.
+    pub note: Option<String>,
+}
+
 /// The agent's own state: its ledger, journal, records and caches.
 pub const STATE_DIR: &str = "/var/lib/rdma-node-agent";
 

@@ -14,6 +14,14 @@ fn facts(seen: &[Observation]) -> impl Iterator<Item = &Fact> {
 }
 
 pub(super) fn fleet(m: &mut Families, seen: &[Observation]) {
+    device_info(m, seen);
+    port_info(m, seen);
+    node_info(m, seen);
+    link_history(m, seen);
+}
+
+/// One series per RDMA device: its firmware, board and driver.
+fn device_info(m: &mut Families, seen: &[Observation]) {
     let f = m.family(
         "device_info",
         Kind::Gauge,
@@ -40,6 +48,10 @@ pub(super) fn fleet(m: &mut Families, seen: &[Observation]) {
             );
         }
     }
+}
+
+/// One series per RDMA port: its link and where it sits in the fabric.
+fn port_info(m: &mut Families, seen: &[Observation]) {
     let f = m.family(
         "port_info",
         Kind::Gauge,
@@ -74,6 +86,10 @@ pub(super) fn fleet(m: &mut Families, seen: &[Observation]) {
             );
         }
     }
+}
+
+/// One series per node: kernel, netns mode, memlock and GPU driver.
+fn node_info(m: &mut Families, seen: &[Observation]) {
     let f = m.family(
         "node_info",
         Kind::Gauge,
@@ -100,6 +116,11 @@ pub(super) fn fleet(m: &mut Families, seen: &[Observation]) {
             );
         }
     }
+}
+
+/// Each port's persisted link history: flaps, the kernel's counters
+/// since first seen, and the last flap's time.
+fn link_history(m: &mut Families, seen: &[Observation]) {
     let links: Vec<_> = facts(seen)
         .filter_map(|f| match f {
             Fact::Link {

@@ -13,7 +13,12 @@ fn bool01(b: bool) -> f64 {
 /// (the node's budget is 150 series). A pair whose readiness cannot be told
 /// has no `ready` series.
 pub(super) fn gpudirect(m: &mut Families, seen: &[Observation]) {
-    use crate::concerns::gpudirect::decide::Reason;
+    pairs(m, seen);
+    links(m, seen);
+}
+
+/// Each GPU-NIC pair's readiness and problems.
+fn pairs(m: &mut Families, seen: &[Observation]) {
     let pairs: Vec<_> = seen
         .iter()
         .filter_map(|o| match o {
@@ -52,17 +57,21 @@ pub(super) fn gpudirect(m: &mut Families, seen: &[Observation]) {
         "1 for each reason a GPU-NIC pair is not ready or slowed down (acs_redirect, acs_unknown, link_degraded, distance, no_mechanism, mechanism_unknown); no series for the reasons it does not have",
     );
     for (gpu, nic, _, _, _, reasons) in &pairs {
-        for r in Reason::ALL.iter().filter(|r| reasons.contains(&r.as_str())) {
+        for r in *reasons {
             problem.sample(
                 vec![
                     ("gpu", (*gpu).clone()),
                     ("nic", (*nic).clone()),
-                    ("reason", r.as_str().into()),
+                    ("reason", (*r).into()),
                 ],
                 1.0,
             );
         }
     }
+}
+
+/// The PCIe links on the pairs' paths: speed and width.
+fn links(m: &mut Families, seen: &[Observation]) {
     let links: Vec<_> = seen
         .iter()
         .filter_map(|o| match o {

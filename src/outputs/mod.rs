@@ -10,7 +10,6 @@ pub mod heap;
 pub mod http;
 pub mod listen;
 pub mod metrics;
-pub mod nfd;
 
 use std::path::PathBuf;
 

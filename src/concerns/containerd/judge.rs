@@ -6,11 +6,11 @@
 
 use std::path::Path;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::spec;
 use super::view::View;
-use super::{CHECK_ID, ContainerdError, Decision, Facts};
+use super::{CHECK_ID, ContainerdError, Decision, Facts, Started};
 use crate::config::ContainerdConfig;
 use crate::engine::check::{Check, Status};
 use crate::reason::Reason;
@@ -30,7 +30,29 @@ pub fn check(
     };
     let facts = facts.expect("a decision comes from facts");
     let config = facts.set.files[0].path.display().to_string();
-    let mut details = json!({
+    let mut details = details(facts, d, cfg, &config);
+    if let Some(entry) = &facts.cri_disabled {
+        return cri_off(facts, entry, &config).with_details(details);
+    }
+    let j = Judge {
+        facts,
+        d,
+        cfg,
+        config: &config,
+        names: d.handlers.iter().map(|(h, _)| h.as_str()).collect(),
+    };
+    let found = j.judge(&mut details);
+    let check = Check::new(CHECK_ID, found.status, found.message);
+    match found.reason {
+        Some(r) => check.with_reason(r),
+        None => check,
+    }
+    .with_details(details)
+}
+
+/// What the decision, the facts and the config say about the check's subject.
+fn details(facts: &Facts, d: &Decision, cfg: &ContainerdConfig, config: &str) -> Value {
+    json!({
         "target": cfg.memlock.to_string(),
         "config": config,
         "config_source": facts.config_source,
@@ -41,175 +63,207 @@ pub fn check(
         "warnings": facts.warnings,
         "containerd_started_unix": facts.containerd_started.as_ref().ok().and_then(|s| s.as_ref()).map(|s| unix(s.at)),
         "newest_change": facts.newest_change.as_ref().ok().and_then(|n| n.as_ref()).map(|(t, p)| json!({"path": p, "unix": unix(*t)})),
-    });
-    if let Some(entry) = &facts.cri_disabled {
-        return cri_off(facts, entry, &config).with_details(details);
+    })
+}
+
+/// A check's verdict before its details: status, reason, message.
+struct Found {
+    status: Status,
+    reason: Option<Reason>,
+    message: String,
+}
+
+fn found(status: Status, reason: Reason, message: String) -> Found {
+    Found {
+        status,
+        reason: Some(reason),
+        message,
     }
-    let names: Vec<&str> = d.handlers.iter().map(|(h, _)| h.as_str()).collect();
-    if !d.plan.changes.is_empty() {
-        return Check::new(
-            CHECK_ID,
-            Status::Fail,
-            format!(
-                "not prepared for memlock {}: {} (run `rdma-node-agent apply`)",
-                cfg.memlock,
-                d.pending.join("; ")
-            ),
-        )
-        .with_reason(Reason::NoBaseSpec)
-        .with_details(details);
+}
+
+/// The check's inputs, once CRI is known to be on.
+struct Judge<'a> {
+    facts: &'a Facts,
+    d: &'a Decision,
+    cfg: &'a ContainerdConfig,
+    config: &'a str,
+    /// The handlers given the spec.
+    names: Vec<&'a str>,
+}
+
+impl Judge<'_> {
+    /// In order: edits still due, containerd's own views (each must agree),
+    /// whether the running containerd read the files, then what is left to say.
+    fn judge(&self, details: &mut Value) -> Found {
+        let (d, cfg) = (self.d, self.cfg);
+        if !d.plan.changes.is_empty() {
+            return found(
+                Status::Fail,
+                Reason::NoBaseSpec,
+                format!(
+                    "not prepared for memlock {}: {} (run `rdma-node-agent apply`)",
+                    cfg.memlock,
+                    d.pending.join("; ")
+                ),
+            );
+        }
+        let confirmed = match self.confirm(details) {
+            Ok(c) => c,
+            Err(f) => return f,
+        };
+        let (started, pending) = match self.running() {
+            Ok(r) => r,
+            Err(f) => return f,
+        };
+        self.verdict(started.is_some(), pending, &confirmed.join(" and "))
     }
-    // containerd's own answers, each of which must agree.
-    let mut views: Vec<&Result<View, String>> = facts.dump_view.iter().collect();
-    views.extend(facts.cri_view.iter());
-    if views.is_empty() {
-        return Check::new(
-            CHECK_ID,
-            Status::Unknown,
-            format!("configured for memlock {}, not confirmed by containerd: there was nothing to ask it", cfg.memlock),
-        )
-        .with_reason(Reason::ContainerdUnconfirmed)
-        .with_details(details);
-    }
-    let mut confirmed = Vec::new();
-    for v in views {
-        let view = match v {
-            Err(why) => {
-                return Check::new(
-                    CHECK_ID,
+
+    /// containerd's own answers, each of which must agree: the sources that
+    /// confirmed the target, or why not.
+    fn confirm(&self, details: &mut Value) -> Result<Vec<String>, Found> {
+        let (facts, cfg, config) = (self.facts, self.cfg, self.config);
+        let names = self.names.join(", ");
+        let mut views: Vec<&Result<View, String>> = facts.dump_view.iter().collect();
+        views.extend(facts.cri_view.iter());
+        if views.is_empty() {
+            return Err(found(
+                Status::Unknown,
+                Reason::ContainerdUnconfirmed,
+                format!(
+                    "configured for memlock {}, not confirmed by containerd: there was nothing to ask it",
+                    cfg.memlock
+                ),
+            ));
+        }
+        let mut confirmed = Vec::new();
+        for v in views {
+            let view = v.as_ref().map_err(|why| {
+                found(
                     Status::Unknown,
+                    Reason::ContainerdUnconfirmed,
                     format!(
-                        "handlers {} are configured for memlock {} in {config}, not confirmed by containerd: {why}",
-                        names.join(", "),
+                        "handlers {names} are configured for memlock {} in {config}, not confirmed by containerd: {why}",
                         cfg.memlock
                     ),
                 )
-                .with_reason(Reason::ContainerdUnconfirmed)
-                .with_details(details);
+            })?;
+            details[view_key(view)] = json!({
+                "default": view.default,
+                "handlers": view.handlers.iter().map(|h| json!({"handler": h.name, "base_runtime_spec": h.base_spec})).collect::<Vec<_>>(),
+            });
+            // No handler to judge confirms nothing, however it is read.
+            let Some(problems) = disagreements(view, facts, cfg) else {
+                return Err(found(
+                    Status::Unknown,
+                    Reason::ContainerdUnconfirmed,
+                    format!(
+                        "handlers {names} are configured for memlock {} in {config}, not confirmed by containerd: {} lists no Linux runtime handler and no default",
+                        cfg.memlock, view.source
+                    ),
+                ));
+            };
+            if !problems.is_empty() {
+                return Err(found(
+                    Status::Fail,
+                    Reason::BaseSpecNotApplied,
+                    format!(
+                        "containerd does not give new containers memlock {}: {} says {} (the agent reads {config}: {})",
+                        cfg.memlock,
+                        view.source,
+                        problems.join("; "),
+                        facts.config_source
+                    ),
+                ));
             }
-            Ok(view) => view,
-        };
-        details[view_key(view)] = json!({
-            "default": view.default,
-            "handlers": view.handlers.iter().map(|h| json!({"handler": h.name, "base_runtime_spec": h.base_spec})).collect::<Vec<_>>(),
-        });
-        // No handler to judge confirms nothing, however it is read.
-        let Some(problems) = disagreements(view, facts, cfg) else {
-            return Check::new(
-                CHECK_ID,
-                Status::Unknown,
-                format!(
-                    "handlers {} are configured for memlock {} in {config}, not confirmed by containerd: {} lists no Linux runtime handler and no default",
-                    names.join(", "),
-                    cfg.memlock,
-                    view.source
-                ),
-            )
-            .with_reason(Reason::ContainerdUnconfirmed)
-            .with_details(details);
-        };
-        if !problems.is_empty() {
-            return Check::new(
-                CHECK_ID,
-                Status::Fail,
-                format!(
-                    "containerd does not give new containers memlock {}: {} says {} (the agent reads {config}: {})",
-                    cfg.memlock,
-                    view.source,
-                    problems.join("; "),
-                    facts.config_source
-                ),
-            )
-            .with_reason(Reason::BaseSpecNotApplied)
-            .with_details(details);
+            confirmed.push(view.source.clone());
         }
-        confirmed.push(view.source.clone());
+        Ok(confirmed)
     }
-    let started = match &facts.containerd_started {
-        Err(why) => {
-            return Check::new(
-                CHECK_ID,
+
+    /// When the running containerd started (`None`: not running) and whether
+    /// a restart is owed since its files changed; unknown is said.
+    fn running(&self) -> Result<(Option<Started>, bool), Found> {
+        let (facts, cfg) = (self.facts, self.cfg);
+        let started = facts.containerd_started.clone().map_err(|why| {
+            found(
                 Status::Unknown,
+                Reason::FactUnreadable,
                 format!("configured for memlock {}, but whether the running containerd read it is not known: {why}", cfg.memlock),
             )
-            .with_reason(Reason::FactUnreadable)
-            .with_details(details);
-        }
-        Ok(s) => *s,
-    };
-    let pending = match facts.restart_pending() {
-        Err(why) => {
-            return Check::new(
-                CHECK_ID,
+        })?;
+        let pending = facts.restart_pending().map_err(|why| {
+            found(
                 Status::Unknown,
+                Reason::FactUnreadable,
                 format!("configured for memlock {}, but whether containerd restarted since its config changed is not known: {why}", cfg.memlock),
             )
-            .with_reason(Reason::FactUnreadable)
-            .with_details(details);
-        }
-        Ok(p) => p,
-    };
-    let alone = if d.foreign.is_empty() {
-        String::new()
-    } else {
-        format!(" ({} left alone: Windows)", d.foreign.join(", "))
-    };
-    let by = confirmed.join(" and ");
-    match started {
-        None => Check::new(
-            CHECK_ID,
-            Status::Warn,
-            format!(
-                "handlers {} are configured for memlock {} ({by} agrees), but containerd is not running",
-                names.join(", "),
-                cfg.memlock
-            ),
-        )
-        .with_reason(Reason::ContainerdNotRunning),
-        Some(_) if pending => Check::new(
-            CHECK_ID,
-            Status::Fail,
-            format!(
-                "containerd restart pending: {}, so new containers do not get memlock {} yet",
-                facts.pending_reason(),
-                cfg.memlock
-            ),
-        )
-        .with_reason(Reason::ContainerdNotRestarted),
-        Some(_) if !d.unmanaged.is_empty() => Check::new(
-            CHECK_ID,
-            Status::Warn,
-            format!(
-                "handlers {} start containers with memlock {}, but CRI can also use {}, which {} not in containerd.handlers and lack it",
-                names.join(", "),
-                cfg.memlock,
-                d.unmanaged.join(", "),
-                if d.unmanaged.len() == 1 { "is" } else { "are" }
-            ),
-        )
-        .with_reason(Reason::HandlerUnmanaged),
-        Some(_) if !facts.warnings.is_empty() => Check::new(
-            CHECK_ID,
-            Status::Warn,
-            format!(
-                "handlers {} start containers with memlock {} ({by} agrees), but: {}",
-                names.join(", "),
-                cfg.memlock,
-                facts.warnings.join("; ")
-            ),
-        )
-        .with_reason(Reason::ContainerdConfigWarning),
-        Some(_) => Check::new(
-            CHECK_ID,
-            Status::Ok,
-            format!(
-                "handlers {} start containers with memlock {}{alone}, confirmed by {by}",
-                names.join(", "),
-                cfg.memlock
-            ),
-        ),
+        })?;
+        Ok((started, pending))
     }
-    .with_details(details)
+
+    /// The verdict once containerd confirmed the files (`by`): a running,
+    /// restarted containerd with every CRI handler covered and no warning is ok.
+    fn verdict(&self, running: bool, pending: bool, by: &str) -> Found {
+        let (facts, d, cfg) = (self.facts, self.d, self.cfg);
+        let names = self.names.join(", ");
+        let alone = if d.foreign.is_empty() {
+            String::new()
+        } else {
+            format!(" ({} left alone: Windows)", d.foreign.join(", "))
+        };
+        if !running {
+            return found(
+                Status::Warn,
+                Reason::ContainerdNotRunning,
+                format!(
+                    "handlers {names} are configured for memlock {} ({by} agrees), but containerd is not running",
+                    cfg.memlock
+                ),
+            );
+        }
+        if pending {
+            return found(
+                Status::Fail,
+                Reason::ContainerdNotRestarted,
+                format!(
+                    "containerd restart pending: {}, so new containers do not get memlock {} yet",
+                    facts.pending_reason(),
+                    cfg.memlock
+                ),
+            );
+        }
+        if !d.unmanaged.is_empty() {
+            return found(
+                Status::Warn,
+                Reason::HandlerUnmanaged,
+                format!(
+                    "handlers {names} start containers with memlock {}, but CRI can also use {}, which {} not in containerd.handlers and lack it",
+                    cfg.memlock,
+                    d.unmanaged.join(", "),
+                    if d.unmanaged.len() == 1 { "is" } else { "are" }
+                ),
+            );
+        }
+        if !facts.warnings.is_empty() {
+            return found(
+                Status::Warn,
+                Reason::ContainerdConfigWarning,
+                format!(
+                    "handlers {names} start containers with memlock {} ({by} agrees), but: {}",
+                    cfg.memlock,
+                    facts.warnings.join("; ")
+                ),
+            );
+        }
+        Found {
+            status: Status::Ok,
+            reason: None,
+            message: format!(
+                "handlers {names} start containers with memlock {}{alone}, confirmed by {by}",
+                cfg.memlock
+            ),
+        }
+    }
 }
 
 fn view_key(v: &View) -> &'static str {

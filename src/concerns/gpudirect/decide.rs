@@ -270,69 +270,12 @@ fn pair(
     let mut reasons = Vec::new();
     let mut problems = Vec::new();
     for br in &route.bridges {
-        let noun = view.port(br).map_or("bridge", PortType::noun);
-        match view.config.get(br.as_str()) {
-            Some(Ok(ConfigSpace { acs, .. })) => match *acs {
-                Acs::Present { ctl, .. } if acs.blocking() != 0 => {
-                    reasons.push(Reason::AcsRedirect);
-                    problems.push(format!(
-                        "{who}: ACS P2P redirect on {noun} {br} (ACSCtl {}): peer-to-peer goes through the root complex; run 'rdma-node-agent apply' with [gpudirect] acs = \"disable\", or setpci -s {br} ECAP_ACS+6.w=0000 after every boot, or disable ACS in the firmware setup (not where VFIO/VM passthrough relies on ACS isolation)",
-                        pcie::acs_ctl_text(ctl)
-                    ));
-                }
-                Acs::Truncated { len } => {
-                    reasons.push(Reason::AcsUnknown);
-                    let helper = view
-                        .function(br)
-                        .and_then(|f| f.helper.as_deref())
-                        .map(|e| format!("; the agent's helper could not read it either: {e}"))
-                        .unwrap_or_default();
-                    problems.push(if len < 256 {
-                        format!(
-                            "{who}: ACS of {noun} {br} unknown: config space truncated to {len} bytes: the process lacks CAP_SYS_ADMIN (the kernel gives others the first 64 bytes){helper}; run the check as root, or let the daemon reach systemd over D-Bus to run its helper"
-                        )
-                    } else {
-                        format!(
-                            "{who}: ACS of {noun} {br} unknown: config space truncated to {len} bytes although it is PCI Express: the kernel cannot reach its extended configuration space (pci=nommconf, no ECAM/MMCONFIG, or a hypervisor hiding it); check `lspci -vvv -s {br}` as root"
-                        )
-                    });
-                }
-                Acs::NotResponding { at } => {
-                    reasons.push(Reason::AcsUnknown);
-                    problems.push(format!(
-                        "{who}: ACS of {noun} {br} unknown: its config space reads all ones (0xffffffff at 0x{at:03x}): the {noun} does not answer (removed, powered off, or contained by DPC after an error); see `dmesg` for DPC/AER and `lspci -vvv -s {br}`"
-                    ));
-                }
-                _ => {}
-            },
-            Some(Err(e)) => {
-                reasons.push(Reason::AcsUnknown);
-                problems.push(format!(
-                    "{who}: cannot read the config space of {noun} {br}: {e}"
-                ));
-            }
-            None => {}
+        if let Some((reason, problem)) = acs_problem(view, br, &who) {
+            reasons.push(reason);
+            problems.push(problem);
         }
     }
-    // Links below the common ancestor: the ones peer-to-peer traffic crosses.
-    let common = gpu
-        .chain
-        .iter()
-        .zip(&nic.at.chain)
-        .take_while(|(a, b)| a == b)
-        .count();
-    let mut hops = Vec::new();
-    for chain in [&gpu.chain, &nic.at.chain] {
-        for (dev, parent) in topo::links(chain, |b| view.port(b)) {
-            if chain
-                .iter()
-                .position(|c| *c == dev)
-                .is_some_and(|i| i >= common)
-            {
-                hops.push(hop(view, &dev, parent.as_deref()));
-            }
-        }
-    }
+    let hops = hops_below_common(view, gpu, nic);
     for h in &hops {
         // NVIDIA GPUs lower their link speed when idle (PCIe power saving):
         // only a narrower link is a fault there; the speed is shown.
@@ -369,16 +312,6 @@ fn pair(
     }
     reasons.sort_unstable();
     reasons.dedup();
-    let ready = if reasons
-        .iter()
-        .any(|r| !r.is_unknown() && !r.is_degradation())
-    {
-        Some(false)
-    } else if reasons.iter().any(|r| r.is_unknown()) {
-        None
-    } else {
-        Some(true)
-    };
     Pair {
         gpu: gpu.pci.clone(),
         nic: nic.name.clone(),
@@ -388,9 +321,96 @@ fn pair(
         hops,
         mechanism: mech.kind,
         iommu: iommu_mode(gpu, &nic.at),
+        ready: readiness(&reasons),
         reasons,
-        ready,
         problems,
+    }
+}
+
+/// What a bridge on the path does to peer-to-peer: its ACS redirect, or why
+/// its ACS is unknown; `None` when it lets traffic pass.
+fn acs_problem(view: &View, br: &str, who: &str) -> Option<(Reason, String)> {
+    let noun = view.port(br).map_or("bridge", PortType::noun);
+    let acs = match view.config.get(br)? {
+        Ok(ConfigSpace { acs, .. }) => acs,
+        Err(e) => {
+            return Some((
+                Reason::AcsUnknown,
+                format!("{who}: cannot read the config space of {noun} {br}: {e}"),
+            ));
+        }
+    };
+    match *acs {
+        Acs::Present { ctl, .. } if acs.blocking() != 0 => Some((
+            Reason::AcsRedirect,
+            format!(
+                "{who}: ACS P2P redirect on {noun} {br} (ACSCtl {}): peer-to-peer goes through the root complex; run 'rdma-node-agent apply' with [gpudirect] acs = \"disable\", or setpci -s {br} ECAP_ACS+6.w=0000 after every boot, or disable ACS in the firmware setup (not where VFIO/VM passthrough relies on ACS isolation)",
+                pcie::acs_ctl_text(ctl)
+            ),
+        )),
+        Acs::Truncated { len } => {
+            let helper = view
+                .function(br)
+                .and_then(|f| f.helper.as_deref())
+                .map(|e| format!("; the agent's helper could not read it either: {e}"))
+                .unwrap_or_default();
+            Some((
+                Reason::AcsUnknown,
+                if len < 256 {
+                    format!(
+                        "{who}: ACS of {noun} {br} unknown: config space truncated to {len} bytes: the process lacks CAP_SYS_ADMIN (the kernel gives others the first 64 bytes){helper}; run the check as root, or let the daemon reach systemd over D-Bus to run its helper"
+                    )
+                } else {
+                    format!(
+                        "{who}: ACS of {noun} {br} unknown: config space truncated to {len} bytes although it is PCI Express: the kernel cannot reach its extended configuration space (pci=nommconf, no ECAM/MMCONFIG, or a hypervisor hiding it); check `lspci -vvv -s {br}` as root"
+                    )
+                },
+            ))
+        }
+        Acs::NotResponding { at } => Some((
+            Reason::AcsUnknown,
+            format!(
+                "{who}: ACS of {noun} {br} unknown: its config space reads all ones (0xffffffff at 0x{at:03x}): the {noun} does not answer (removed, powered off, or contained by DPC after an error); see `dmesg` for DPC/AER and `lspci -vvv -s {br}`"
+            ),
+        )),
+        _ => None,
+    }
+}
+
+/// Links below the common ancestor: the ones peer-to-peer traffic crosses.
+fn hops_below_common(view: &View, gpu: &Endpoint, nic: &super::gather::Nic) -> Vec<Hop> {
+    let common = gpu
+        .chain
+        .iter()
+        .zip(&nic.at.chain)
+        .take_while(|(a, b)| a == b)
+        .count();
+    let mut hops = Vec::new();
+    for chain in [&gpu.chain, &nic.at.chain] {
+        for (dev, parent) in topo::links(chain, |b| view.port(b)) {
+            if chain
+                .iter()
+                .position(|c| *c == dev)
+                .is_some_and(|i| i >= common)
+            {
+                hops.push(hop(view, &dev, parent.as_deref()));
+            }
+        }
+    }
+    hops
+}
+
+/// Ready unless a reason is a fault; unknown where a reason is unknown.
+fn readiness(reasons: &[Reason]) -> Option<bool> {
+    if reasons
+        .iter()
+        .any(|r| !r.is_unknown() && !r.is_degradation())
+    {
+        Some(false)
+    } else if reasons.iter().any(|r| r.is_unknown()) {
+        None
+    } else {
+        Some(true)
     }
 }
 

@@ -189,10 +189,40 @@ fn below_of(snap: &Snapshot, bdf: &str, real: &Path) -> Isolation {
 /// `gather`; with `below`, also what sits below each bridge whose ACS
 /// redirects (what `acs = "disable"` must not take isolation from).
 pub fn gather_for(snap: &Snapshot, below: bool) -> Result<Facts, HostError> {
+    let (gpus, unplaced) = gpus(snap)?;
+    let (nics, unplaced_nics) = if gpus.is_empty() {
+        (Vec::new(), Vec::new())
+    } else {
+        nics(snap)?
+    };
+    // Every function on a path, read once; none without a NIC to pair with
+    // (in a VM each config-space read traps to the hypervisor: on a real H200
+    // cloud VM, reading the lone GPU's 4 KiB config cost 20 ms for nothing).
+    let paired = if nics.is_empty() { &[][..] } else { &gpus[..] };
+    let on_paths: Vec<&Endpoint> = paired.iter().chain(nics.iter().map(|n| &n.at)).collect();
+    let functions = functions(snap, &on_paths, below);
+    Ok(Facts {
+        mechanism: if gpus.is_empty() {
+            empty_mechanism()
+        } else {
+            mechanism(snap)
+        },
+        gpus,
+        nics,
+        unplaced,
+        unplaced_nics,
+        functions,
+        iommu_units: snap.list_dir(Path::new(IOMMU_CLASS))?.len(),
+        cmdline: snap.value(snapshot::CMDLINE),
+    })
+}
+
+/// The NVIDIA GPUs placed on the PCI tree, and those that could not be. The
+/// scan rdma.devices shares (a function whose vendor cannot be read is left
+/// to rdma.devices to report).
+fn gpus(snap: &Snapshot) -> Result<(Vec<Endpoint>, Vec<String>), HostError> {
     let mut gpus = Vec::new();
     let mut unplaced = Vec::new();
-    // The scan rdma.devices shares (a function whose vendor cannot be read is
-    // left to rdma.devices to report).
     for dev in &snap.nvidia_gpus()?.gpus {
         let link = Path::new(PCI_DEVICES).join(dev);
         match place(snap, &link) {
@@ -200,44 +230,54 @@ pub fn gather_for(snap: &Snapshot, below: bool) -> Result<Facts, HostError> {
             _ => unplaced.push(dev.clone()),
         }
     }
+    Ok((gpus, unplaced))
+}
+
+/// RDMA devices by name, with why they could not be placed.
+type Unplaced = Vec<(String, String)>;
+
+/// Config space, by function.
+type Configs = BTreeMap<String, AttrOf<Vec<u8>>>;
+
+/// The RDMA devices placed on the PCI tree, and those that could not be, with why.
+fn nics(snap: &Snapshot) -> Result<(Vec<Nic>, Unplaced), HostError> {
     let mut nics = Vec::new();
     let mut unplaced_nics = Vec::new();
-    if !gpus.is_empty() {
-        for name in snap.list_dir(Path::new(IB_CLASS))? {
-            let dev = Path::new(IB_CLASS).join(&name).join("device");
-            // Virtual functions are left out: a GPU pairs with the physical NIC.
-            if snap.exists(&dev.join("physfn")) {
-                continue;
-            }
-            match place(snap, &dev) {
-                Ok(Some((real, _))) if !snap.exists(&real) => unplaced_nics.push((
+    for name in snap.list_dir(Path::new(IB_CLASS))? {
+        let dev = Path::new(IB_CLASS).join(&name).join("device");
+        // Virtual functions are left out: a GPU pairs with the physical NIC.
+        if snap.exists(&dev.join("physfn")) {
+            continue;
+        }
+        match place(snap, &dev) {
+            Ok(Some((real, _))) if !snap.exists(&real) => unplaced_nics.push((
+                name,
+                format!("it leads to {}, which is not there", real.display()),
+            )),
+            Ok(Some((real, chain))) => {
+                let pci = chain.last().cloned().unwrap_or_default();
+                nics.push(Nic {
                     name,
-                    format!("it leads to {}, which is not there", real.display()),
-                )),
-                Ok(Some((real, chain))) => {
-                    let pci = chain.last().cloned().unwrap_or_default();
-                    nics.push(Nic {
-                        name,
-                        at: endpoint(snap, pci, &real, chain),
-                    });
-                }
-                // No link (Soft-RoCE, a virtual device) or not on the PCI bus: no path to a GPU.
-                Ok(None) => {
-                    if let Err(e) = snap.read_link(&dev) {
-                        unplaced_nics.push((name, e.to_string()));
-                    }
-                }
-                Err(e) => unplaced_nics.push((name, e.to_string())),
+                    at: endpoint(snap, pci, &real, chain),
+                });
             }
+            // No link (Soft-RoCE, a virtual device) or not on the PCI bus: no path to a GPU.
+            Ok(None) => {
+                if let Err(e) = snap.read_link(&dev) {
+                    unplaced_nics.push((name, e.to_string()));
+                }
+            }
+            Err(e) => unplaced_nics.push((name, e.to_string())),
         }
     }
-    // Every function on a path, read once; none without a NIC to pair with
-    // (in a VM each config-space read traps to the hypervisor: on a real H200
-    // cloud VM, reading the lone GPU's 4 KiB config cost 20 ms for nothing).
+    Ok((nics, unplaced_nics))
+}
+
+/// Every function on these endpoints' paths, read once.
+fn functions(snap: &Snapshot, on_paths: &[&Endpoint], below: bool) -> BTreeMap<String, Function> {
     // Each with its real directory (the chain is the resolved path: no link in it).
     let mut wanted = BTreeMap::new();
-    let paired = if nics.is_empty() { &[][..] } else { &gpus[..] };
-    for e in paired.iter().chain(nics.iter().map(|n| &n.at)) {
+    for e in on_paths {
         let mut real = PathBuf::from("/sys/devices");
         for c in &e.chain {
             real.push(c);
@@ -251,15 +291,32 @@ pub fn gather_for(snap: &Snapshot, below: bool) -> Result<Facts, HostError> {
     // space (port type, ACS), not the GPU's or NIC's; the current link of the
     // functions whose upstream link is a hop (endpoints, switch upstream ports),
     // only the maximum of the others (the far end of a hop).
-    let ends: BTreeSet<&str> = paired
+    let ends: BTreeSet<&str> = on_paths
         .iter()
-        .chain(nics.iter().map(|n| &n.at))
         .filter_map(|e| e.chain.last().map(String::as_str))
         .collect();
-    // Config space first: where this process gets only 64 bytes (no
-    // CAP_SYS_ADMIN: the daemon's unit), the privileged helper reads it.
-    let mut configs: BTreeMap<String, AttrOf<Vec<u8>>> = BTreeMap::new();
-    for (bdf, real) in &wanted {
+    let (mut configs, mut helper_errors) = bridge_configs(snap, &wanted, &ends);
+    let mut functions = BTreeMap::new();
+    for (bdf, real) in wanted {
+        let config = configs.remove(&bdf).unwrap_or(Ok(None));
+        let helper = helper_errors.remove(&bdf);
+        let end = ends.contains(bdf.as_str());
+        let f = function(snap, &bdf, &real, end, config, helper, below);
+        functions.insert(bdf, f);
+    }
+    functions
+}
+
+/// The bridges' config space, by function, and why the privileged helper
+/// could not read one. Where this process gets only 64 bytes (no
+/// CAP_SYS_ADMIN: the daemon's unit), the helper reads it.
+fn bridge_configs(
+    snap: &Snapshot,
+    wanted: &BTreeMap<String, PathBuf>,
+    ends: &BTreeSet<&str>,
+) -> (Configs, BTreeMap<String, String>) {
+    let mut configs: Configs = BTreeMap::new();
+    for (bdf, real) in wanted {
         if ends.contains(bdf.as_str()) {
             continue;
         }
@@ -293,57 +350,49 @@ pub fn gather_for(snap: &Snapshot, below: bool) -> Result<Facts, HostError> {
             Some(Err(e)) => helper_errors.extend(short.iter().map(|b| (b.clone(), e.clone()))),
         }
     }
-    let mut functions = BTreeMap::new();
-    for (bdf, real) in wanted {
-        // Opened once: its files are read relative to it, not each by a long path.
-        let opened = snap
-            .open_real_dir(&real)
-            .or_else(|| snap.open_dir(&real).ok().and_then(Result::ok));
-        let read = |name: &str| -> Attr {
-            match &opened {
-                Some(d) => d.read_string(name).map_err(|e| e.to_string()),
-                None => attr(snap, &real.join(name)),
-            }
-        };
-        let end = ends.contains(bdf.as_str());
-        let config = configs.remove(&bdf).unwrap_or(Ok(None));
-        let parsed = match &config {
-            Ok(Some(b)) => Some(pcie::parse_config(b)),
-            _ => None,
-        };
-        let port = parsed.and_then(|c| c.port);
-        let hop = end || !matches!(port, Some(PortType::RootPort | PortType::SwitchDownstream));
-        let current = |name: &str| if hop { read(name) } else { Ok(None) };
-        let isolation = parsed
-            .filter(|c| below && c.acs.blocking() != 0)
-            .map(|_| below_of(snap, &bdf, &real));
-        functions.insert(
-            bdf.clone(),
-            Function {
-                config,
-                current_link_speed: current("current_link_speed"),
-                max_link_speed: read("max_link_speed"),
-                current_link_width: current("current_link_width"),
-                max_link_width: read("max_link_width"),
-                helper: helper_errors.remove(&bdf),
-                isolation,
-            },
-        );
+    (configs, helper_errors)
+}
+
+/// One function's link attributes (the current link only where it is a hop)
+/// and, with `below`, what sits below a bridge whose ACS redirects.
+fn function(
+    snap: &Snapshot,
+    bdf: &str,
+    real: &Path,
+    end: bool,
+    config: AttrOf<Vec<u8>>,
+    helper: Option<String>,
+    below: bool,
+) -> Function {
+    // Opened once: its files are read relative to it, not each by a long path.
+    let opened = snap
+        .open_real_dir(real)
+        .or_else(|| snap.open_dir(real).ok().and_then(Result::ok));
+    let read = |name: &str| -> Attr {
+        match &opened {
+            Some(d) => d.read_string(name).map_err(|e| e.to_string()),
+            None => attr(snap, &real.join(name)),
+        }
+    };
+    let parsed = match &config {
+        Ok(Some(b)) => Some(pcie::parse_config(b)),
+        _ => None,
+    };
+    let port = parsed.and_then(|c| c.port);
+    let hop = end || !matches!(port, Some(PortType::RootPort | PortType::SwitchDownstream));
+    let current = |name: &str| if hop { read(name) } else { Ok(None) };
+    let isolation = parsed
+        .filter(|c| below && c.acs.blocking() != 0)
+        .map(|_| below_of(snap, bdf, real));
+    Function {
+        config,
+        current_link_speed: current("current_link_speed"),
+        max_link_speed: read("max_link_speed"),
+        current_link_width: current("current_link_width"),
+        max_link_width: read("max_link_width"),
+        helper,
+        isolation,
     }
-    Ok(Facts {
-        mechanism: if gpus.is_empty() {
-            empty_mechanism()
-        } else {
-            mechanism(snap)
-        },
-        gpus,
-        nics,
-        unplaced,
-        unplaced_nics,
-        functions,
-        iommu_units: snap.list_dir(Path::new(IOMMU_CLASS))?.len(),
-        cmdline: snap.value(snapshot::CMDLINE),
-    })
 }
 
 fn empty_mechanism() -> MechanismFacts {

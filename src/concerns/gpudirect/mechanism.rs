@@ -149,85 +149,16 @@ pub struct Mechanism {
 const MEMORY_PEERS: &str = "/sys/kernel/mm/memory_peers";
 
 pub fn decide(f: &MechanismFacts) -> Mechanism {
-    let mut peermem_missing = Vec::new();
-    match (&f.peermem.loaded, f.peermem.registered.is_empty()) {
-        (_, false) => {}
-        (None, true) => peermem_missing.push(
-            "nvidia_peermem is not loaded (it needs MLNX_OFED/DOCA-OFED's peer-memory API)".to_owned(),
-        ),
-        (Some(m), true) => peermem_missing.push(format!(
-            "{m} is loaded but registered nowhere under {MEMORY_PEERS} (no */version): the RDMA stack has no peer-memory API"
-        )),
-    }
-    let mut dmabuf_missing = Vec::new();
-    let mut unknown = None;
-    let mut notes = Vec::new();
-    let driver = match &f.driver {
-        Ok(Some(text)) => {
-            let d = parse_driver(text);
-            if d.is_none() {
-                unknown = Some(
-                    "/proc/driver/nvidia/version has no NVRM version line the agent can read"
-                        .to_owned(),
-                );
-            }
-            d
-        }
-        Ok(None) => {
-            dmabuf_missing.push(
-                "the NVIDIA driver is not loaded (/proc/driver/nvidia/version absent)".to_owned(),
-            );
-            None
-        }
-        Err(e) => {
-            unknown = Some(format!("cannot read /proc/driver/nvidia/version: {e}"));
-            None
-        }
-    };
-    if let Some(d) = &driver {
-        if !d.open {
-            dmabuf_missing.push(format!(
-                "driver {} is the proprietary flavour: DMA-BUF export needs the open kernel modules (515 or newer)",
-                d.version
-            ));
-        } else if d.major < 515 {
-            dmabuf_missing.push(format!("driver {} is older than the 515 series", d.version));
-        }
-    }
-    match f.kernel_release.as_deref().map(|r| (r, kernel_version(r))) {
-        Some((r, Some(v))) if v < (5, 12) => dmabuf_missing.push(format!(
-            "kernel {r} is older than 5.12 (no RDMA DMA-BUF registration)"
-        )),
-        Some((_, Some(_))) => {}
-        _ => {
-            unknown.get_or_insert_with(|| {
-                "the kernel release (/proc/sys/kernel/osrelease) is unreadable".to_owned()
-            });
-        }
-    }
-    match &f.kconfig {
-        KernelConfig::Read { source, text } => {
-            for (opt, why) in [
-                ("CONFIG_PCI_P2PDMA", "no PCI peer-to-peer DMA"),
-                ("CONFIG_DMA_SHARED_BUFFER", "no DMA-BUF"),
-            ] {
-                if !matches!(kconfig(text, opt), Some("y" | "m")) {
-                    dmabuf_missing.push(format!("{opt} is not set in {source} ({why})"));
-                }
-            }
-            if kconfig(text, "CONFIG_DMABUF_MOVE_NOTIFY").is_none() {
-                notes.push(format!(
-                    "CONFIG_DMABUF_MOVE_NOTIFY is not set in {source} (not needed: the RDMA importer pins)"
-                ));
-            }
-        }
-        KernelConfig::Missing(paths) => {
-            unknown.get_or_insert_with(|| format!("no kernel configuration to read ({paths})"));
-        }
-        KernelConfig::Unreadable(e) => {
-            unknown.get_or_insert_with(|| e.clone());
-        }
-    }
+    let peermem_missing = peermem_missing(f);
+    let mut d = Dmabuf::default();
+    let driver = d.driver(&f.driver);
+    d.kernel(f.kernel_release.as_deref());
+    d.kconfig(&f.kconfig);
+    let Dmabuf {
+        missing: dmabuf_missing,
+        mut unknown,
+        notes,
+    } = d;
     // Something definitely missing settles DMA-BUF, whatever else is unreadable.
     let dmabuf = dmabuf_missing.is_empty() && unknown.is_none();
     if !dmabuf_missing.is_empty() {
@@ -251,6 +182,114 @@ pub fn decide(f: &MechanismFacts) -> Mechanism {
         unknown: if peermem { None } else { unknown },
         notes,
         driver,
+    }
+}
+
+/// What nvidia_peermem lacks: loaded, and registered with the RDMA stack.
+fn peermem_missing(f: &MechanismFacts) -> Vec<String> {
+    match (&f.peermem.loaded, f.peermem.registered.is_empty()) {
+        (_, false) => Vec::new(),
+        (None, true) => vec![
+            "nvidia_peermem is not loaded (it needs MLNX_OFED/DOCA-OFED's peer-memory API)"
+                .to_owned(),
+        ],
+        (Some(m), true) => vec![format!(
+            "{m} is loaded but registered nowhere under {MEMORY_PEERS} (no */version): the RDMA stack has no peer-memory API"
+        )],
+    }
+}
+
+/// What DMA-BUF lacks, what could not be read (the first unreadable fact),
+/// and notes, from the driver, the kernel and its configuration.
+#[derive(Default)]
+struct Dmabuf {
+    missing: Vec<String>,
+    unknown: Option<String>,
+    notes: Vec<String>,
+}
+
+impl Dmabuf {
+    /// The NVIDIA driver: loaded, open flavour, 515 or newer.
+    fn driver(&mut self, version: &Result<Option<String>, String>) -> Option<Driver> {
+        let driver = match version {
+            Ok(Some(text)) => {
+                let d = parse_driver(text);
+                if d.is_none() {
+                    self.unknown = Some(
+                        "/proc/driver/nvidia/version has no NVRM version line the agent can read"
+                            .to_owned(),
+                    );
+                }
+                d
+            }
+            Ok(None) => {
+                self.missing.push(
+                    "the NVIDIA driver is not loaded (/proc/driver/nvidia/version absent)"
+                        .to_owned(),
+                );
+                None
+            }
+            Err(e) => {
+                self.unknown = Some(format!("cannot read /proc/driver/nvidia/version: {e}"));
+                None
+            }
+        };
+        if let Some(d) = &driver {
+            if !d.open {
+                self.missing.push(format!(
+                    "driver {} is the proprietary flavour: DMA-BUF export needs the open kernel modules (515 or newer)",
+                    d.version
+                ));
+            } else if d.major < 515 {
+                self.missing
+                    .push(format!("driver {} is older than the 515 series", d.version));
+            }
+        }
+        driver
+    }
+
+    /// The kernel: 5.12 or newer for RDMA DMA-BUF registration.
+    fn kernel(&mut self, release: Option<&str>) {
+        match release.map(|r| (r, kernel_version(r))) {
+            Some((r, Some(v))) if v < (5, 12) => self.missing.push(format!(
+                "kernel {r} is older than 5.12 (no RDMA DMA-BUF registration)"
+            )),
+            Some((_, Some(_))) => {}
+            _ => {
+                self.unknown.get_or_insert_with(|| {
+                    "the kernel release (/proc/sys/kernel/osrelease) is unreadable".to_owned()
+                });
+            }
+        }
+    }
+
+    /// The kernel's configuration: PCI P2PDMA and DMA-BUF built.
+    fn kconfig(&mut self, kconfig_facts: &KernelConfig) {
+        match kconfig_facts {
+            KernelConfig::Read { source, text } => {
+                for (opt, why) in [
+                    ("CONFIG_PCI_P2PDMA", "no PCI peer-to-peer DMA"),
+                    ("CONFIG_DMA_SHARED_BUFFER", "no DMA-BUF"),
+                ] {
+                    if !matches!(kconfig(text, opt), Some("y" | "m")) {
+                        self.missing
+                            .push(format!("{opt} is not set in {source} ({why})"));
+                    }
+                }
+                if kconfig(text, "CONFIG_DMABUF_MOVE_NOTIFY").is_none() {
+                    self.notes.push(format!(
+                        "CONFIG_DMABUF_MOVE_NOTIFY is not set in {source} (not needed: the RDMA importer pins)"
+                    ));
+                }
+            }
+            KernelConfig::Missing(paths) => {
+                self.unknown
+                    .get_or_insert_with(|| format!("no kernel configuration to read ({paths})"));
+            }
+            KernelConfig::Unreadable(e) => {
+                self.unknown.get_or_insert_with(|| e.clone());
+            }
+        }
     }
 }
 

@@ -82,7 +82,12 @@ impl Concern for Path {
                 mechanism: p.mechanism.as_str(),
                 distance: p.distance.as_str(),
                 ready: p.ready,
-                reasons: p.reasons.iter().map(|r| r.as_str()).collect(),
+                // Each once, in the order of `Reason::ALL`: the metrics list them as given.
+                reasons: decide::Reason::ALL
+                    .iter()
+                    .filter(|r| p.reasons.contains(r))
+                    .map(|r| r.as_str())
+                    .collect(),
             });
             for h in p.hops.iter().filter(|h| links.insert(h.device.clone())) {
                 observations.push(Observation::PcieLink {

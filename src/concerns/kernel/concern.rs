@@ -7,8 +7,8 @@ use super::{
 };
 use crate::config::Config;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
-use crate::engine::plan::Record;
 use crate::host::snapshot::Snapshot;
+use crate::host::state::Record;
 use crate::observe::Observation;
 
 pub struct Kernel;

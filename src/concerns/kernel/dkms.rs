@@ -308,22 +308,7 @@ pub fn check_dkms(f: &Facts, cfg: &KernelConfig) -> Check {
         )
         .with_reason(Reason::FactUnreadable);
     };
-    let leftovers: Vec<String> = f
-        .kernels
-        .iter()
-        .filter(|k| !k.is_installed() && &k.release != release)
-        .map(|k| {
-            format!(
-                "/lib/modules/{} is left over from a removed kernel ({}): ignored",
-                k.release,
-                if k.image.is_none() {
-                    "no image"
-                } else {
-                    "no modules"
-                }
-            )
-        })
-        .collect();
+    let leftovers = leftovers(f, release);
     let (disagree, unreadable, tool_error) = match &f.dkms_status {
         Some(Ok(lines)) => {
             let (d, u) = cross_check(f, lines);
@@ -369,28 +354,8 @@ pub fn check_dkms(f: &Facts, cfg: &KernelConfig) -> Check {
     }
     let gaps = gaps(f, cfg);
     if !gaps.is_empty() {
-        let msgs: Vec<String> = gaps
-            .iter()
-            .map(|(k, lack, missing)| {
-                if k == release {
-                    format!(
-                        "{} for the running kernel {k}: {}",
-                        missing.join(", "),
-                        lack.why()
-                    )
-                } else {
-                    lost_on_reboot(k, lack, missing)
-                }
-            })
-            .chain(disagree)
-            .collect();
-        // The running kernel's gap first: it is the one that breaks RDMA now.
-        let reason = if gaps.iter().any(|(k, _, _)| k == release) {
-            Reason::DkmsNotInstalled
-        } else {
-            Reason::DkmsNotInstalledForPendingKernel
-        };
-        return Check::new(DKMS, Status::Fail, msgs.join("; "))
+        let (message, reason) = gaps_failure(&gaps, release, disagree);
+        return Check::new(DKMS, Status::Fail, message)
             .with_reason(reason)
             .with_details(details);
     }
@@ -406,13 +371,76 @@ pub fn check_dkms(f: &Facts, cfg: &KernelConfig) -> Check {
         .with_reason(Reason::FactUnreadable)
         .with_details(details);
     }
+    let (status, message, reason) = installed(f, &covered, tool_error.as_ref(), disagree);
+    Check::new(DKMS, status, with_notes(message))
+        .with_reason(reason)
+        .with_details(details)
+}
+
+/// Module directories of removed kernels: said, and ignored.
+fn leftovers(f: &Facts, release: &str) -> Vec<String> {
+    f.kernels
+        .iter()
+        .filter(|k| !k.is_installed() && k.release != release)
+        .map(|k| {
+            format!(
+                "/lib/modules/{} is left over from a removed kernel ({}): ignored",
+                k.release,
+                if k.image.is_none() {
+                    "no image"
+                } else {
+                    "no modules"
+                }
+            )
+        })
+        .collect()
+}
+
+/// The failure for kernels that lack builds: what each lacks, then where dkms
+/// status disagrees. The running kernel's gap names the reason: it is the one
+/// that breaks RDMA now.
+fn gaps_failure(
+    gaps: &[(String, Lack, Vec<String>)],
+    release: &str,
+    disagree: Vec<String>,
+) -> (String, Reason) {
+    let msgs: Vec<String> = gaps
+        .iter()
+        .map(|(k, lack, missing)| {
+            if k == release {
+                format!(
+                    "{} for the running kernel {k}: {}",
+                    missing.join(", "),
+                    lack.why()
+                )
+            } else {
+                lost_on_reboot(k, lack, missing)
+            }
+        })
+        .chain(disagree)
+        .collect();
+    let reason = if gaps.iter().any(|(k, _, _)| k == release) {
+        Reason::DkmsNotInstalled
+    } else {
+        Reason::DkmsNotInstalledForPendingKernel
+    };
+    (msgs.join("; "), reason)
+}
+
+/// Every kernel to cover has its builds: the tree answered; `ok` also needs
+/// dkms's own word, where it runs.
+fn installed(
+    f: &Facts,
+    covered: &[&str],
+    tool_error: Option<&ToolError>,
+    disagree: Vec<String>,
+) -> (Status, String, Reason) {
     let checked = match &f.dkms_status {
         Some(Ok(_)) => ", confirmed by dkms status",
         _ => "",
     };
     let message = format!("DKMS builds installed for {}{checked}", covered.join(", "));
-    // The tree answered; `ok` also needs dkms's own word, where it runs.
-    let (status, message, reason) = match &tool_error {
+    match tool_error {
         Some(e) => (
             Status::Warn,
             format!("{message}, not confirmed by dkms status"),
@@ -428,8 +456,5 @@ pub fn check_dkms(f: &Facts, cfg: &KernelConfig) -> Check {
                 .join("; "),
             Reason::DkmsStatusDisagrees,
         ),
-    };
-    Check::new(DKMS, status, with_notes(message))
-        .with_reason(reason)
-        .with_details(details)
+    }
 }

@@ -4,10 +4,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
-use super::dkms::{BuildState, DkmsBuild, ToolError, parse_dkms_status};
+use super::dkms::{BuildState, DkmsBuild, DkmsLine, ToolError, parse_dkms_status};
 use super::{
-    Facts, InstalledKernel, ModuleFile, ModuleTree, Resolved, modinfo, module_name, norm,
-    state_path,
+    Facts, InstalledKernel, KernelState, ModuleFile, ModuleTree, Resolved, modinfo, module_name,
+    norm, state_path,
 };
 use crate::config::KernelConfig;
 use crate::host::HostError;
@@ -24,26 +24,9 @@ pub(crate) const DKMS_DESTS: &[&str] = &["updates/dkms", "updates", "extra"];
 const DKMS_STATUS_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub fn gather(host: &ReadHost, cfg: &KernelConfig) -> Result<Facts, HostError> {
-    let trimmed = |p: &str| -> Result<Option<String>, HostError> {
-        Ok(host
-            .read_string(Path::new(p))?
-            .map(|s| s.trim().to_owned())
-            .filter(|s| !s.is_empty()))
-    };
-    let release = trimmed("/proc/sys/kernel/osrelease")?;
-    let boot_id = trimmed("/proc/sys/kernel/random/boot_id")?;
-    // A state file that does not parse is not a first run: the kernel the agent
-    // last ran on is unknown, and so is whether it changed.
-    let (state, state_error) = match host.state_read(&state_path())? {
-        None => (None, None),
-        Some(d) => match serde_json::from_slice(&d) {
-            Ok(s) => (Some(s), None),
-            Err(e) => (
-                None,
-                Some(format!("{}: {e}", host.path(&state_path()).display())),
-            ),
-        },
-    };
+    let release = trimmed(host, "/proc/sys/kernel/osrelease")?;
+    let boot_id = trimmed(host, "/proc/sys/kernel/random/boot_id")?;
+    let (state, state_error) = agent_state(host)?;
     let loaded = host.read_string(Path::new("/proc/modules"))?.map(|t| {
         t.lines()
             .filter_map(|l| l.split_whitespace().next())
@@ -64,7 +47,60 @@ pub fn gather(host: &ReadHost, cfg: &KernelConfig) -> Result<Facts, HostError> {
         Some(rel) => Some(module_tree(host, rel, &required)?),
         None => None,
     };
+    let kernels = installed_kernels(host)?;
+    let (dkms_modules, dkms) = dkms_tree(host)?;
+    let dkms_status = dkms_status(host);
+    let driver = match host.query_bounded("ofed_info", &["-s"], DKMS_STATUS_TIMEOUT) {
+        Some(Ok(out)) if out.status.success() => Some(
+            String::from_utf8_lossy(&out.stdout)
+                .trim()
+                .trim_end_matches(':')
+                .to_owned(),
+        ),
+        _ => trimmed(host, "/sys/module/mlx5_core/version")?.map(|v| format!("mlx5_core {v}")),
+    };
+    Ok(Facts {
+        release,
+        boot_id,
+        state,
+        state_error,
+        loaded,
+        running_builtin,
+        modules,
+        kernels,
+        dkms_modules,
+        dkms,
+        dkms_status,
+        driver,
+    })
+}
 
+/// A file's text, trimmed; `None` when absent or empty.
+fn trimmed(host: &ReadHost, p: &str) -> Result<Option<String>, HostError> {
+    Ok(host
+        .read_string(Path::new(p))?
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty()))
+}
+
+/// The agent's kernel state, and why it does not parse. A state file that
+/// does not parse is not a first run: the kernel the agent last ran on is
+/// unknown, and so is whether it changed.
+fn agent_state(host: &ReadHost) -> Result<(Option<KernelState>, Option<String>), HostError> {
+    Ok(match host.state_read(&state_path())? {
+        None => (None, None),
+        Some(d) => match serde_json::from_slice(&d) {
+            Ok(s) => (Some(s), None),
+            Err(e) => (
+                None,
+                Some(format!("{}: {e}", host.path(&state_path()).display())),
+            ),
+        },
+    })
+}
+
+/// The kernels with a module directory, and the image each boots from.
+fn installed_kernels(host: &ReadHost) -> Result<Vec<InstalledKernel>, HostError> {
     let mut kernels = Vec::new();
     for k in host.list_dir(Path::new(MODULES))? {
         let dir = Path::new(MODULES).join(&k);
@@ -83,10 +119,12 @@ pub fn gather(host: &ReadHost, cfg: &KernelConfig) -> Result<Facts, HostError> {
             image,
         });
     }
+    Ok(kernels)
+}
 
-    let (dkms_modules, dkms) = dkms_tree(host)?;
-    let dkms_status = host
-        .query_bounded("dkms", &["status"], DKMS_STATUS_TIMEOUT)
+/// `dkms status`, bounded; `None` where it cannot run (not the live host).
+fn dkms_status(host: &ReadHost) -> Option<Result<Vec<DkmsLine>, ToolError>> {
+    host.query_bounded("dkms", &["status"], DKMS_STATUS_TIMEOUT)
         .map(|r| match r {
             Ok(out) if out.status.success() => {
                 Ok(parse_dkms_status(&String::from_utf8_lossy(&out.stdout)))
@@ -98,32 +136,7 @@ pub fn gather(host: &ReadHost, cfg: &KernelConfig) -> Result<Facts, HostError> {
             ))),
             Err(e @ RunError::TimedOut { .. }) => Err(ToolError::TimedOut(e.to_string())),
             Err(e) => Err(ToolError::Failed(e.to_string())),
-        });
-
-    let driver = match host.query_bounded("ofed_info", &["-s"], DKMS_STATUS_TIMEOUT) {
-        Some(Ok(out)) if out.status.success() => Some(
-            String::from_utf8_lossy(&out.stdout)
-                .trim()
-                .trim_end_matches(':')
-                .to_owned(),
-        ),
-        _ => trimmed("/sys/module/mlx5_core/version")?.map(|v| format!("mlx5_core {v}")),
-    };
-
-    Ok(Facts {
-        release,
-        boot_id,
-        state,
-        state_error,
-        loaded,
-        running_builtin,
-        modules,
-        kernels,
-        dkms_modules,
-        dkms,
-        dkms_status,
-        driver,
-    })
+        })
 }
 
 /// The file modprobe would load for each required module: depmod's choice in

@@ -2,6 +2,8 @@
 //! would load for each (depmod's choice in modules.dep) was built for the
 //! running kernel.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use serde_json::json;
 
 use super::{Facts, MODULES, ModuleTree, Resolved, norm};
@@ -25,82 +27,22 @@ pub fn check_modules(f: &Facts, cfg: &KernelConfig) -> Check {
         )
         .with_reason(Reason::FactUnreadable);
     };
-    // Why /lib/modules/<release> says nothing, when it does not.
-    let tree_gap = match &f.modules {
-        Some(ModuleTree::Read(_)) => None,
-        Some(ModuleTree::NoModulesDep) => Some(format!(
-            "/lib/modules/{release}/modules.dep is missing, so which file modprobe \
-             would load is unknown: run `depmod {release}`"
-        )),
-        Some(ModuleTree::Absent) | None => {
-            Some(format!("/lib/modules/{release} is not there to read"))
-        }
-    };
     let resolved = match &f.modules {
         Some(ModuleTree::Read(r)) => Some(r),
         _ => None,
     };
-    let mut problems = Vec::new();
-    // The reason of the first problem.
-    let mut reason = None;
-    let mut unknown = Vec::new();
-    let mut builtin = Vec::new();
-    let mut notes = Vec::new();
-    let mut details = Vec::new();
+    let mut t = Tally::default();
     for m in &cfg.required_modules {
-        let name = norm(m);
-        let is_loaded = loaded.contains(&name);
-        // The running kernel's own word first: built into its image.
-        if let Some(why) = f.running_builtin.get(&name) {
-            builtin.push(m.clone());
-            details.push(
-                json!({"module": m, "loaded": false, "resolved": "builtin", "evidence": why}),
-            );
-            continue;
-        }
-        let Some(r) = resolved.map(|r| r.get(&name).unwrap_or(&Resolved::Missing)) else {
-            unknown.push(if is_loaded {
-                format!("{m} is loaded, but the file modprobe would load next is unknown")
-            } else {
-                format!("{m} is not loaded, and the running kernel does not show it built in")
-            });
-            details.push(json!({"module": m, "loaded": is_loaded, "resolved": null}));
-            continue;
-        };
-        if !is_loaded && *r != Resolved::Builtin {
-            problems.push(format!("{m} is not loaded"));
-            reason.get_or_insert(Reason::ModuleNotLoaded);
-        }
-        match r {
-            Resolved::Builtin => builtin.push(m.clone()),
-            Resolved::Missing => {
-                problems.push(format!(
-                    "{m} has no file in /lib/modules/{release}/modules.dep (nor is it built in)"
-                ));
-                reason.get_or_insert(Reason::ModuleNotLoaded);
-            }
-            Resolved::File(file) => {
-                match &file.built_for {
-                    Ok(k) if k != release => {
-                        problems.push(format!(
-                            "{m}: {} was built for {k}, not {release} (vermagic mismatch)",
-                            file.path
-                        ));
-                        reason.get_or_insert(Reason::ModuleMismatch);
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        problems.push(format!("{m}: {}: {e}", file.path));
-                        reason.get_or_insert(Reason::FactUnreadable);
-                    }
-                }
-                if let Some(intree) = &file.shadows {
-                    notes.push(format!("{m}: {} shadows in-tree {intree}", file.path));
-                }
-            }
-        }
-        details.push(json!({"module": m, "loaded": is_loaded, "resolved": r}));
+        t.module(f, m, release, loaded, resolved);
     }
+    let Tally {
+        problems,
+        reason,
+        unknown,
+        builtin,
+        notes,
+        details,
+    } = t;
     let details = json!({"release": release, "modules": details, "driver": f.driver, "shadowed": notes, "builtin": builtin});
     if !problems.is_empty() {
         return Check::new(
@@ -112,7 +54,7 @@ pub fn check_modules(f: &Facts, cfg: &KernelConfig) -> Check {
         .with_details(details);
     }
     if !unknown.is_empty() {
-        let gap = tree_gap.unwrap_or_default();
+        let gap = tree_gap(f, release).unwrap_or_default();
         return Check::new(
             MODULES,
             Status::Unknown,
@@ -121,12 +63,118 @@ pub fn check_modules(f: &Facts, cfg: &KernelConfig) -> Check {
         .with_reason(Reason::FactUnreadable)
         .with_details(details);
     }
+    let mut msg = ok_message(cfg, &builtin, release);
+    if let Some(d) = &f.driver {
+        msg.push_str(&format!("; driver {d}"));
+    }
+    if !notes.is_empty() {
+        msg.push_str(&format!("; {}", notes.join("; ")));
+    }
+    Check::new(MODULES, Status::Ok, msg).with_details(details)
+}
+
+/// Why /lib/modules/<release> says nothing, when it does not.
+fn tree_gap(f: &Facts, release: &str) -> Option<String> {
+    match &f.modules {
+        Some(ModuleTree::Read(_)) => None,
+        Some(ModuleTree::NoModulesDep) => Some(format!(
+            "/lib/modules/{release}/modules.dep is missing, so which file modprobe \
+             would load is unknown: run `depmod {release}`"
+        )),
+        Some(ModuleTree::Absent) | None => {
+            Some(format!("/lib/modules/{release} is not there to read"))
+        }
+    }
+}
+
+/// What the required modules showed, one module at a time.
+#[derive(Default)]
+struct Tally {
+    problems: Vec<String>,
+    /// The reason of the first problem.
+    reason: Option<Reason>,
+    unknown: Vec<String>,
+    builtin: Vec<String>,
+    notes: Vec<String>,
+    details: Vec<serde_json::Value>,
+}
+
+impl Tally {
+    fn module(
+        &mut self,
+        f: &Facts,
+        m: &str,
+        release: &str,
+        loaded: &BTreeSet<String>,
+        resolved: Option<&BTreeMap<String, Resolved>>,
+    ) {
+        let name = norm(m);
+        let is_loaded = loaded.contains(&name);
+        // The running kernel's own word first: built into its image.
+        if let Some(why) = f.running_builtin.get(&name) {
+            self.builtin.push(m.to_owned());
+            self.details.push(
+                json!({"module": m, "loaded": false, "resolved": "builtin", "evidence": why}),
+            );
+            return;
+        }
+        let Some(r) = resolved.map(|r| r.get(&name).unwrap_or(&Resolved::Missing)) else {
+            self.unknown.push(if is_loaded {
+                format!("{m} is loaded, but the file modprobe would load next is unknown")
+            } else {
+                format!("{m} is not loaded, and the running kernel does not show it built in")
+            });
+            self.details
+                .push(json!({"module": m, "loaded": is_loaded, "resolved": null}));
+            return;
+        };
+        if !is_loaded && *r != Resolved::Builtin {
+            self.problems.push(format!("{m} is not loaded"));
+            self.reason.get_or_insert(Reason::ModuleNotLoaded);
+        }
+        match r {
+            Resolved::Builtin => self.builtin.push(m.to_owned()),
+            Resolved::Missing => {
+                self.problems.push(format!(
+                    "{m} has no file in /lib/modules/{release}/modules.dep (nor is it built in)"
+                ));
+                self.reason.get_or_insert(Reason::ModuleNotLoaded);
+            }
+            Resolved::File(file) => {
+                match &file.built_for {
+                    Ok(k) if k != release => {
+                        self.problems.push(format!(
+                            "{m}: {} was built for {k}, not {release} (vermagic mismatch)",
+                            file.path
+                        ));
+                        self.reason.get_or_insert(Reason::ModuleMismatch);
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        self.problems.push(format!("{m}: {}: {e}", file.path));
+                        self.reason.get_or_insert(Reason::FactUnreadable);
+                    }
+                }
+                if let Some(intree) = &file.shadows {
+                    self.notes
+                        .push(format!("{m}: {} shadows in-tree {intree}", file.path));
+                }
+            }
+        }
+        self.details
+            .push(json!({"module": m, "loaded": is_loaded, "resolved": r}));
+    }
+}
+
+/// The ok message: which modules are loaded from files that match the
+/// release, and which are built in.
+fn ok_message(cfg: &KernelConfig, builtin: &[String], release: &str) -> String {
     let from_files: Vec<&String> = cfg
         .required_modules
         .iter()
         .filter(|m| !builtin.contains(m))
         .collect();
-    let mut msg = match (from_files.is_empty(), builtin.is_empty()) {
+    match (from_files.is_empty(), builtin.is_empty()) {
         (false, true) => format!(
             "{} loaded, files match {release}",
             cfg.required_modules.join(", ")
@@ -141,12 +189,5 @@ pub fn check_modules(f: &Facts, cfg: &KernelConfig) -> Check {
                 .join(", "),
             builtin.join(", ")
         ),
-    };
-    if let Some(d) = &f.driver {
-        msg.push_str(&format!("; driver {d}"));
     }
-    if !notes.is_empty() {
-        msg.push_str(&format!("; {}", notes.join("; ")));
-    }
-    Check::new(MODULES, Status::Ok, msg).with_details(details)
 }

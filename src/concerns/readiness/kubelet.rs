@@ -5,7 +5,8 @@
 //! the data plane is fine), and an RDMA resource advertised while every port
 //! is down or missing (pods get scheduled here and fail). No kubelet: skipped.
 
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
@@ -96,6 +97,9 @@ fn severity(s: Severity) -> Status {
     }
 }
 
+/// A problem the check reports: its status, reason and message.
+type Problem = (Status, Reason, String);
+
 pub fn decide(
     f: &Facts,
     cfg: &KubeletConfig,
@@ -130,16 +134,85 @@ pub fn decide(
         }
     };
     let registered = cp.as_ref().map(Checkpoint::registered).unwrap_or_default();
-    let rdma: Vec<(&str, usize)> = registered
-        .iter()
-        .filter(|(n, _)| matches(&cfg.rdma_resources, n))
-        .map(|(n, d)| (*n, *d))
-        .collect();
-    let rdma_devices: usize = rdma.iter().map(|(_, d)| d).sum();
     let host = ports(observations);
-    let mut problems: Vec<(Status, Reason, String)> = Vec::new();
+    let mut problems = expected_missing(cfg, &registered);
     let mut notes: Vec<String> = Vec::new();
+    compare_ports(
+        f,
+        cfg,
+        &registered,
+        &host,
+        rdma_enabled,
+        &mut problems,
+        &mut notes,
+    );
+    let checksum = cp
+        .as_ref()
+        .map(|c| c.checksum_ok().map_err(|e| e.to_string()));
+    problems.extend(checksum_problem(&checksum, &path));
+    if !f.kubelet_socket {
+        notes.push(format!(
+            "no {KUBELET_SOCKET}: the kubelet is not running, this is what it last saw"
+        ));
+    }
+    let summary = summary(f, cfg, &registered, &host);
+    let allocations: Vec<_> = cp
+        .iter()
+        .flat_map(|c| c.data.entries.iter().flatten())
+        .filter(|e| matches(&cfg.rdma_resources, &e.resource))
+        .map(|e| json!({"pod_uid": e.pod_uid, "container": e.container, "resource": e.resource, "devices": e.device_ids.all()}))
+        .collect();
+    let check = verdict(problems, summary, notes).with_details(json!({
+        "checkpoint": path,
+        "checksum_ok": checksum.and_then(Result::ok),
+        "registered": registered,
+        "sockets": f.sockets,
+        "rdma_allocations": allocations,
+    }));
+    let observations = resource_observations(cfg, &registered);
+    (check, observations)
+}
 
+/// A checkpoint whose checksum does not verify (or cannot be computed): its
+/// content may be wrong.
+fn checksum_problem(checksum: &Option<Result<bool, String>>, path: &Path) -> Option<Problem> {
+    match checksum {
+        Some(Ok(false)) => Some((
+            Status::Warn,
+            Reason::KubeletCheckpointInvalid,
+            format!(
+                "{}: checksum does not verify (corrupt, or a kubelet layout this agent does not know): its content may be wrong",
+                path.display()
+            ),
+        )),
+        Some(Err(e)) => Some((
+            Status::Warn,
+            Reason::KubeletCheckpointInvalid,
+            format!("{}: {e}", path.display()),
+        )),
+        _ => None,
+    }
+}
+
+/// The RDMA and reported resources, for the metrics.
+fn resource_observations(
+    cfg: &KubeletConfig,
+    registered: &BTreeMap<&str, usize>,
+) -> Vec<Observation> {
+    registered
+        .iter()
+        .filter(|(n, _)| matches(&cfg.rdma_resources, n) || matches(&cfg.report_resources, n))
+        .map(|(n, d)| Observation::KubeletResource {
+            name: (*n).to_owned(),
+            devices: *d,
+            rdma: matches(&cfg.rdma_resources, n),
+        })
+        .collect()
+}
+
+/// `kubelet.expected_resources` the kubelet has no healthy device of.
+fn expected_missing(cfg: &KubeletConfig, registered: &BTreeMap<&str, usize>) -> Vec<Problem> {
+    let mut problems = Vec::new();
     for want in &cfg.expected_resources {
         let have: usize = registered
             .iter()
@@ -154,7 +227,26 @@ pub fn decide(
             ));
         }
     }
-    let rdma_globs = cfg.rdma_resources.join(", ");
+    problems
+}
+
+/// The RDMA resources against the host's ports, both ways, and against the
+/// device plugin sockets.
+fn compare_ports(
+    f: &Facts,
+    cfg: &KubeletConfig,
+    registered: &BTreeMap<&str, usize>,
+    host: &Ports,
+    rdma_enabled: bool,
+    problems: &mut Vec<Problem>,
+    notes: &mut Vec<String>,
+) {
+    let rdma: Vec<(&str, usize)> = registered
+        .iter()
+        .filter(|(n, _)| matches(&cfg.rdma_resources, n))
+        .map(|(n, d)| (*n, *d))
+        .collect();
+    let rdma_devices: usize = rdma.iter().map(|(_, d)| d).sum();
     if host.active > 0 && rdma_devices == 0 && !cfg.rdma_resources.is_empty() {
         let empty: Vec<&str> = rdma.iter().map(|(n, _)| *n).collect();
         let registered_empty = if empty.is_empty() {
@@ -166,9 +258,10 @@ pub fn decide(
             severity(cfg.mismatch),
             Reason::KubeletResourcesZero,
             format!(
-                "the host has {} ACTIVE RDMA port(s) but the kubelet advertises no {rdma_globs} device{registered_empty}: \
+                "the host has {} ACTIVE RDMA port(s) but the kubelet advertises no {} device{registered_empty}: \
                  the device plugin is not running: check its DaemonSet, tolerations and operator wait labels",
-                host.active
+                host.active,
+                cfg.rdma_resources.join(", ")
             ),
         ));
     }
@@ -209,40 +302,24 @@ pub fn decide(
             ),
         ));
     }
-    let checksum = cp
-        .as_ref()
-        .map(|c| c.checksum_ok().map_err(|e| e.to_string()));
-    match &checksum {
-        Some(Ok(false)) => problems.push((
-            Status::Warn,
-            Reason::KubeletCheckpointInvalid,
-            format!(
-                "{}: checksum does not verify (corrupt, or a kubelet layout this agent does not know): its content may be wrong",
-                path.display()
-            ),
-        )),
-        Some(Err(e)) => problems.push((
-            Status::Warn,
-            Reason::KubeletCheckpointInvalid,
-            format!("{}: {e}", path.display()),
-        )),
-        _ => {}
-    }
-    if !f.kubelet_socket {
-        notes.push(format!(
-            "no {KUBELET_SOCKET}: the kubelet is not running, this is what it last saw"
-        ));
-    }
+}
 
+/// What the kubelet advertises, the host's ports and the plugin sockets.
+fn summary(
+    f: &Facts,
+    cfg: &KubeletConfig,
+    registered: &BTreeMap<&str, usize>,
+    host: &Ports,
+) -> String {
     let shown: Vec<String> = registered
         .iter()
         .filter(|(n, _)| matches(&cfg.rdma_resources, n) || matches(&cfg.report_resources, n))
         .map(|(n, d)| format!("{n}: {d}"))
         .collect();
-    let summary = format!(
+    format!(
         "kubelet advertises {}; host: {} of {} RDMA port(s) ACTIVE; plugin sockets: {}",
         if shown.is_empty() {
-            format!("no {rdma_globs} resource")
+            format!("no {} resource", cfg.rdma_resources.join(", "))
         } else {
             shown.join(", ")
         },
@@ -253,13 +330,17 @@ pub fn decide(
         } else {
             f.sockets.join(", ")
         }
-    );
+    )
+}
+
+/// The check from its problems (the worst status wins; the first problem of
+/// that status names the reason), then the summary and the notes.
+fn verdict(problems: Vec<Problem>, summary: String, notes: Vec<String>) -> Check {
     let status = problems
         .iter()
         .map(|(s, _, _)| *s)
         .max()
         .unwrap_or(Status::Ok);
-    // The first problem of the worst status names the reason.
     let reason = problems
         .iter()
         .find(|(s, _, _)| *s == status)
@@ -267,33 +348,11 @@ pub fn decide(
     let mut parts: Vec<String> = problems.into_iter().map(|(_, _, m)| m).collect();
     parts.push(summary);
     parts.extend(notes);
-    let allocations: Vec<_> = cp
-        .iter()
-        .flat_map(|c| c.data.entries.iter().flatten())
-        .filter(|e| matches(&cfg.rdma_resources, &e.resource))
-        .map(|e| json!({"pod_uid": e.pod_uid, "container": e.container, "resource": e.resource, "devices": e.device_ids.all()}))
-        .collect();
-    let mut check = Check::new(CHECK_ID, status, parts.join("; "));
-    if let Some(r) = reason {
-        check = check.with_reason(r);
+    let check = Check::new(CHECK_ID, status, parts.join("; "));
+    match reason {
+        Some(r) => check.with_reason(r),
+        None => check,
     }
-    let check = check.with_details(json!({
-        "checkpoint": path,
-        "checksum_ok": checksum.and_then(Result::ok),
-        "registered": registered,
-        "sockets": f.sockets,
-        "rdma_allocations": allocations,
-    }));
-    let observations = registered
-        .iter()
-        .filter(|(n, _)| matches(&cfg.rdma_resources, n) || matches(&cfg.report_resources, n))
-        .map(|(n, d)| Observation::KubeletResource {
-            name: (*n).to_owned(),
-            devices: *d,
-            rdma: matches(&cfg.rdma_resources, n),
-        })
-        .collect();
-    (check, observations)
 }
 
 /// `kubelet.devices` as a concern; it reads `rdma.devices`' port observations.

@@ -215,6 +215,10 @@ pub enum Route {
         #[serde(skip_serializing_if = "Vec::is_empty")]
         missing: Vec<String>,
     },
+    /// The node has no uverbs device (in any network namespace): no process
+    /// can hold one, so no descriptor was read but a container's own RDMA
+    /// device nodes'.
+    NoUverbs,
     /// Every pod process's fds were read: restrack could not be asked (why).
     FdScan {
         why: String,

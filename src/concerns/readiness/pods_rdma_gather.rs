@@ -240,8 +240,22 @@ fn pod_containers(
     Ok((by_id, from))
 }
 
+/// Whether the node has no uverbs device, so that no process anywhere can hold
+/// one: `/sys/class/infiniband_verbs` is not tagged by network namespace (its
+/// class has no `ns_type`, drivers/infiniband/core/uverbs_main.c), so it lists
+/// every namespace's; `/sys/class/infiniband` (this namespace's devices) is
+/// asked too, so a tree without the verbs class never counts as empty. `false`
+/// when either cannot be read.
+fn no_uverbs_device(snap: &Snapshot) -> bool {
+    ["/sys/class/infiniband_verbs", "/sys/class/infiniband"]
+        .iter()
+        .all(|d| snap.list_dir(Path::new(d)).is_ok_and(|l| l.is_empty()))
+}
+
 pub fn gather(snap: &Snapshot) -> crate::host::Result<Facts> {
     let holders = holders_by_process(snap);
+    // Cost follows RDMA work: with no uverbs device, no descriptor is read.
+    let no_rdma = holders.is_err() && no_uverbs_device(snap);
     let mut unreadable = Vec::new();
     let (by_id, pods_from) = pod_containers(snap, holders.as_ref().ok(), &mut unreadable)?;
     let mut containers = Vec::new();
@@ -266,24 +280,10 @@ pub fn gather(snap: &Snapshot) -> crate::host::Result<Facts> {
             .iter()
             .map(|pid| holders.as_ref().ok().and_then(|h| h.get(pid)))
             .collect();
-        let scan = holders.is_err() || c.has_rdma_devices() || held.iter().any(Option::is_some);
-        for (pid, held) in members.pids.iter().zip(held) {
-            let mut p = Process {
-                pid: *pid,
-                holds: held.cloned().unwrap_or_default(),
-                ..Process::default()
-            };
-            holding += usize::from(held.is_some());
-            if scan {
-                match snap.fd_targets(*pid) {
-                    Ok(t) => p.opened = t.iter().filter(|p| is_rdma_path(p)).cloned().collect(),
-                    Err(e) => p.fds_unreadable = Some(e),
-                }
-            } else {
-                p.fds_skipped = true;
-            }
-            c.processes.push(p);
-        }
+        let scan = (holders.is_err() && !no_rdma)
+            || c.has_rdma_devices()
+            || held.iter().any(Option::is_some);
+        holding += add_processes(snap, &members.pids, held, scan, &mut c);
         // Credentials only where there is something to judge.
         let evidence = !c.dev_nodes.is_empty()
             || !c.cgroup_devices.is_empty()
@@ -302,7 +302,50 @@ pub fn gather(snap: &Snapshot) -> crate::host::Result<Facts> {
         }
         containers.push(c);
     }
-    let route = match snap.restrack() {
+    let route = route(snap, no_rdma, holding);
+    Ok(Facts {
+        containers,
+        unreadable,
+        route,
+        pods_from,
+    })
+}
+
+/// A container's processes, each with the RDMA resources it holds
+/// (restrack) and, where `scan`, the RDMA files it has open. Returns how
+/// many hold one.
+fn add_processes(
+    snap: &Snapshot,
+    pids: &[u32],
+    held: Vec<Option<&Vec<String>>>,
+    scan: bool,
+    c: &mut Container,
+) -> usize {
+    let mut holding = 0;
+    for (pid, held) in pids.iter().zip(held) {
+        let mut p = Process {
+            pid: *pid,
+            holds: held.cloned().unwrap_or_default(),
+            ..Process::default()
+        };
+        holding += usize::from(held.is_some());
+        if scan {
+            match snap.fd_targets(*pid) {
+                Ok(t) => p.opened = t.iter().filter(|p| is_rdma_path(p)).cloned().collect(),
+                Err(e) => p.fds_unreadable = Some(e),
+            }
+        } else {
+            p.fds_skipped = true;
+        }
+        c.processes.push(p);
+    }
+    holding
+}
+
+/// How RDMA users were found: restrack, else a scan of open files (and why).
+fn route(snap: &Snapshot, no_rdma: bool, holding: usize) -> Route {
+    match snap.restrack() {
+        Err(_) if no_rdma => Route::NoUverbs,
         Ok(h) => Route::Restrack {
             devices: h.devices.clone(),
             holders: holding,
@@ -313,13 +356,7 @@ pub fn gather(snap: &Snapshot) -> crate::host::Result<Facts> {
             // No RDMA device, or not the running kernel: nothing was missed.
             expected: matches!(why, Unavailable::NotLive | Unavailable::NoDevices),
         },
-    };
-    Ok(Facts {
-        containers,
-        unreadable,
-        route,
-        pods_from,
-    })
+    }
 }
 
 #[cfg(test)]

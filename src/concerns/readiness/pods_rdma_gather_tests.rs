@@ -33,6 +33,13 @@ fn pod_process(root: &std::path::Path, pid: u32, n: u32, fds: &[&str], dev: &[&s
     std::fs::write(dir.join("uid_map"), "         0          0 4294967295\n").unwrap();
     for (i, t) in fds.iter().enumerate() {
         std::os::unix::fs::symlink(t, dir.join(format!("fd/{i}"))).unwrap();
+        // A process holds a uverbs file only where the kernel has the device.
+        if let Some(name) = t
+            .strip_prefix("/dev/infiniband/")
+            .filter(|n| n.starts_with("uverbs"))
+        {
+            std::fs::create_dir_all(root.join("sys/class/infiniband_verbs").join(name)).unwrap();
+        }
     }
     for d in dev {
         let p = dir.join("root/dev/infiniband");
@@ -295,4 +302,44 @@ fn crio_s_conmon_is_not_the_container() {
         let pids: Vec<u32> = f.containers[0].processes.iter().map(|p| p.pid).collect();
         assert_eq!(pids, vec![21], "tree: {tree}");
     }
+}
+
+/// No uverbs device on the node (restrack: no devices): no process can hold
+/// one, so no descriptor is read (cost follows RDMA work), but a container
+/// whose own /dev has RDMA nodes is still looked at; the route says why.
+#[test]
+fn no_uverbs_device_reads_no_descriptor() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path();
+    // A stray fd that only a descriptor read would see, and a container with a node.
+    pod_process(root, 10, 1, &["/dev/null"], &[], 1000);
+    pod_process(root, 20, 2, &["/dev/infiniband/rdma_cm"], &["rdma_cm"], 0);
+    std::fs::create_dir_all(root.join("sys/class/infiniband_verbs")).unwrap();
+    let none = crate::host::netlink::restrack::Unavailable::NoDevices;
+    let snap = Snapshot::new(crate::host::Host::new(root)).with_restrack(Err(none));
+    let f = gather(&snap).unwrap();
+    assert_eq!(f.route, Route::NoUverbs);
+    let p = |pid| {
+        f.containers
+            .iter()
+            .flat_map(|c| &c.processes)
+            .find(|p| p.pid == pid)
+            .unwrap()
+    };
+    assert!(p(10).fds_skipped, "{:?}", p(10));
+    assert!(!p(20).fds_skipped);
+    assert_eq!(p(20).opened, vec!["/dev/infiniband/rdma_cm"]);
+    // A uverbs device in another network namespace (exclusive mode): the
+    // verbs class still lists it, so every descriptor is read.
+    std::fs::create_dir_all(root.join("sys/class/infiniband_verbs/uverbs0")).unwrap();
+    let none = crate::host::netlink::restrack::Unavailable::NoDevices;
+    let snap = Snapshot::new(crate::host::Host::new(root)).with_restrack(Err(none));
+    let f = gather(&snap).unwrap();
+    assert!(matches!(f.route, Route::FdScan { .. }), "{:?}", f.route);
+    assert!(
+        f.containers
+            .iter()
+            .flat_map(|c| &c.processes)
+            .all(|p| !p.fds_skipped)
+    );
 }

@@ -114,56 +114,15 @@ pub fn check_with(
         })).collect::<Vec<_>>(),
         "not_read": not_read,
     });
-    let fds_note = (!unreadable.is_empty()).then(|| {
-        format!(
-            "the open files of {} pod container(s) could not be read (run as root, or with CAP_SYS_PTRACE as the service does)",
-            unreadable.len()
-        )
-    });
-    let read_note = (!not_read.is_empty()).then(|| {
-        let shown: Vec<&str> = not_read.iter().take(3).map(String::as_str).collect();
-        let more = not_read.len().saturating_sub(3);
-        format!(
-            "{} process file(s) could not be read: {}{}",
-            not_read.len(),
-            shown.join("; "),
-            if more > 0 {
-                format!(" (and {more} more)")
-            } else {
-                String::new()
-            }
-        )
-    });
-    let unreadable_note = match (fds_note, read_note) {
-        (None, None) => None,
-        (a, b) => Some(a.into_iter().chain(b).collect::<Vec<_>>().join("; ")),
-    };
+    let unreadable_note = unreadable_note(unreadable.len(), not_read);
     let (status, message, reason) = if !bad.is_empty() {
-        let status = match severity {
-            Severity::Warn => Status::Warn,
-            Severity::Fail => Status::Fail,
-        };
-        let named: Vec<String> = bad.iter().take(5).map(|f| explain(f, target)).collect();
-        let more = if bad.len() > 5 {
-            format!("; and {} more", bad.len() - 5)
-        } else {
-            String::new()
-        };
-        let mut m = format!(
-            "{} of {} RDMA pod container(s) cannot register memory: {}{more}",
-            bad.len(),
+        cannot_register(
+            &bad,
             found.len(),
-            named.join("; ")
-        );
-        if let Some(n) = &unreadable_note {
-            m.push_str(&format!("; {n}"));
-        }
-        // The first named container's first problem.
-        let reason = match bad[0].problems.first() {
-            Some(RdmaProblem::LowMemlock) => Reason::RdmaPodLowMemlock,
-            _ => Reason::RdmaPodNoIpcLock,
-        };
-        (status, m, reason)
+            target,
+            severity,
+            unreadable_note.as_deref(),
+        )
     } else if !unknown.is_empty() || unreadable_note.is_some() {
         let mut parts: Vec<String> = unknown
             .iter()
@@ -191,4 +150,67 @@ pub fn check_with(
     Check::new(CHECK_ID, status, message)
         .with_reason(reason)
         .with_details(details)
+}
+
+/// What could not be read: the open files of pod containers, and process
+/// files skipped while gathering (the first three named).
+fn unreadable_note(unreadable: usize, not_read: &[String]) -> Option<String> {
+    let fds_note = (unreadable > 0).then(|| {
+        format!(
+            "the open files of {unreadable} pod container(s) could not be read (run as root, or with CAP_SYS_PTRACE as the service does)"
+        )
+    });
+    let read_note = (!not_read.is_empty()).then(|| {
+        let shown: Vec<&str> = not_read.iter().take(3).map(String::as_str).collect();
+        let more = not_read.len().saturating_sub(3);
+        format!(
+            "{} process file(s) could not be read: {}{}",
+            not_read.len(),
+            shown.join("; "),
+            if more > 0 {
+                format!(" (and {more} more)")
+            } else {
+                String::new()
+            }
+        )
+    });
+    match (fds_note, read_note) {
+        (None, None) => None,
+        (a, b) => Some(a.into_iter().chain(b).collect::<Vec<_>>().join("; ")),
+    }
+}
+
+/// The failure (or warning, as configured) for containers that cannot
+/// register memory: the first five named; the first one's first problem
+/// names the reason.
+fn cannot_register(
+    bad: &[&Finding],
+    found: usize,
+    target: Limit,
+    severity: Severity,
+    unreadable_note: Option<&str>,
+) -> (Status, String, Reason) {
+    let status = match severity {
+        Severity::Warn => Status::Warn,
+        Severity::Fail => Status::Fail,
+    };
+    let named: Vec<String> = bad.iter().take(5).map(|f| explain(f, target)).collect();
+    let more = if bad.len() > 5 {
+        format!("; and {} more", bad.len() - 5)
+    } else {
+        String::new()
+    };
+    let mut m = format!(
+        "{} of {found} RDMA pod container(s) cannot register memory: {}{more}",
+        bad.len(),
+        named.join("; ")
+    );
+    if let Some(n) = unreadable_note {
+        m.push_str(&format!("; {n}"));
+    }
+    let reason = match bad[0].problems.first() {
+        Some(RdmaProblem::LowMemlock) => Reason::RdmaPodLowMemlock,
+        _ => Reason::RdmaPodNoIpcLock,
+    };
+    (status, m, reason)
 }

@@ -132,62 +132,10 @@ pub fn decide(facts: &[UnitFacts], cfg: &SystemdConfig) -> Plan {
 
 pub fn check(facts: &[UnitFacts], cfg: &SystemdConfig) -> Check {
     let want = content(cfg.memlock);
-    let mut problems: Vec<(Status, Reason, String)> = Vec::new();
-    for f in facts {
-        if f.current.as_deref() != Some(want.as_bytes()) {
-            problems.push((
-                Status::Fail,
-                Reason::DropinMissing,
-                format!(
-                    "{}: drop-in {} is missing or differs (run `rdma-node-agent apply`)",
-                    f.unit,
-                    f.path.display()
-                ),
-            ));
-            continue;
-        }
-        if let Some(s) = &f.status {
-            if s.limit_memlock != Some(cfg.memlock.0) {
-                problems.push((
-                    Status::Fail,
-                    Reason::DaemonReloadPending,
-                    format!(
-                        "{}: systemd has not loaded the drop-in yet (daemon-reload pending)",
-                        f.unit
-                    ),
-                ));
-                continue;
-            }
-            if s.active_state != UnitState::Active {
-                problems.push((
-                    Status::Warn,
-                    Reason::UnitNotActive,
-                    format!("{} is {}", f.unit, s.active_state),
-                ));
-                continue;
-            }
-        }
-        match &f.process_memlock {
-            Ok(l) if *l == cfg.memlock => {}
-            Ok(l) => problems.push((
-                Status::Fail,
-                Reason::MemlockBelowTarget,
-                format!(
-                    "{}: needs restart: its main process runs with memlock {l}, want {}",
-                    f.unit, cfg.memlock
-                ),
-            )),
-            // Not seen in effect is not in effect: the check cannot tell.
-            Err(why) => problems.push((
-                Status::Unknown,
-                Reason::FactUnreadable,
-                format!(
-                    "{}: drop-in in place, but its effect on the running process could not be read: {why}",
-                    f.unit
-                ),
-            )),
-        }
-    }
+    let problems: Vec<Problem> = facts
+        .iter()
+        .filter_map(|f| unit_problem(f, cfg, &want))
+        .collect();
     let details = json!({
         "target": cfg.memlock.systemd_value(),
         "units": facts.iter().map(|f| json!({
@@ -244,6 +192,64 @@ pub fn check(facts: &[UnitFacts], cfg: &SystemdConfig) -> Check {
         ..check
     }
     .with_details(details)
+}
+
+/// A problem the check reports: its status, reason and message.
+type Problem = (Status, Reason, String);
+
+/// The first thing between one unit and the memlock in effect, in order: the
+/// drop-in, systemd's loaded limit, the unit's state, its process's limit.
+fn unit_problem(f: &UnitFacts, cfg: &SystemdConfig, want: &str) -> Option<Problem> {
+    if f.current.as_deref() != Some(want.as_bytes()) {
+        return Some((
+            Status::Fail,
+            Reason::DropinMissing,
+            format!(
+                "{}: drop-in {} is missing or differs (run `rdma-node-agent apply`)",
+                f.unit,
+                f.path.display()
+            ),
+        ));
+    }
+    if let Some(s) = &f.status {
+        if s.limit_memlock != Some(cfg.memlock.0) {
+            return Some((
+                Status::Fail,
+                Reason::DaemonReloadPending,
+                format!(
+                    "{}: systemd has not loaded the drop-in yet (daemon-reload pending)",
+                    f.unit
+                ),
+            ));
+        }
+        if s.active_state != UnitState::Active {
+            return Some((
+                Status::Warn,
+                Reason::UnitNotActive,
+                format!("{} is {}", f.unit, s.active_state),
+            ));
+        }
+    }
+    match &f.process_memlock {
+        Ok(l) if *l == cfg.memlock => None,
+        Ok(l) => Some((
+            Status::Fail,
+            Reason::MemlockBelowTarget,
+            format!(
+                "{}: needs restart: its main process runs with memlock {l}, want {}",
+                f.unit, cfg.memlock
+            ),
+        )),
+        // Not seen in effect is not in effect: the check cannot tell.
+        Err(why) => Some((
+            Status::Unknown,
+            Reason::FactUnreadable,
+            format!(
+                "{}: drop-in in place, but its effect on the running process could not be read: {why}",
+                f.unit
+            ),
+        )),
+    }
 }
 
 #[cfg(test)]

@@ -195,25 +195,8 @@ pub async fn session(
         .start()
         .await
         .map_err(|e| SessionError::Ended(format!("cannot serve the NRI plugin service: {e}")))?;
-    let client = Client::new(Socket::new(runtime_conn));
-    let register = api::RegisterPluginRequest {
-        plugin_name: id.name.clone(),
-        plugin_idx: id.index.clone(),
-    };
-    let req = Request {
-        service: RUNTIME_SERVICE.into(),
-        method: "RegisterPlugin".into(),
-        payload: register.encode_to_vec(),
-        timeout_nano: id.registration_timeout.as_nanos() as i64,
-        metadata: Vec::new(),
-    };
-    client
-        .request(req)
-        .await
-        .map_err(|e| SessionError::Register {
-            path: id.socket.clone(),
-            message: e.to_string(),
-        })?;
+    // Kept for the session: the runtime's service speaks over it.
+    let _client = register(runtime_conn, id).await?;
     let mut closed = mux.closed.clone();
     let deadline = tokio::time::sleep(id.registration_timeout * 2);
     tokio::pin!(deadline);
@@ -249,6 +232,33 @@ pub async fn session(
     drop(mux);
     state.set_error(why.clone());
     Err(SessionError::Ended(why))
+}
+
+/// Registers the plugin with the runtime over its connection.
+async fn register(
+    runtime_conn: tokio::io::DuplexStream,
+    id: &Identity,
+) -> Result<Client, SessionError> {
+    let client = Client::new(Socket::new(runtime_conn));
+    let register = api::RegisterPluginRequest {
+        plugin_name: id.name.clone(),
+        plugin_idx: id.index.clone(),
+    };
+    let req = Request {
+        service: RUNTIME_SERVICE.into(),
+        method: "RegisterPlugin".into(),
+        payload: register.encode_to_vec(),
+        timeout_nano: id.registration_timeout.as_nanos() as i64,
+        metadata: Vec::new(),
+    };
+    client
+        .request(req)
+        .await
+        .map_err(|e| SessionError::Register {
+            path: id.socket.clone(),
+            message: e.to_string(),
+        })?;
+    Ok(client)
 }
 
 #[cfg(test)]

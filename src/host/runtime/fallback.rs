@@ -33,27 +33,6 @@ pub(super) fn without_unit(snap: &Snapshot, hints: &Hints) -> Discovery {
                 .join(", ")
         ));
     }
-    let layout_config = |p: &Path| -> Option<(Distro, &'static str)> {
-        if let Some(r) = RANCHERS.iter().find(|r| Path::new(r.config) == p) {
-            return Some((Distro::Rancher(r.distro), r.units[0]));
-        }
-        if p == Path::new(super::K0S_CONFIG) {
-            return Some((Distro::K0s, super::K0S_UNITS[0]));
-        }
-        (p == Path::new(MICROK8S_CONFIG)).then_some((Distro::Microk8s, MICROK8S_UNIT))
-    };
-    let found = |distro, unit: &str, config: PathBuf, source: String, pid| {
-        Discovery::Found(Containerd {
-            distro,
-            unit: unit.to_owned(),
-            unit_sources: Vec::new(),
-            config,
-            config_source: source,
-            address: None,
-            pid,
-            warnings: Vec::new(),
-        })
-    };
     if let Some((pid, config)) = procs.first() {
         let (distro, unit) = layout_config(config).unwrap_or((Distro::Plain, PLAIN_UNIT));
         return found(
@@ -74,61 +53,107 @@ pub(super) fn without_unit(snap: &Snapshot, hints: &Hints) -> Discovery {
             None,
         );
     }
+    layout_file(snap)
+        .or_else(|| installed(snap))
+        .unwrap_or_else(absent)
+}
+
+/// The layout a config path belongs to, and its unit.
+fn layout_config(p: &Path) -> Option<(Distro, &'static str)> {
+    if let Some(r) = RANCHERS.iter().find(|r| Path::new(r.config) == p) {
+        return Some((Distro::Rancher(r.distro), r.units[0]));
+    }
+    if p == Path::new(super::K0S_CONFIG) {
+        return Some((Distro::K0s, super::K0S_UNITS[0]));
+    }
+    (p == Path::new(MICROK8S_CONFIG)).then_some((Distro::Microk8s, MICROK8S_UNIT))
+}
+
+fn found(
+    distro: Distro,
+    unit: &str,
+    config: PathBuf,
+    source: String,
+    pid: Option<u32>,
+) -> Discovery {
+    Discovery::Found(Containerd {
+        distro,
+        unit: unit.to_owned(),
+        unit_sources: Vec::new(),
+        config,
+        config_source: source,
+        address: None,
+        pid,
+        warnings: Vec::new(),
+    })
+}
+
+/// The first config file of a known layout that is there: containerd's
+/// default path, then k3s/rke2, k0s and MicroK8s.
+fn layout_file(snap: &Snapshot) -> Option<Discovery> {
     if snap.exists(Path::new(DEFAULT_CONFIG)) {
-        return found(
+        return Some(found(
             Distro::Plain,
             PLAIN_UNIT,
             DEFAULT_CONFIG.into(),
             "containerd's default path (no containerd unit file or process found)".to_owned(),
             None,
-        );
+        ));
     }
     for r in &RANCHERS {
         if snap.exists(Path::new(r.config)) {
-            return found(
+            return Some(found(
                 Distro::Rancher(r.distro),
                 r.units[0],
                 r.config.into(),
                 format!("{}'s containerd config (no unit file found)", r.distro),
                 None,
-            );
+            ));
         }
     }
     if snap.exists(Path::new(super::K0S_CONFIG)) {
-        return found(
+        return Some(found(
             Distro::K0s,
             super::K0S_UNITS[0],
             super::K0S_CONFIG.into(),
             "k0s's containerd config (no unit file found)".to_owned(),
             None,
-        );
+        ));
     }
-    if snap.exists(Path::new(MICROK8S_CONFIG)) {
-        return found(
+    snap.exists(Path::new(MICROK8S_CONFIG)).then(|| {
+        found(
             Distro::Microk8s,
             MICROK8S_UNIT,
             MICROK8S_CONFIG.into(),
             "microk8s's containerd config (no unit file found)".to_owned(),
             None,
-        );
-    }
-    // A binary or package without any config: containerd runs on its defaults,
-    // and the agent may create the default file.
+        )
+    })
+}
+
+/// A binary or package without any config: containerd runs on its defaults,
+/// and the agent may create the default file.
+fn installed(snap: &Snapshot) -> Option<Discovery> {
     let binary = BINARIES.iter().find(|b| snap.exists(Path::new(b)));
     let package = super::dpkg_containerd(snap).map(|(name, _)| name);
-    if binary.is_some() || package.is_some() {
-        let what = binary.map_or_else(
-            || format!("the {} package", package.unwrap_or_default()),
-            |b| (*b).to_owned(),
-        );
-        return found(
-            Distro::Plain,
-            PLAIN_UNIT,
-            DEFAULT_CONFIG.into(),
-            format!("containerd's default ({what} is installed, no config file yet)"),
-            None,
-        );
+    if binary.is_none() && package.is_none() {
+        return None;
     }
+    let what = binary.map_or_else(
+        || format!("the {} package", package.unwrap_or_default()),
+        |b| (*b).to_owned(),
+    );
+    Some(found(
+        Distro::Plain,
+        PLAIN_UNIT,
+        DEFAULT_CONFIG.into(),
+        format!("containerd's default ({what} is installed, no config file yet)"),
+        None,
+    ))
+}
+
+/// Nothing of containerd is there: everything looked for.
+fn absent() -> Discovery {
     Discovery::Absent {
         looked_for: format!(
             "no containerd process, no unit ({}) in {}, no binary ({}), no containerd package in the dpkg database, and no config ({DEFAULT_CONFIG}, {}, {MICROK8S_CONFIG}, {})",

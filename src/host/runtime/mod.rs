@@ -9,6 +9,7 @@
 //! Flatcar unit passes `--config ${CONTAINERD_CONFIG}`, k3s, rke2 and microk8s run
 //! their own containerd with their own config.
 
+mod choose;
 pub mod cri;
 mod fallback;
 mod processes;
@@ -172,124 +173,13 @@ fn runs_no_containerd(unit: &UnitFile) -> bool {
 /// Finds which containerd runs here. Reads unit files, the process table and
 /// (live) systemd; never writes.
 pub fn discover(snap: &Snapshot, hints: &Hints) -> Discovery {
-    let manager = snap.manager();
-    let mut installed: Vec<UnitFile> = Vec::new();
-    let mut names: Vec<String> = match &hints.unit {
-        Some(u) => vec![u.clone()],
-        None => known_units().into_iter().map(str::to_owned).collect(),
-    };
-    for name in &names {
-        match snap.unit_file(name) {
-            Ok(Some(u)) if hints.unit.is_none() && runs_no_containerd(&u) => {}
-            Ok(Some(u)) => installed.push(u),
-            Ok(None) => {}
-            Err(e) => return Discovery::Unknown(format!("cannot read the unit {name}: {e}")),
-        }
-    }
-    if hints.unit.is_none() {
-        // Other units that run containerd (a `cri-containerd.service` beside
-        // Docker's containerd.io): plain ones, told apart by `cri::choose`.
-        for u in cri::containerd_units(snap, &known_units()) {
-            names.push(u.name.clone());
-            installed.push(u);
-        }
-    }
-    // Which unit: the configured one; else the one systemd runs; else the one installed.
-    let chosen: Option<String> = if let Some(u) = &hints.unit {
-        Some(u.clone())
-    } else {
-        // k3s, rke2 and microk8s install their unit files on disk; a
-        // distribution's containerd.service may also be generated or transient.
-        let active: Vec<&str> = match manager {
-            Some(m) => names
-                .iter()
-                .map(String::as_str)
-                .filter(|u| *u == PLAIN_UNIT || installed.iter().any(|i| i.name == *u))
-                .filter(|u| is_active(m, u))
-                .collect(),
-            None => Vec::new(),
-        };
-        // k3s/rke2/microk8s run the containerd that serves pods, even beside a
-        // distribution's containerd.service (Docker's, say); among plain units,
-        // the one that serves the kubelet (`cri::choose`).
-        let pick = |v: &[&str]| -> Result<Option<String>, String> {
-            let k8s: Vec<&&str> = v.iter().filter(|u| distro_of(u) != Distro::Plain).collect();
-            match (k8s.as_slice(), v) {
-                ([one], _) => Ok(Some((**one).to_owned())),
-                ([], []) => Ok(None),
-                ([], [one]) => Ok(Some((*one).to_owned())),
-                ([], plain) => {
-                    let cands: Vec<cri::Candidate> = plain
-                        .iter()
-                        .map(|u| cri::candidate(snap, u, installed.iter().find(|i| i.name == *u)))
-                        .collect();
-                    cri::choose(&cands, cri::kubelet_endpoint(snap).as_deref()).map(Some)
-                }
-                _ => Err(String::new()),
-            }
-        };
-        let why = |e: String| {
-            if e.is_empty() {
-                String::new()
-            } else {
-                format!("; {e}")
-            }
-        };
-        let installed_names: Vec<&str> = installed.iter().map(|u| u.name.as_str()).collect();
-        let plain: Vec<&UnitFile> = installed
-            .iter()
-            .filter(|u| distro_of(&u.name) == Distro::Plain)
-            .collect();
-        match pick(&active) {
-            Ok(Some(u)) if plain.len() > 1 && distro_of(&u) == Distro::Plain => {
-                let cands: Vec<cri::Candidate> = plain
-                    .iter()
-                    .map(|f| cri::candidate(snap, &f.name, Some(f)))
-                    .collect();
-                Some(cri::prefer_kubelets(
-                    u,
-                    &cands,
-                    cri::kubelet_endpoint(snap).as_deref(),
-                ))
-            }
-            Ok(Some(u)) => Some(u),
-            Err(e) if active.len() > 1 => {
-                return Discovery::Unknown(format!(
-                    "several containerd units are active ({}){}: set `unit = \"…\"` under [containerd] in the agent config to the one that serves the kubelet",
-                    active.join(", "),
-                    why(e)
-                ));
-            }
-            _ => match pick(&installed_names) {
-                Ok(u) => u,
-                Err(first) => {
-                    let enabled: Vec<&str> = installed_names
-                        .iter()
-                        .copied()
-                        .filter(|u| {
-                            snap.exists(
-                                &Path::new("/etc/systemd/system/multi-user.target.wants").join(u),
-                            )
-                        })
-                        .collect();
-                    match pick(&enabled) {
-                        Ok(Some(u)) => Some(u),
-                        _ => {
-                            return Discovery::Unknown(format!(
-                                "several containerd units are installed ({}) and none {}{}: set `unit = \"…\"` under [containerd] in the agent config",
-                                installed_names.join(", "),
-                                if manager.is_some() {
-                                    "is active"
-                                } else {
-                                    "can be asked (no systemd)"
-                                },
-                                why(first)
-                            ));
-                        }
-                    }
-                }
-            },
-        }
+    let chosen = choose::units(snap, hints).and_then(|(names, installed)| {
+        let unit = choose::unit(snap, hints, &names, &installed)?;
+        Ok((unit, installed))
+    });
+    let (chosen, installed) = match chosen {
+        Ok(c) => c,
+        Err(why) => return Discovery::Unknown(why),
     };
     let unit_file = chosen
         .as_ref()
@@ -304,7 +194,60 @@ pub fn discover(snap: &Snapshot, hints: &Hints) -> Discovery {
 fn found_unit(snap: &Snapshot, hints: &Hints, unit: String, file: Option<&UnitFile>) -> Discovery {
     let distro = distro_of(&unit);
     let mut warnings = Vec::new();
-    let (config, config_source) = match distro {
+    let (config, config_source) = unit_config(distro, &unit, file, hints, &mut warnings);
+    let config = match &hints.config_path {
+        Some(p) if p != &config && file.is_some() => {
+            warnings.push(format!(
+                "containerd.config_path in the agent config is {}, but containerd reads {} ({config_source}): the agent follows containerd; remove config_path from the agent config",
+                p.display(),
+                config.display()
+            ));
+            config
+        }
+        // No unit file to contradict it (a tree under --root, a hand-run containerd).
+        Some(p) => p.clone(),
+        None => config,
+    };
+    let config_source = if hints.config_path.as_ref() == Some(&config) && file.is_none() {
+        "containerd.config_path in the agent config".to_owned()
+    } else {
+        config_source
+    };
+    let pid = running_pid(snap, &unit, distro);
+    if let (Some(pid), Distro::Plain) = (pid, distro) {
+        if let Some(running) = procfs::read(snap, pid, "cmdline").map(|c| cmdline_config(&c)) {
+            if running != config {
+                warnings.push(format!(
+                    "the running containerd (pid {pid}) reads {}, but {unit} now passes {}: it reads the new one at its next restart",
+                    running.display(),
+                    config.display()
+                ));
+            }
+        }
+    }
+    Discovery::Found(Containerd {
+        distro,
+        unit,
+        unit_sources: file.map(|f| f.sources.clone()).unwrap_or_default(),
+        config,
+        config_source,
+        address: file.and_then(cri::unit_address),
+        pid,
+        warnings,
+    })
+}
+
+/// The config the unit gives containerd, and where that was read: the
+/// distribution's own for k3s/rke2, MicroK8s and k0s; a plain unit's
+/// `--config` (or the default) from its ExecStart.
+fn unit_config(
+    distro: Distro,
+    unit: &str,
+    file: Option<&UnitFile>,
+    hints: &Hints,
+    warnings: &mut Vec<String>,
+) -> (PathBuf, String) {
+    match distro {
         Distro::Rancher(d) => {
             let r = RANCHERS.iter().find(|r| r.distro == d).expect("known");
             (
@@ -352,47 +295,7 @@ fn found_unit(snap: &Snapshot, hints: &Hints, unit: String, file: Option<&UnitFi
                 ),
             },
         },
-    };
-    let config = match &hints.config_path {
-        Some(p) if p != &config && file.is_some() => {
-            warnings.push(format!(
-                "containerd.config_path in the agent config is {}, but containerd reads {} ({config_source}): the agent follows containerd; remove config_path from the agent config",
-                p.display(),
-                config.display()
-            ));
-            config
-        }
-        // No unit file to contradict it (a tree under --root, a hand-run containerd).
-        Some(p) => p.clone(),
-        None => config,
-    };
-    let config_source = if hints.config_path.as_ref() == Some(&config) && file.is_none() {
-        "containerd.config_path in the agent config".to_owned()
-    } else {
-        config_source
-    };
-    let pid = running_pid(snap, &unit, distro);
-    if let (Some(pid), Distro::Plain) = (pid, distro) {
-        if let Some(running) = procfs::read(snap, pid, "cmdline").map(|c| cmdline_config(&c)) {
-            if running != config {
-                warnings.push(format!(
-                    "the running containerd (pid {pid}) reads {}, but {unit} now passes {}: it reads the new one at its next restart",
-                    running.display(),
-                    config.display()
-                ));
-            }
-        }
     }
-    Discovery::Found(Containerd {
-        distro,
-        unit,
-        unit_sources: file.map(|f| f.sources.clone()).unwrap_or_default(),
-        config,
-        config_source,
-        address: file.and_then(cri::unit_address),
-        pid,
-        warnings,
-    })
 }
 
 fn dropins(f: &UnitFile) -> String {

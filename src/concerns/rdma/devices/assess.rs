@@ -13,7 +13,7 @@ use serde_json::json;
 
 use super::{Device, Kind, Port, Problem};
 use crate::concerns::rdma::gpudirect::Finding;
-use crate::config::rdma::RdmaConfig;
+use crate::config::rdma::{ExpectPort, RdmaConfig};
 use crate::engine::check::{Check, Status};
 use crate::reason::Reason;
 
@@ -55,6 +55,21 @@ fn not_active(state: super::PortState) -> Reason {
 pub fn unmet(devices: &[Device], cfg: &RdmaConfig) -> Unmet {
     let mut out = Unmet::default();
     for e in &cfg.expect_port {
+        out.expect_port(devices, e);
+    }
+    let active = active_by_link_layer(devices);
+    for (layer, min) in &cfg.min_active_ports {
+        let have = active.get(layer.as_str()).copied().unwrap_or(0);
+        if have < *min {
+            out.too_few_active(devices, layer, have, *min);
+        }
+    }
+    out
+}
+
+impl Unmet {
+    /// One `[[rdma.expect_port]]`: every device it matches, and their ports.
+    fn expect_port(&mut self, devices: &[Device], e: &ExpectPort) {
         let pattern = glob::Pattern::new(&e.device).ok();
         let matched: Vec<&Device> = devices
             .iter()
@@ -64,14 +79,14 @@ pub fn unmet(devices: &[Device], cfg: &RdmaConfig) -> Unmet {
             })
             .collect();
         if matched.is_empty() {
-            out.fail(
+            self.fail(
                 Reason::NoRdmaDevices,
                 format!("no RDMA device matches {:?}", e.device),
             );
         }
         for d in matched {
             if let Some(Problem::BrokenLink(why)) = &d.problem {
-                out.fail(
+                self.fail(
                     Reason::DeviceBrokenLink,
                     format!("{}: broken link ({why})", d.name),
                 );
@@ -87,55 +102,58 @@ pub fn unmet(devices: &[Device], cfg: &RdmaConfig) -> Unmet {
                     Some(n) => format!("{} has no port {n}", d.name),
                     None => format!("{} has no ports", d.name),
                 };
-                out.fail(Reason::DeviceWithoutPorts, what);
+                self.fail(Reason::DeviceWithoutPorts, what);
             }
             for p in ports {
-                let at = format!("{}/{}", d.name, p.port);
-                let phys = p.phys_state.map_or("phys_state unknown", |s| s.name());
-                match (p.active(), p.state) {
-                    (Some(true), _) => {}
-                    (Some(false), Some(s)) => {
-                        out.fail(
-                            not_active(s),
-                            format!("{at} is {} ({phys}), expected ACTIVE", s.name()),
-                        );
-                        continue;
-                    }
-                    (_, Some(s)) => {
-                        out.unknown.push(format!(
-                            "{at} state is {}: {} (the kernel does not name it), expected ACTIVE",
-                            s.0,
-                            s.name()
-                        ));
-                        continue;
-                    }
-                    (_, None) => {
-                        out.unknown
-                            .push(format!("{at} state is unreadable, expected ACTIVE"));
-                        continue;
-                    }
-                }
-                if let Some(min) = e.min_rate_gbps {
-                    match p.rate_gbps {
-                        Some(r) if r >= f64::from(min) => {}
-                        Some(r) => out.fail(
-                            Reason::PortRateBelowExpected,
-                            format!("{at} runs at {}, expected at least {min} Gb/s", rate(r)),
-                        ),
-                        None => out.unknown.push(format!(
-                            "{at} rate is unreadable, expected at least {min} Gb/s"
-                        )),
-                    }
-                }
+                self.expected_port(&format!("{}/{}", d.name, p.port), p, e);
             }
         }
     }
-    let active = active_by_link_layer(devices);
-    for (layer, min) in &cfg.min_active_ports {
-        let have = active.get(layer.as_str()).copied().unwrap_or(0);
-        if have >= *min {
-            continue;
+
+    /// One port an expectation names: ACTIVE, then at the least rate.
+    fn expected_port(&mut self, at: &str, p: &Port, e: &ExpectPort) {
+        let phys = p.phys_state.map_or("phys_state unknown", |s| s.name());
+        match (p.active(), p.state) {
+            (Some(true), _) => {}
+            (Some(false), Some(s)) => {
+                self.fail(
+                    not_active(s),
+                    format!("{at} is {} ({phys}), expected ACTIVE", s.name()),
+                );
+                return;
+            }
+            (_, Some(s)) => {
+                self.unknown.push(format!(
+                    "{at} state is {}: {} (the kernel does not name it), expected ACTIVE",
+                    s.0,
+                    s.name()
+                ));
+                return;
+            }
+            (_, None) => {
+                self.unknown
+                    .push(format!("{at} state is unreadable, expected ACTIVE"));
+                return;
+            }
         }
+        if let Some(min) = e.min_rate_gbps {
+            match p.rate_gbps {
+                Some(r) if r >= f64::from(min) => {}
+                Some(r) => self.fail(
+                    Reason::PortRateBelowExpected,
+                    format!("{at} runs at {}, expected at least {min} Gb/s", rate(r)),
+                ),
+                None => self.unknown.push(format!(
+                    "{at} rate is unreadable, expected at least {min} Gb/s"
+                )),
+            }
+        }
+    }
+
+    /// Fewer ACTIVE ports of a link layer than `rdma.min_active_ports` asks:
+    /// a failure, or unknown where ports of unknown state might make up the
+    /// difference.
+    fn too_few_active(&mut self, devices: &[Device], layer: &str, have: u32, min: u32) {
         // Ports of this (or an unreadable) link layer whose state is unknown.
         let unknown_ports = devices
             .iter()
@@ -146,19 +164,17 @@ pub fn unmet(devices: &[Device], cfg: &RdmaConfig) -> Unmet {
                     .is_none_or(|l| l.as_str() == layer || l == super::LinkLayer::Unknown)
             })
             .count();
-        // Ports whose state is unknown might make up the difference.
-        if have + u32::try_from(unknown_ports).unwrap_or(u32::MAX) >= *min {
-            out.unknown.push(format!(
+        if have + u32::try_from(unknown_ports).unwrap_or(u32::MAX) >= min {
+            self.unknown.push(format!(
                 "{have} ACTIVE {layer} port(s) and {unknown_ports} of unknown state, expected at least {min}"
             ));
         } else {
-            out.fail(
+            self.fail(
                 Reason::TooFewActivePorts,
                 format!("{have} ACTIVE {layer} port(s), expected at least {min}"),
             );
         }
     }
-    out
 }
 
 /// Without expectations, what an RDMA node needs anyway.
@@ -315,19 +331,7 @@ pub fn check(devices: &[Device], cfg: &RdmaConfig, gpu: &Finding) -> Check {
         )
     }));
     let errors: Vec<String> = devices.iter().flat_map(|d| d.errors.clone()).collect();
-    let problems: Vec<String> = devices
-        .iter()
-        .filter_map(|d| match &d.problem {
-            Some(Problem::NoPorts) => Some(format!("{} has no ports", d.name)),
-            Some(Problem::BrokenLink(why)) => Some(format!("{}: broken link ({why})", d.name)),
-            None => None,
-        })
-        .chain(
-            d.down
-                .iter()
-                .map(|p| format!("{p}; list it in rdma.ignore_ports if it is down by design")),
-        )
-        .collect();
+    let problems = warnings(devices, &d.down);
     let active = active_by_link_layer(devices);
     let details = json!({
         "devices": devices,
@@ -337,17 +341,7 @@ pub fn check(devices: &[Device], cfg: &RdmaConfig, gpu: &Finding) -> Check {
         "unknown": unknown,
     });
     let summary = summary(devices, active.values().sum(), gpu);
-    // Which problem names the warning: the first device problem, a port not
-    // ACTIVE, or an unreadable field.
-    let warn_reason = devices
-        .iter()
-        .find_map(|d| match &d.problem {
-            Some(Problem::NoPorts) => Some(Reason::DeviceWithoutPorts),
-            Some(Problem::BrokenLink(_)) => Some(Reason::DeviceBrokenLink),
-            None => None,
-        })
-        .or(d.down_reason)
-        .unwrap_or(Reason::FactUnreadable);
+    let warn_reason = warn_reason(devices, d.down_reason);
     let (status, message, reason) = if !failures.is_empty() {
         (
             Status::Fail,
@@ -378,4 +372,34 @@ pub fn check(devices: &[Device], cfg: &RdmaConfig, gpu: &Finding) -> Check {
     Check::new(CHECK_ID, status, message)
         .with_reason(reason)
         .with_details(details)
+}
+
+/// The devices' problems and the ports not ACTIVE, each a warning.
+fn warnings(devices: &[Device], down: &[String]) -> Vec<String> {
+    devices
+        .iter()
+        .filter_map(|d| match &d.problem {
+            Some(Problem::NoPorts) => Some(format!("{} has no ports", d.name)),
+            Some(Problem::BrokenLink(why)) => Some(format!("{}: broken link ({why})", d.name)),
+            None => None,
+        })
+        .chain(
+            down.iter()
+                .map(|p| format!("{p}; list it in rdma.ignore_ports if it is down by design")),
+        )
+        .collect()
+}
+
+/// Which problem names the warning: the first device problem, a port not
+/// ACTIVE, or an unreadable field.
+fn warn_reason(devices: &[Device], down_reason: Option<Reason>) -> Reason {
+    devices
+        .iter()
+        .find_map(|d| match &d.problem {
+            Some(Problem::NoPorts) => Some(Reason::DeviceWithoutPorts),
+            Some(Problem::BrokenLink(_)) => Some(Reason::DeviceBrokenLink),
+            None => None,
+        })
+        .or(down_reason)
+        .unwrap_or(Reason::FactUnreadable)
 }

@@ -6,7 +6,9 @@
 //! A value without a number is an error on that field, which is then
 //! unknown: never read as "down".
 
-use super::{Device, Kind, LinkLayer, PhysState, Port, PortState, Problem, RawDevice, Read};
+use super::{
+    Device, Kind, LinkLayer, PhysState, Port, PortState, Problem, RawDevice, RawPort, Read,
+};
 
 /// The number of `"<number>: <name>"`.
 fn number(text: &str) -> Result<u32, String> {
@@ -122,6 +124,46 @@ fn field<T>(
     }
 }
 
+/// One port's fields (`at`: `device/port`), its read errors and the notes
+/// its state and physical state call for.
+fn parse_port(
+    at: &str,
+    number: u32,
+    p: RawPort,
+    errors: &mut Vec<String>,
+    notes: &mut Vec<String>,
+) -> Port {
+    for (what, read, note) in [
+        ("state", &p.state, state_note as fn(&str) -> Option<String>),
+        ("phys_state", &p.phys_state, phys_state_note),
+    ] {
+        if let Ok(Some(t)) = read {
+            notes.extend(note(t).map(|n| format!("{at} {what}: {n}")));
+        }
+    }
+    let e = errors;
+    Port {
+        port: number,
+        state: field(e, &format!("{at} state"), &p.state, parse_state, true),
+        phys_state: field(
+            e,
+            &format!("{at} phys_state"),
+            &p.phys_state,
+            parse_phys_state,
+            true,
+        ),
+        rate_gbps: field(e, &format!("{at} rate"), &p.rate, parse_rate, true),
+        link_layer: field(
+            e,
+            &format!("{at} link_layer"),
+            &p.link_layer,
+            parse_link_layer,
+            true,
+        ),
+        netdev: p.ndev,
+    }
+}
+
 pub fn parse(raw: RawDevice) -> Device {
     let mut errors = raw.errors;
     let mut notes = Vec::new();
@@ -145,36 +187,13 @@ pub fn parse(raw: RawDevice) -> Device {
             errors.push(format!("{n}: unexpected port directory {:?}", p.name));
             continue;
         };
-        let at = format!("{n}/{number}");
-        for (what, read, note) in [
-            ("state", &p.state, state_note as fn(&str) -> Option<String>),
-            ("phys_state", &p.phys_state, phys_state_note),
-        ] {
-            if let Ok(Some(t)) = read {
-                notes.extend(note(t).map(|n| format!("{at} {what}: {n}")));
-            }
-        }
-        let e = &mut errors;
-        ports.push(Port {
-            port: number,
-            state: field(e, &format!("{at} state"), &p.state, parse_state, true),
-            phys_state: field(
-                e,
-                &format!("{at} phys_state"),
-                &p.phys_state,
-                parse_phys_state,
-                true,
-            ),
-            rate_gbps: field(e, &format!("{at} rate"), &p.rate, parse_rate, true),
-            link_layer: field(
-                e,
-                &format!("{at} link_layer"),
-                &p.link_layer,
-                parse_link_layer,
-                true,
-            ),
-            netdev: p.ndev,
-        });
+        ports.push(parse_port(
+            &format!("{n}/{number}"),
+            number,
+            p,
+            &mut errors,
+            &mut notes,
+        ));
     }
     ports.sort_by_key(|p| p.port);
     let problem = match &raw.broken_link {

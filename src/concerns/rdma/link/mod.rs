@@ -10,23 +10,22 @@
 //! the daemon's history and what this reading would add).
 
 pub mod history;
+mod judge;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 use crate::config::Config;
-use crate::engine::check::{Check, Status};
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
-use crate::engine::plan::Record;
 use crate::fleet::Fact;
 use crate::host::snapshot::Snapshot;
+use crate::host::state::Record;
 use crate::observe::Observation;
-use crate::reason::Reason;
 use history::{History, Reading, Readings};
+use judge::check;
 
 pub const CHECK_ID: &str = "rdma.link";
 pub const HISTORY_PATH: &str = "/var/lib/rdma-node-agent/link-history.json";
@@ -104,40 +103,9 @@ impl Concern for Link {
                 }
             };
             for port in ports {
-                let dir = base.join("ports").join(&port);
-                let read = |rel: &str| host.read_string(&dir.join(rel)).ok().flatten();
-                let number = |rel: &str| read(rel).and_then(|t| t.trim().parse::<u64>().ok());
-                let state = host.read_string(&dir.join("state"));
-                let active = state
-                    .as_ref()
-                    .ok()
-                    .and_then(Option::as_ref)
-                    .and_then(|t| crate::concerns::rdma::devices::parse_state(t).ok())
-                    .filter(|s| s.is_named())
-                    .map(|s| s.is_active());
-                if active.is_none() {
-                    unreadable.push(match state {
-                        Err(e) => format!("{dev}/{port} state: {e}"),
-                        Ok(None) => format!("{dev}/{port} state: absent"),
-                        Ok(Some(t)) => format!("{dev}/{port} state: {:?}", t.trim()),
-                    });
-                }
-                let netdev = read("gid_attrs/ndevs/0")
-                    .or_else(|| host.read_string(&base.join("parent")).ok().flatten())
-                    .map(|n| n.trim().to_owned());
-                let events = match (&events, &netdev) {
-                    (Some(e), Some(n)) => e.downs.get(n).copied().unwrap_or(0),
-                    _ => 0,
-                };
-                readings.ports.insert(
-                    format!("{dev}/{port}"),
-                    Reading {
-                        active,
-                        link_downed: number("counters/link_downed"),
-                        link_error_recovery: number("counters/link_error_recovery"),
-                        events,
-                    },
-                );
+                let (reading, why) = read_port(host, &base, &port, events.as_ref());
+                unreadable.extend(why.map(|w| format!("{dev}/{port} state: {w}")));
+                readings.ports.insert(format!("{dev}/{port}"), reading);
             }
         }
         Ok(Facts {
@@ -198,128 +166,45 @@ impl Concern for Link {
     }
 }
 
-fn check(
-    next: &History,
-    f: &Facts,
-    threshold: u32,
-    window: u64,
-    history_error: Option<String>,
-) -> Check {
-    let now = f.readings.now;
-    let shown_window = shown(window);
-    let flapping: Vec<(String, u64, u64)> = f
-        .readings
-        .ports
-        .keys()
-        .filter_map(|name| {
-            let p = next.ports.get(name)?;
-            let n = p.flaps_within(now, window);
-            (n > u64::from(threshold)).then(|| (name.clone(), n, p.last_flap().unwrap_or(now)))
-        })
-        .collect();
-    let details = json!({
-        "threshold": threshold,
-        "window_seconds": window,
-        "ports": f.readings.ports.keys().filter_map(|name| {
-            let p = next.ports.get(name)?;
-            Some(json!({
-                "port": name,
-                "flaps_in_window": p.flaps_within(now, window),
-                "flaps_total": p.flaps_total,
-                "link_downed_total": p.link_downed_total,
-                "link_error_recovery_total": p.link_error_recovery_total,
-                "last_flap": p.last_flap().map(utc),
-            }))
-        }).collect::<Vec<_>>(),
-        "unreadable": f.unreadable,
-    });
-    let ports = f.readings.ports.len();
-    // A port whose state could not be read may be flapping: never `ok`.
-    let unread = (!f.unreadable.is_empty()).then(|| {
-        format!(
-            "{} RDMA port(s) or device(s) could not be read, so their flaps are not known: {}",
-            f.unreadable.len(),
-            f.unreadable.join(", ")
-        )
-    });
-    let (status, message, reason) = if let Some(e) = history_error {
-        (
-            Status::Unknown,
-            format!(
-                "cannot read the link history, so flaps before now are not known: {e}; the daemon starts a new one"
-            ),
-            Reason::FactUnreadable,
-        )
-    } else if !flapping.is_empty() {
-        let named: Vec<String> = flapping
-            .iter()
-            .map(|(p, n, last)| {
-                format!(
-                    "{p} flapped {n} times in the last {shown_window}, last at {}",
-                    utc(*last)
-                )
-            })
-            .collect();
-        let flaps = format!(
-            "{} (more than rdma.flap_threshold = {threshold})",
-            named.join("; ")
-        );
-        match unread {
-            // Unknown is the worse: the unread ports may flap too.
-            Some(u) => (
-                Status::Unknown,
-                format!("{u}; {flaps}"),
-                Reason::FactUnreadable,
-            ),
-            None => (Status::Warn, flaps, Reason::LinkFlapping),
-        }
-    } else if let Some(u) = unread {
-        let read = f
-            .readings
-            .ports
-            .values()
-            .filter(|r| r.active.is_some())
-            .count();
-        (
-            Status::Unknown,
-            format!("{u}; {read} port(s) read, none flapping"),
-            Reason::FactUnreadable,
-        )
-    } else if ports == 0 {
-        (
-            Status::Skipped,
-            "no RDMA port (/sys/class/infiniband is empty or absent): no link to watch".to_owned(),
-            Reason::FactUnreadable,
-        )
-    } else {
-        let total: u64 = f
-            .readings
-            .ports
-            .keys()
-            .filter_map(|n| next.ports.get(n))
-            .map(|p| p.flaps_within(now, window))
-            .sum();
-        (
-            Status::Ok,
-            format!(
-                "{ports} port(s), {total} flap(s) in the last {shown_window} (warns above {threshold} per port)"
-            ),
-            Reason::FactUnreadable,
-        )
+/// One port's reading: its state (with why, when it cannot be named), the
+/// kernel's counters, and the daemon's link-down events for its netdev.
+fn read_port(
+    host: &Snapshot,
+    base: &Path,
+    port: &str,
+    events: Option<&Events>,
+) -> (Reading, Option<String>) {
+    let dir = base.join("ports").join(port);
+    let read = |rel: &str| host.read_string(&dir.join(rel)).ok().flatten();
+    let number = |rel: &str| read(rel).and_then(|t| t.trim().parse::<u64>().ok());
+    let state = host.read_string(&dir.join("state"));
+    let active = state
+        .as_ref()
+        .ok()
+        .and_then(Option::as_ref)
+        .and_then(|t| crate::concerns::rdma::devices::parse_state(t).ok())
+        .filter(|s| s.is_named())
+        .map(|s| s.is_active());
+    let unreadable = match (active, state) {
+        (Some(_), _) => None,
+        (None, Err(e)) => Some(e.to_string()),
+        (None, Ok(None)) => Some("absent".to_owned()),
+        (None, Ok(Some(t))) => Some(format!("{:?}", t.trim())),
     };
-    Check::new(CHECK_ID, status, message)
-        .with_reason(reason)
-        .with_details(details)
-}
-
-/// `1h`, `90s`, `2d`: the window as configured.
-fn shown(secs: u64) -> String {
-    match secs {
-        s if s % 86400 == 0 => format!("{}d", s / 86400),
-        s if s % 3600 == 0 => format!("{}h", s / 3600),
-        s if s % 60 == 0 => format!("{}m", s / 60),
-        s => format!("{s}s"),
-    }
+    let netdev = read("gid_attrs/ndevs/0")
+        .or_else(|| host.read_string(&base.join("parent")).ok().flatten())
+        .map(|n| n.trim().to_owned());
+    let events = match (events, &netdev) {
+        (Some(e), Some(n)) => e.downs.get(n).copied().unwrap_or(0),
+        _ => 0,
+    };
+    let reading = Reading {
+        active,
+        link_downed: number("counters/link_downed"),
+        link_error_recovery: number("counters/link_error_recovery"),
+        events,
+    };
+    (reading, unreadable)
 }
 
 /// Seconds since the epoch as `2026-11-26T07:40:55Z` (UTC; the civil-from-days
@@ -347,6 +232,8 @@ pub fn utc(secs: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::check::Status;
+    use crate::reason::Reason;
 
     #[test]
     fn utc_times() {

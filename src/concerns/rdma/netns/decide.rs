@@ -18,6 +18,15 @@ fn live_str(live: &Live) -> &str {
     }
 }
 
+/// A decision with no plan: the check says all.
+fn done(check: Check) -> Decision {
+    Decision {
+        check,
+        plan: Plan::default(),
+        reboot_reason: None,
+    }
+}
+
 pub fn decide(f: &Facts, cfg: &RdmaConfig) -> Decision {
     let mut details = json!({
         "configured": format!("{:?}", cfg.netns_mode).to_lowercase(),
@@ -26,11 +35,6 @@ pub fn decide(f: &Facts, cfg: &RdmaConfig) -> Decision {
     if let Live::Mode(m) = f.live {
         details["mode"] = json!(m.as_str());
     }
-    let done = |check: Check| Decision {
-        check,
-        plan: Plan::default(),
-        reboot_reason: None,
-    };
     let Some(want) = cfg.netns_mode.wanted() else {
         return done(
             Check::new(
@@ -44,10 +48,36 @@ pub fn decide(f: &Facts, cfg: &RdmaConfig) -> Decision {
             .with_details(details),
         );
     };
+    if let Some(refusal) = unsupported(f, &details) {
+        return done(refusal);
+    }
+    let mut d = Draft::new(details);
+    if let Some(refusal) = d.plugin_conflict(f, cfg, want) {
+        return done(refusal);
+    }
+    let persisting = d.persist(f, cfg, want);
+    let status_line = match d.live(f, cfg, want, persisting) {
+        Ok(line) => line,
+        Err(unreadable) => {
+            return done(
+                Check::new(CHECK_ID, Status::Unknown, unreadable)
+                    .with_reason(Reason::FactUnreadable)
+                    .with_details(d.details),
+            );
+        }
+    };
+    d.initramfs(f, cfg, persisting);
+    if cfg.check_cmdline {
+        d.cmdline(f, want);
+    }
+    d.finish(cfg, want, status_line)
+}
 
-    // Kernels before 5.3 have no netns mode, unless MLNX_OFED 4.7+ backports it.
+/// Kernels before 5.3 have no netns mode, unless MLNX_OFED 4.7+ backports it:
+/// the refusal (or why it cannot be told), if so.
+fn unsupported(f: &Facts, details: &serde_json::Value) -> Option<Check> {
     let Some(kernel) = f.osrelease.as_deref() else {
-        return done(
+        return Some(
             Check::new(
                 CHECK_ID,
                 Status::Unknown,
@@ -57,27 +87,61 @@ pub fn decide(f: &Facts, cfg: &RdmaConfig) -> Decision {
         );
     };
     let ofed = f.ofed_info.as_deref().and_then(parse_ofed);
-    if parse_kernel(kernel).is_none_or(|v| v < (5, 3)) && ofed.is_none_or(|v| v < (4, 7)) {
-        let found = match ofed {
-            Some((a, b)) => format!("MLNX_OFED {a}.{b} is too old"),
-            None => format!("MLNX_OFED was not found ({OFED_INFO})"),
-        };
-        return done(
-            Check::new(
-                CHECK_ID,
-                Status::Fail,
-                format!(
-                    "refusing to manage the RDMA netns mode: kernel {kernel} is older than 5.3 and {found}; \
-                     RDMA netns modes need kernel 5.3+ or MLNX_OFED 4.7+; nothing was changed"
-                ),
-            )
-            .with_reason(Reason::NetnsUnsupported)
-            .with_details(details),
-        );
+    let old_kernel = parse_kernel(kernel).is_none_or(|v| v < (5, 3));
+    let old_ofed = ofed.is_none_or(|v| v < (4, 7));
+    if !(old_kernel && old_ofed) {
+        return None;
+    }
+    let found = match ofed {
+        Some((a, b)) => format!("MLNX_OFED {a}.{b} is too old"),
+        None => format!("MLNX_OFED was not found ({OFED_INFO})"),
+    };
+    Some(
+        Check::new(
+            CHECK_ID,
+            Status::Fail,
+            format!(
+                "refusing to manage the RDMA netns mode: kernel {kernel} is older than 5.3 and {found}; \
+                 RDMA netns modes need kernel 5.3+ or MLNX_OFED 4.7+; nothing was changed"
+            ),
+        )
+        .with_reason(Reason::NetnsUnsupported)
+        .with_details(details.clone()),
+    )
+}
+
+/// What the decision found so far, in the order it looks: the plan, the
+/// problems (any makes it a failure), the warnings, and the reasons.
+struct Draft {
+    plan: Plan,
+    problems: Vec<String>,
+    warnings: Vec<String>,
+    details: serde_json::Value,
+    // What the live mode lacks names the failure before what the files lack.
+    live_reason: Option<Reason>,
+    file_reason: Option<Reason>,
+    reboot_reason: Option<String>,
+}
+
+impl Draft {
+    fn new(details: serde_json::Value) -> Draft {
+        Draft {
+            plan: Plan::default(),
+            problems: Vec::new(),
+            warnings: Vec::new(),
+            details,
+            live_reason: None,
+            file_reason: None,
+            reboot_reason: None,
+        }
     }
 
-    let mut warnings = Vec::new();
-    if want == NetnsMode::Exclusive && !f.plugin_sockets.is_empty() {
+    /// Exclusive mode stops the RDMA shared device plugin: refused, or a
+    /// warning, as `rdma.shared_plugin` says.
+    fn plugin_conflict(&mut self, f: &Facts, cfg: &RdmaConfig, want: NetnsMode) -> Option<Check> {
+        if want != NetnsMode::Exclusive || f.plugin_sockets.is_empty() {
+            return None;
+        }
         let sockets: Vec<String> = f
             .plugin_sockets
             .iter()
@@ -87,35 +151,34 @@ pub fn decide(f: &Facts, cfg: &RdmaConfig) -> Decision {
             "the RDMA shared device plugin is in use ({}) and stops working in exclusive mode",
             sockets.join(", ")
         );
-        details["shared_plugin"] = json!(sockets);
+        self.details["shared_plugin"] = json!(sockets);
         match cfg.shared_plugin {
-            PluginPolicy::Refuse => {
-                return done(
-                    Check::new(
-                        CHECK_ID,
-                        Status::Fail,
-                        format!(
-                            "refusing exclusive mode: {conflict}; remove the plugin, or set rdma.shared_plugin = \"warn\" to switch anyway"
-                        ),
-                    )
-                    .with_reason(Reason::NetnsPluginConflict)
-                    .with_details(details),
-                );
+            PluginPolicy::Refuse => Some(
+                Check::new(
+                    CHECK_ID,
+                    Status::Fail,
+                    format!(
+                        "refusing exclusive mode: {conflict}; remove the plugin, or set rdma.shared_plugin = \"warn\" to switch anyway"
+                    ),
+                )
+                .with_reason(Reason::NetnsPluginConflict)
+                .with_details(self.details.clone()),
+            ),
+            PluginPolicy::Warn => {
+                self.warnings.push(format!("WARNING: {conflict}"));
+                None
             }
-            PluginPolicy::Warn => warnings.push(format!("WARNING: {conflict}")),
         }
     }
 
-    let mut plan = Plan::default();
-    let mut problems = Vec::new();
-    // What the live mode lacks names the failure before what the files lack.
-    let mut live_reason = None;
-    let mut file_reason = None;
-    let file = cfg.modprobe_file.display();
-    let content = modprobe_content(want).into_bytes();
-    let persisting = f.modprobe.as_deref() != Some(content.as_slice());
-    if persisting {
-        plan.changes.push(FileChange {
+    /// Plans the modprobe file that persists the mode. Returns whether it
+    /// must be written.
+    fn persist(&mut self, f: &Facts, cfg: &RdmaConfig, want: NetnsMode) -> bool {
+        let content = modprobe_content(want).into_bytes();
+        if f.modprobe.as_deref() == Some(content.as_slice()) {
+            return false;
+        }
+        self.plan.changes.push(FileChange {
             path: cfg.modprobe_file.clone(),
             old: f.modprobe.clone(),
             new: Some(content),
@@ -124,135 +187,169 @@ pub fn decide(f: &Facts, cfg: &RdmaConfig) -> Decision {
             reason: format!("persist RDMA netns mode {want}"),
             restart: Vec::new(),
         });
-        problems.push(format!("{want} mode is not persisted in {file}"));
-        file_reason = Some(Reason::NetnsNotPersisted);
-    }
-
-    let mut reboot_reason = None;
-    let mut status_line = match &f.live {
-        Live::NotLoaded => format!("ib_core is not loaded; {want} applies when it loads"),
-        Live::Mode(m) if *m == want => format!("{want} (live)"),
-        Live::Mode(m) if f.namespaces.is_empty() => {
-            plan.actions.push(Action {
-                kind: ActionKind::Effect(Arc::new(effects::SetMode {
-                    mode: want,
-                    cfg: cfg.clone(),
-                })),
-                reason: format!("live mode is {m}"),
-            });
-            problems.push(format!("live mode is {m}, want {want}"));
-            live_reason = Some(Reason::NetnsModeMismatch);
-            String::new()
-        }
-        Live::Mode(m) => {
-            details["blocking_namespaces"] = json!(f.namespaces);
-            let why = format!(
-                "the live mode is {m} and the kernel refuses to switch while other network namespaces exist: {}",
-                describe(&f.namespaces)
-            );
-            reboot_reason = Some(format!("RDMA netns mode {want} (live: {m})"));
-            live_reason = Some(Reason::NetnsBusy);
-            details["reboot_required"] = json!(true);
-            problems.push(format!(
-                "pending reboot: {want} is {} in {file}, but {why}",
-                if persisting {
-                    "to be persisted"
-                } else {
-                    "persisted"
-                }
-            ));
-            String::new()
-        }
-        Live::Unreadable(e) => {
-            return done(
-                Check::new(CHECK_ID, Status::Unknown, e.clone())
-                    .with_reason(Reason::FactUnreadable)
-                    .with_details(details),
-            );
-        }
-    };
-
-    if let Some(e) = &f.initramfs_error {
-        warnings.push(format!(
-            "cannot tell whether ib_core loads from the initramfs ({e}): if it does, the next boot keeps the old mode until the initramfs is rebuilt"
+        self.problems.push(format!(
+            "{want} mode is not persisted in {}",
+            cfg.modprobe_file.display()
         ));
+        self.file_reason = Some(Reason::NetnsNotPersisted);
+        true
     }
-    if let Some(i) = &f.initramfs {
-        details["initramfs_has_ib_core"] = json!(i.has_ib_core);
-        if i.has_ib_core && (persisting || !i.has_agent_file) {
-            match cfg.initramfs {
-                InitramfsPolicy::Rebuild => {
-                    plan.actions.push(Action {
-                        kind: ActionKind::Effect(Arc::new(effects::RebuildInitramfs {
-                            command: i.rebuild.clone(),
-                        })),
-                        reason: format!("ib_core loads from the initramfs, which lacks {file}"),
-                    });
-                    // Shown until a rebuild succeeds, so a failing one is not silent.
-                    warnings.push(format!(
-                        "ib_core loads from the initramfs, which lacks {file}: the next boot keeps the old mode until `{}` succeeds (rdma.initramfs = \"rebuild\")",
-                        i.rebuild.join(" ")
-                    ));
-                }
-                InitramfsPolicy::Report => warnings.push(format!(
-                    "ib_core loads from the initramfs, which lacks {file}: run `{}` (or set rdma.initramfs = \"rebuild\"), or the next boot keeps the old mode",
-                    i.rebuild.join(" ")
-                )),
+
+    /// The live mode: the status line when it is as wanted (empty when it is
+    /// not), a switch planned where the kernel allows one, a reboot where it
+    /// does not; `Err` with why the mode cannot be read.
+    fn live(
+        &mut self,
+        f: &Facts,
+        cfg: &RdmaConfig,
+        want: NetnsMode,
+        persisting: bool,
+    ) -> Result<String, String> {
+        let file = cfg.modprobe_file.display();
+        match &f.live {
+            Live::NotLoaded => Ok(format!(
+                "ib_core is not loaded; {want} applies when it loads"
+            )),
+            Live::Mode(m) if *m == want => Ok(format!("{want} (live)")),
+            Live::Mode(m) if f.namespaces.is_empty() => {
+                self.plan.actions.push(Action {
+                    kind: ActionKind::Effect(Arc::new(effects::SetMode {
+                        mode: want,
+                        cfg: cfg.clone(),
+                    })),
+                    reason: format!("live mode is {m}"),
+                });
+                self.problems.push(format!("live mode is {m}, want {want}"));
+                self.live_reason = Some(Reason::NetnsModeMismatch);
+                Ok(String::new())
             }
+            Live::Mode(m) => {
+                self.details["blocking_namespaces"] = json!(f.namespaces);
+                let why = format!(
+                    "the live mode is {m} and the kernel refuses to switch while other network namespaces exist: {}",
+                    describe(&f.namespaces)
+                );
+                self.reboot_reason = Some(format!("RDMA netns mode {want} (live: {m})"));
+                self.live_reason = Some(Reason::NetnsBusy);
+                self.details["reboot_required"] = json!(true);
+                self.problems.push(format!(
+                    "pending reboot: {want} is {} in {file}, but {why}",
+                    if persisting {
+                        "to be persisted"
+                    } else {
+                        "persisted"
+                    }
+                ));
+                Ok(String::new())
+            }
+            Live::Unreadable(e) => Err(e.clone()),
         }
     }
 
-    if cfg.check_cmdline {
+    /// An ib_core loaded from an initramfs that lacks the modprobe file keeps
+    /// the old mode at the next boot: rebuilt or reported, as
+    /// `rdma.initramfs` says.
+    fn initramfs(&mut self, f: &Facts, cfg: &RdmaConfig, persisting: bool) {
+        let file = cfg.modprobe_file.display();
+        if let Some(e) = &f.initramfs_error {
+            self.warnings.push(format!(
+                "cannot tell whether ib_core loads from the initramfs ({e}): if it does, the next boot keeps the old mode until the initramfs is rebuilt"
+            ));
+        }
+        let Some(i) = &f.initramfs else {
+            return;
+        };
+        self.details["initramfs_has_ib_core"] = json!(i.has_ib_core);
+        if !(i.has_ib_core && (persisting || !i.has_agent_file)) {
+            return;
+        }
+        match cfg.initramfs {
+            InitramfsPolicy::Rebuild => {
+                self.plan.actions.push(Action {
+                    kind: ActionKind::Effect(Arc::new(effects::RebuildInitramfs {
+                        command: i.rebuild.clone(),
+                    })),
+                    reason: format!("ib_core loads from the initramfs, which lacks {file}"),
+                });
+                // Shown until a rebuild succeeds, so a failing one is not silent.
+                self.warnings.push(format!(
+                    "ib_core loads from the initramfs, which lacks {file}: the next boot keeps the old mode until `{}` succeeds (rdma.initramfs = \"rebuild\")",
+                    i.rebuild.join(" ")
+                ));
+            }
+            InitramfsPolicy::Report => self.warnings.push(format!(
+                "ib_core loads from the initramfs, which lacks {file}: run `{}` (or set rdma.initramfs = \"rebuild\"), or the next boot keeps the old mode",
+                i.rebuild.join(" ")
+            )),
+        }
+    }
+
+    /// `rdma.check_cmdline`: the boot loader's command line names the mode.
+    fn cmdline(&mut self, f: &Facts, want: NetnsMode) {
         let want_arg = want.wire();
         let found = f.cmdline.as_deref().and_then(cmdline_mode);
         // A bool parameter: 0/1 and N/Y spell the same modes.
         if found.map(parse_param) != Some(Ok(want)) {
-            problems.push(format!(
+            self.problems.push(format!(
                 "the kernel command line {} (rdma.check_cmdline): add ib_core.netns_mode={want_arg} to the boot loader's command line",
                 match found {
                     Some(v) => format!("has ib_core.netns_mode={v}"),
                     None => "lacks ib_core.netns_mode".into(),
                 }
             ));
-            file_reason.get_or_insert(Reason::NetnsNotPersisted);
+            self.file_reason.get_or_insert(Reason::NetnsNotPersisted);
         }
     }
 
-    let reason = live_reason
-        .or(file_reason)
-        .unwrap_or(Reason::NetnsInitramfsStale);
-    let (status, message) = if !problems.is_empty() {
-        let mut m = problems.join("; ");
-        if !plan.is_empty() {
-            m.push_str(" (run `rdma-node-agent apply`)");
-        }
-        (Status::Fail, m)
-    } else {
-        if status_line.is_empty() {
-            status_line = format!("{want}");
-        }
-        status_line.push_str(&format!(", persisted in {file}"));
-        if warnings.is_empty() {
-            (Status::Ok, status_line)
+    /// The check: failed with every problem, else ok (or a warning) with
+    /// the live mode and where it is persisted.
+    fn finish(self, cfg: &RdmaConfig, want: NetnsMode, mut status_line: String) -> Decision {
+        let Draft {
+            mut plan,
+            problems,
+            warnings,
+            details,
+            live_reason,
+            file_reason,
+            reboot_reason,
+        } = self;
+        let file = cfg.modprobe_file.display();
+        let reason = live_reason
+            .or(file_reason)
+            .unwrap_or(Reason::NetnsInitramfsStale);
+        let (status, message) = if !problems.is_empty() {
+            let mut m = problems.join("; ");
+            if !plan.is_empty() {
+                m.push_str(" (run `rdma-node-agent apply`)");
+            }
+            (Status::Fail, m)
         } else {
-            (
-                Status::Warn,
-                format!("{status_line}; {}", warnings.join("; ")),
-            )
+            if status_line.is_empty() {
+                status_line = format!("{want}");
+            }
+            status_line.push_str(&format!(", persisted in {file}"));
+            if warnings.is_empty() {
+                (Status::Ok, status_line)
+            } else {
+                (
+                    Status::Warn,
+                    format!("{status_line}; {}", warnings.join("; ")),
+                )
+            }
+        };
+        let message = if status == Status::Fail && !warnings.is_empty() {
+            format!("{message}; {}", warnings.join("; "))
+        } else {
+            message
+        };
+        plan.notes
+            .extend(warnings.iter().filter(|_| status != Status::Fail).cloned());
+        Decision {
+            check: Check::new(CHECK_ID, status, message)
+                .with_reason(reason)
+                .with_details(details),
+            plan,
+            reboot_reason,
         }
-    };
-    let message = if status == Status::Fail && !warnings.is_empty() {
-        format!("{message}; {}", warnings.join("; "))
-    } else {
-        message
-    };
-    plan.notes
-        .extend(warnings.iter().filter(|_| status != Status::Fail).cloned());
-    Decision {
-        check: Check::new(CHECK_ID, status, message)
-            .with_reason(reason)
-            .with_details(details),
-        plan,
-        reboot_reason,
     }
 }

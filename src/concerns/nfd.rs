@@ -1,6 +1,8 @@
 //! Node Feature Discovery labels from the checks, so RDMA pods can be scheduled
 //! only on prepared nodes: a feature file in NFD's local source directory,
-//! written atomically (dot-file, then rename) and removed by `revert`.
+//! written atomically (dot-file, then rename) and removed by `revert`. A
+//! concern registered last: it reads the checks and observations of all the
+//! others, by check id, as the engine hands them over (it imports none).
 
 use crate::config::{Config, NfdConfig};
 use crate::engine::check::{Check, Report};
@@ -50,7 +52,7 @@ fn readiness_labels(checks: &[Check], observations: &[Observation]) -> Vec<(Stri
     use crate::engine::check::Status;
     let status = |id: &str| checks.iter().find(|c| c.id == id).map(|c| c.status);
     let mut out = Vec::new();
-    match status(crate::concerns::readiness::pods_rdma::CHECK_ID) {
+    match status("pods.rdma") {
         Some(Status::Ok) => {
             out.push(("rdma-node-agent.rdma-pods-ok".to_owned(), "true".to_owned()))
         }
@@ -61,7 +63,7 @@ fn readiness_labels(checks: &[Check], observations: &[Observation]) -> Vec<(Stri
         _ => {}
     }
     if matches!(
-        status(crate::concerns::readiness::kubelet::CHECK_ID),
+        status("kubelet.devices"),
         Some(Status::Ok | Status::Warn | Status::Fail)
     ) {
         let advertised = observations.iter().any(|o| {
@@ -182,6 +184,18 @@ mod tests {
         let r = labels(&checks, &seen, &c);
         assert!(r.contains(&("rdma-node-agent.rdma-pods-ok".into(), "false".into())));
         assert!(r.contains(&("rdma-node-agent.rdma-advertised".into(), "true".into())));
+        // `gpudirect` follows gpudirect.path's mechanism, and only when it could tell.
+        for m in ["peermem", "none"] {
+            let seen = [Observation::GpuDirectMechanism(Some(m))];
+            let l = labels(&ok, &seen, &c);
+            assert!(l.contains(&("rdma-node-agent.gpudirect".into(), m.into())));
+        }
+        let unknown = [Observation::GpuDirectMechanism(None)];
+        assert!(
+            !labels(&ok, &unknown, &c)
+                .iter()
+                .any(|(k, _)| k.ends_with(".gpudirect"))
+        );
         let skipped = vec![Check::new("kubelet.devices", Status::Skipped, "")];
         assert_eq!(labels(&skipped, &[], &c).len(), 2);
         assert!(text.contains("\nrdma-node-agent.ready=false\n"));
