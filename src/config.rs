@@ -13,6 +13,7 @@ pub mod driver_health;
 pub mod globs;
 pub mod gpudirect;
 pub mod nri;
+pub mod pcie;
 pub mod rdma;
 pub mod readiness;
 pub mod section;
@@ -52,6 +53,7 @@ pub struct Config {
     pub nfd: NfdConfig,
     pub rdma: rdma::RdmaConfig,
     pub gpudirect: gpudirect::GpuDirectConfig,
+    pub pcie: pcie::PcieConfig,
     pub kernel: KernelConfig,
     pub kubelet: readiness::KubeletConfig,
     pub driver_health: driver_health::DriverHealthConfig,
@@ -156,6 +158,7 @@ impl Config {
         one(&self.nfd, text, shown_path)?;
         one(&self.rdma, text, shown_path)?;
         one(&self.gpudirect, text, shown_path)?;
+        one(&self.pcie, text, shown_path)?;
         one(&self.kernel, text, shown_path)?;
         one(&self.kubelet, text, shown_path)?;
         one(&self.driver_health, text, shown_path)

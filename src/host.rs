@@ -31,6 +31,7 @@ pub mod nri;
 pub mod own;
 pub mod pci_config;
 pub mod pci_helper;
+pub mod pci_path;
 pub mod peer;
 pub mod procfs;
 pub mod prometheus;

@@ -79,6 +79,14 @@ pub enum Observation {
         width: Option<u32>,
         max_width: Option<u32>,
     },
+    /// A PCIe function `pcie.aer` watches (a NIC's, a GPU's, a bridge above
+    /// them): its AER totals since boot, correctable, non-fatal, fatal (`None`:
+    /// no AER statistics, or unreadable), and whether its link retrained down.
+    PcieAer {
+        function: String,
+        totals: Option<[u64; 3]>,
+        retrained_down: bool,
+    },
     /// Fleet comparison facts, link history, and state to keep (`crate::fleet`).
     Fleet(crate::fleet::Fact),
     /// A device-plugin resource the kubelet has registered, with its healthy devices.

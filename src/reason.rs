@@ -104,6 +104,12 @@ reasons! {
     DriverFatalLog => "driver_fatal_log",
     DriverLogWarning => "driver_log_warning",
     KernelLogUnreadable => "kernel_log_unreadable",
+    // pcie.aer
+    AerFatal => "aer_fatal",
+    AerNonfatal => "aer_nonfatal",
+    AerCorrectableRising => "aer_correctable_rising",
+    PcieLinkRetrainedDown => "pcie_link_retrained_down",
+    AerUnavailable => "aer_unavailable",
 }
 
 impl std::fmt::Display for Reason {

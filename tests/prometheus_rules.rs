@@ -153,6 +153,14 @@ fn promtool_test_rules_fire_on_trouble_and_stay_silent_when_healthy() {
         false,
         &[("rdma_node_agent_reboot_held_back", "1")],
     ));
+    // pcie.aer's counters (series only for functions with errors): a fatal
+    // one, correctable errors rising 10 a minute, and a few that do not rise.
+    // The alert's own `severity` label replaces the series' (its error class).
+    let aer = |function: &str, severity: &str, values: &str| json!({"series": format!("rdma_node_agent_pcie_aer_errors_total{{instance=\"aer-node\",job=\"rdma-node-agent\",function=\"{function}\",severity=\"{severity}\"}}"), "values": values});
+    input.push(aer("0000:05:00.0", "fatal", "1+0x120"));
+    input.push(aer("0000:03:00.0", "correctable", "0+10x120"));
+    input.push(aer("0000:00:10.0", "correctable", "7+0x120"));
+    input.push(aer("0000:00:10.0", "fatal", "0+0x120"));
 
     let alert = |name: &str, extra: &[(&str, &str)]| {
         let r = rule(name);
@@ -191,6 +199,12 @@ fn promtool_test_rules_fire_on_trouble_and_stay_silent_when_healthy() {
             ]},
             {"eval_time": at, "alertname": "RDMANodeRebootRequired", "exp_alerts": []},
             {"eval_time": at, "alertname": "RDMANodeAgentReconcileErrors", "exp_alerts": []},
+            {"eval_time": at, "alertname": "PCIeAERFatalError", "exp_alerts": [
+                alert("PCIeAERFatalError", &[("instance", "aer-node"), ("function", "0000:05:00.0")]),
+            ]},
+            {"eval_time": at, "alertname": "PCIeAERCorrectableRising", "exp_alerts": [
+                alert("PCIeAERCorrectableRising", &[("instance", "aer-node"), ("function", "0000:03:00.0")]),
+            ]},
         ],
     }]);
     support::prometheus::promtool_test(&rules_file(), tests);

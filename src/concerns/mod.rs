@@ -8,6 +8,7 @@ pub mod fleet;
 pub mod gpudirect;
 pub mod kernel;
 pub mod nfd;
+pub mod pcie;
 pub mod pods;
 pub mod rdma;
 pub mod readiness;
@@ -30,6 +31,7 @@ pub static ALL: &[&dyn Run] = &[
     &rdma::concern::Devices,
     &rdma::link::Link,
     &gpudirect::Path,
+    &pcie::Aer,
     &driver::Health,
     &readiness::kubelet::Kubelet,
     &rdma::concern::Netns,

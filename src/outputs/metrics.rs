@@ -170,6 +170,7 @@ pub fn families(cycle: &Cycle, totals: Totals) -> Families {
 
     readiness(&mut m, seen);
     super::gpudirect_metrics::gpudirect(&mut m, seen);
+    super::aer_metrics::aer(&mut m, seen);
     super::driver_health_metrics::driver_health(&mut m, seen);
     nri(&mut m, seen);
     super::fleet_metrics::fleet(&mut m, seen);

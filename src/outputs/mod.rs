@@ -1,6 +1,7 @@
 //! What the daemon publishes after each reconcile, for the health outputs
 //! (HTTP, metrics) to render: they read this record, never the host.
 
+mod aer_metrics;
 pub mod assets;
 mod driver_health_metrics;
 pub mod exposition;

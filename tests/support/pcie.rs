@@ -143,6 +143,20 @@ pub fn write_function(root: &Path, devpath: &str, f: &Function) {
         put("max_link_width", w.to_string());
     }
     put("numa_node", f.numa.unwrap_or(-1).to_string());
+    // The kernel (CONFIG_PCIEAER) gives a function with the AER capability its
+    // statistics files, a root port its totals too: as a clean boot has them
+    // (tests/fixtures/aer/clean, the kernel's format).
+    if f.ext.iter().any(|(_, id)| *id == 0x0001) {
+        let clean = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/aer/clean");
+        for name in ["aer_dev_correctable", "aer_dev_nonfatal", "aer_dev_fatal"] {
+            fs::copy(clean.join(name), dir.join(name)).unwrap();
+        }
+        if f.express.is_some_and(|(_, port)| port == ROOT_PORT) {
+            for sev in ["cor", "nonfatal", "fatal"] {
+                put(&format!("aer_rootport_total_err_{sev}"), "0".into());
+            }
+        }
+    }
     let bus = root.join("sys/bus/pci/devices");
     fs::create_dir_all(&bus).unwrap();
     let link = bus.join(&f.bdf);

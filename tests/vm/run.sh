@@ -25,6 +25,12 @@
 # VM_QEMU_ARGS (split on blanks) adds machine and device options, VM_APPEND words
 # to the kernel command line: tests/vm_acs.rs boots a q35 machine with PCIe root
 # ports, a switch and an IOMMU that way. Unset, the machine is the rxe tier's.
+#
+# VM_INJECT names a host-side helper in tests/vm (aer-inject.sh): the monitor
+# is then a pipe chardev instead of none, and the helper runs beside QEMU for
+# each boot as `VM_INJECT MONITOR CONSOLE_LOG RESULTS/inject-BOOT.log`, reading
+# the guest's requests from its serial console (tests/vm_acs.rs injects AER
+# errors that way).
 set -euo pipefail
 
 payload=${1:?usage: run.sh PAYLOAD_DIR RESULTS_DIR}
@@ -56,6 +62,15 @@ mkdir -p "$results"
 kernel=$(head -n 1 "$image/RELEASES")
 
 read -r -a extra <<<"${VM_QEMU_ARGS:-}"
+inject=
+if [ -n "${VM_INJECT:-}" ]; then
+    inject="$here/$VM_INJECT"
+    [ -x "$inject" ] || fail "VM_INJECT=$VM_INJECT: $inject is not an executable"
+    mkfifo "$work/mon.in" "$work/mon.out"
+    monitor=(-chardev "pipe,id=mon,path=$work/mon" -mon chardev=mon,mode=readline)
+else
+    monitor=(-monitor none)
+fi
 boot=0
 while :; do
     boot=$((boot + 1))
@@ -64,9 +79,15 @@ while :; do
     tb=$(date +%s)
     # -no-reboot: a panic or a reboot ends QEMU; this loop does the reboots.
     status=0
+    helper=
+    if [ -n "$inject" ]; then
+        : >"$results/console-$boot.log"
+        "$inject" "$work/mon" "$results/console-$boot.log" "$results/inject-$boot.log" &
+        helper=$!
+    fi
     nice -n 5 timeout --kill-after=10 "$boot_limit" qemu-system-x86_64 \
         -accel "$accel" -cpu max -smp 1 -m 2048 \
-        -nodefaults -display none -no-reboot -monitor none \
+        -nodefaults -display none -no-reboot "${monitor[@]}" \
         -serial "file:$results/console-$boot.log" \
         -kernel "$image/vmlinuz-$kernel" -initrd "$image/initrd.img-$kernel" \
         -append "root=/dev/vda rw console=ttyS0 panic=-1 init=/lib/systemd/systemd${VM_APPEND:+ $VM_APPEND}" \
@@ -75,6 +96,10 @@ while :; do
         -drive "file=$work/payload.tar,format=raw,if=virtio,readonly=on" \
         -drive "file=$work/results.img,format=raw,if=virtio" \
         || status=$?
+    if [ -n "$helper" ]; then
+        kill "$helper" 2>/dev/null
+        wait "$helper" 2>/dev/null || true
+    fi
     secs=$(( $(date +%s) - tb ))
     [ "$status" = 124 ] && fail "boot $boot did not power off within ${boot_limit} s (console: $results/console-$boot.log)"
     [ "$status" = 0 ] || fail "qemu-system-x86_64 failed (exit $status) in boot $boot: $(tail -n 5 "$results/console-$boot.log" 2>/dev/null)"
