@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::host::{Host, HostError};
 
 mod containerd;
+pub mod counters;
 pub mod globs;
 pub mod gpudirect;
 pub mod nri;
@@ -50,6 +51,7 @@ pub struct Config {
     pub http: HttpConfig,
     pub nfd: NfdConfig,
     pub rdma: rdma::RdmaConfig,
+    pub counters: counters::CountersConfig,
     pub gpudirect: gpudirect::GpuDirectConfig,
     pub kernel: KernelConfig,
     pub kubelet: readiness::KubeletConfig,
@@ -153,6 +155,7 @@ impl Config {
         one(&self.http, text, shown_path)?;
         one(&self.nfd, text, shown_path)?;
         one(&self.rdma, text, shown_path)?;
+        one(&self.counters, text, shown_path)?;
         one(&self.gpudirect, text, shown_path)?;
         one(&self.kernel, text, shown_path)?;
         one(&self.kubelet, text, shown_path)

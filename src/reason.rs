@@ -97,6 +97,16 @@ reasons! {
     DkmsStatusDisagrees => "dkms_status_disagrees",
     DkmsStatusTimeout => "dkms_status_timeout",
     DkmsStatusFailed => "dkms_status_failed",
+    // rdma.counters
+    SymbolErrors => "symbol_errors",
+    LinkIntegrity => "link_integrity",
+    RcvErrors => "rcv_errors",
+    XmitDiscards => "xmit_discards",
+    Retransmits => "retransmits",
+    Congestion => "congestion",
+    CountersSaturated => "counters_saturated",
+    CountersUnreadable => "counters_unreadable",
+    CountersNoBaseline => "counters_no_baseline",
 }
 
 impl std::fmt::Display for Reason {

@@ -27,6 +27,7 @@ pub static ALL: &[&dyn Run] = &[
     &readiness::pods_rdma::PodsRdma,
     &rdma::concern::Devices,
     &rdma::link::Link,
+    &rdma::counters::Counters,
     &gpudirect::Path,
     &readiness::kubelet::Kubelet,
     &rdma::concern::Netns,

@@ -1,0 +1,212 @@
+//! `rdma.counters`: every RDMA port's error and congestion counters
+//! (`ports/<n>/counters/` and `ports/<n>/hw_counters/` in sysfs) read once a
+//! reconcile and turned into counts over a window, against thresholds per
+//! class (`[counters]`). The baselines persist (`history`), keyed by the
+//! port's stable identity; a reset, a reboot and a wrap are handled as the
+//! flap history handles them. The management NIC (the one carrying the
+//! default route) is reported apart and never warns or fails the node.
+//!
+//! The concern only reads: the next history goes out as a `Persist` fact
+//! that the daemon writes after the reconcile (`check` never writes).
+
+pub mod classes;
+pub mod decide;
+pub mod gather;
+pub mod history;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::SystemTime;
+
+use serde_json::json;
+
+use crate::config::Config;
+use crate::engine::check::{Check, Status};
+use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
+use crate::engine::plan::Record;
+use crate::fleet::Fact;
+use crate::host::snapshot::Snapshot;
+use crate::observe::Observation;
+use crate::reason::Reason;
+use decide::{Finding, Summary};
+use gather::Gathered;
+use history::{History, PortReading, Readings};
+
+pub const CHECK_ID: &str = "rdma.counters";
+pub const HISTORY_PATH: &str = "/var/lib/rdma-node-agent/counters-history.json";
+
+pub struct Facts {
+    /// The persisted history; `Err` when it cannot be read or parsed.
+    pub history: Result<History, String>,
+    pub gathered: Gathered,
+    pub now: u64,
+    pub boot_id: Option<String>,
+}
+
+pub struct Counters;
+
+impl Concern for Counters {
+    type Facts = Facts;
+
+    fn ids(&self) -> &'static [&'static str] {
+        &[CHECK_ID]
+    }
+
+    fn enabled(&self, cfg: &Config) -> bool {
+        cfg.rdma.enabled && cfg.counters.enabled
+    }
+
+    fn gather(&self, snap: &Snapshot, _cfg: &Config) -> Result<Facts, GatherError> {
+        let history = match snap.state_read(Path::new(HISTORY_PATH)) {
+            Ok(None) => Ok(History::default()),
+            Ok(Some(b)) => serde_json::from_slice::<History>(&b)
+                .map_err(|e| format!("{HISTORY_PATH} does not parse ({e})")),
+            Err(e) => Err(e.to_string()),
+        };
+        let gathered = gather::gather(snap).map_err(GatherError::unknown)?;
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        Ok(Facts {
+            history,
+            gathered,
+            now,
+            boot_id: snap.boot_id(),
+        })
+    }
+
+    fn decide(&self, f: &Facts, ctx: &Ctx) -> Decision {
+        let (check, next, observations) = evaluate(f, &ctx.config.counters);
+        let mut observations = observations;
+        // Written only when it changed: an idle port's baselines stay put.
+        if f.history.as_ref() != Ok(&next) {
+            let mut bytes = serde_json::to_vec_pretty(&next).expect("history serializes");
+            bytes.push(b'\n');
+            observations.push(Observation::Fleet(Fact::Persist {
+                record: Record {
+                    path: HISTORY_PATH.into(),
+                    bytes,
+                    note: None,
+                },
+                check: CHECK_ID,
+            }));
+        }
+        Decision {
+            checks: vec![check],
+            observations,
+            ..Decision::default()
+        }
+    }
+}
+
+/// The check, the next history and the per-class observations.
+pub fn evaluate(
+    f: &Facts,
+    cfg: &crate::config::counters::CountersConfig,
+) -> (Check, History, Vec<Observation>) {
+    let window = cfg.window_secs;
+    let shown_window = shown(window);
+    let (old, history_error) = decide::old_history(&f.history);
+    let readings = Readings {
+        now: f.now,
+        boot_id: f.boot_id.clone(),
+        ports: f
+            .gathered
+            .ports
+            .iter()
+            .map(|p| {
+                let r = PortReading {
+                    name: p.name(),
+                    values: p.rated.clone(),
+                };
+                (p.identity.clone(), r)
+            })
+            .collect(),
+    };
+    let next = history::update(&old, &readings, window);
+    let routes: BTreeSet<String> = f.gathered.default_route.clone().unwrap_or_default();
+    let (mut findings, mut management, mut pending) = (Vec::new(), Vec::new(), Vec::new());
+    let mut observations = Vec::new();
+    let mut ports = Vec::new();
+    for p in &f.gathered.ports {
+        let is_management = p.netdevs.iter().any(|n| routes.contains(n));
+        let is_new = history_error.is_some() || !old.ports.contains_key(&p.identity);
+        let h = next.ports.get(&p.identity);
+        let rated = h
+            .map(|h| decide::rate(h, f.now, window))
+            .unwrap_or_default();
+        let mut mine: Vec<Finding> = p
+            .unreadable
+            .iter()
+            .map(|u| Finding {
+                port: p.name(),
+                status: Status::Unknown,
+                reason: Reason::CountersUnreadable,
+                text: format!("{} {u}", p.name()),
+            })
+            .collect();
+        if is_new {
+            pending.push(p.name());
+        } else {
+            mine.extend(decide::judge(p, &rated, cfg, &shown_window));
+        }
+        for r in &rated {
+            if r.total > 0 || r.in_window > 0 {
+                observations.push(Observation::PortErrors {
+                    device: p.device.clone(),
+                    port: p.port.clone(),
+                    class: r.class.as_str(),
+                    total: r.total,
+                    per_second: if is_new { None } else { r.per_second },
+                });
+            }
+        }
+        ports.push(decide::port_details(p, h, &rated, is_management, is_new));
+        if is_management {
+            management.extend(mine);
+        } else {
+            findings.extend(mine);
+        }
+    }
+    findings.extend(f.gathered.devices_unreadable.iter().map(|d| Finding {
+        port: d.clone(),
+        status: Status::Unknown,
+        reason: Reason::CountersUnreadable,
+        text: format!("cannot read device {d}"),
+    }));
+    let v = decide::verdict(&Summary {
+        findings: &findings,
+        management: &management,
+        pending: &pending,
+        ports: f.gathered.ports.len(),
+        history_error,
+        shown_window: &shown_window,
+    });
+    let details = json!({
+        "window_seconds": window,
+        "default_route_netdevs": match &f.gathered.default_route {
+            Ok(r) => json!(r),
+            Err(e) => json!({"error": e}),
+        },
+        "ports": ports,
+        "devices_unreadable": f.gathered.devices_unreadable,
+    });
+    let mut check = Check::new(CHECK_ID, v.status, v.message).with_details(details);
+    if let Some(r) = v.reason {
+        check = check.with_reason(r);
+    }
+    (check, next, observations)
+}
+
+/// `1h`, `90s`, `2d`: the window as configured.
+fn shown(secs: u64) -> String {
+    match secs {
+        s if s % 86400 == 0 => format!("{}d", s / 86400),
+        s if s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
+#[cfg(test)]
+mod tests;
