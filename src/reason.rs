@@ -106,7 +106,6 @@ reasons! {
     Congestion => "congestion",
     CountersSaturated => "counters_saturated",
     CountersUnreadable => "counters_unreadable",
-    CountersNoBaseline => "counters_no_baseline",
 }
 
 impl std::fmt::Display for Reason {

@@ -267,6 +267,8 @@ fn a_gpu_node_with_eight_ports_exports_at_most_150_series() {
         "rdma_node_agent_check_reason",
         "rdma_node_agent_gpudirect_pair_problem",
         "rdma_node_agent_port_last_flap_timestamp_seconds",
+        "rdma_node_agent_port_errors_total",
+        "rdma_node_agent_port_errors_per_second",
     ];
     let for_problems: usize = problems_only
         .iter()

@@ -172,6 +172,7 @@ pub fn families(cycle: &Cycle, totals: Totals) -> Families {
     super::gpudirect_metrics::gpudirect(&mut m, seen);
     nri(&mut m, seen);
     super::fleet_metrics::fleet(&mut m, seen);
+    super::counters_metrics::counters(&mut m, seen);
 
     m.counter(
         "reconciles",

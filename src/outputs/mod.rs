@@ -2,6 +2,7 @@
 //! (HTTP, metrics) to render: they read this record, never the host.
 
 pub mod assets;
+mod counters_metrics;
 pub mod exposition;
 mod fleet_metrics;
 mod gpudirect_metrics;

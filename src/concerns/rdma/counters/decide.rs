@@ -199,7 +199,8 @@ pub fn verdict(s: &Summary) -> Verdict {
                 "{} port(s) read for the first time: baselines taken, no rate yet (rates from the next reconcile){management}",
                 s.ports
             ),
-            reason: Some(Reason::CountersNoBaseline),
+            // Skipped carries no reason.
+            reason: None,
         };
     }
     Verdict {
