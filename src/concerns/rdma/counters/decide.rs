@@ -137,6 +137,7 @@ pub struct Summary<'a> {
     pub findings: &'a [Finding],
     pub management: &'a [Finding],
     pub pending: &'a [String],
+    pub unrated: &'a [String],
     pub ports: usize,
     pub history_error: Option<&'a str>,
     pub shown_window: &'a str,
@@ -161,7 +162,18 @@ pub fn verdict(s: &Summary) -> Verdict {
             m.join("; ")
         )
     };
-    let tail = format!("{}{management}", pending.clone().unwrap_or_default());
+    let unrated = if s.unrated.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; no counter this check rates on {} (their counters are in the details)",
+            s.unrated.join(", ")
+        )
+    };
+    let tail = format!(
+        "{}{unrated}{management}",
+        pending.clone().unwrap_or_default()
+    );
     if let Some(e) = s.history_error {
         return Verdict {
             status: Status::Unknown,
@@ -192,12 +204,22 @@ pub fn verdict(s: &Summary) -> Verdict {
             reason: Some(Reason::FactUnreadable),
         };
     }
-    if s.pending.len() == s.ports {
+    if s.unrated.len() == s.ports {
         return Verdict {
             status: Status::Skipped,
             message: format!(
-                "{} port(s) read for the first time: baselines taken, no rate yet (rates from the next reconcile){management}",
+                "{} port(s), none with a counter this check rates{unrated}{management}",
                 s.ports
+            ),
+            reason: None,
+        };
+    }
+    if s.pending.len() + s.unrated.len() == s.ports {
+        return Verdict {
+            status: Status::Skipped,
+            message: format!(
+                "{} port(s) read for the first time: baselines taken, no rate yet (rates from the next reconcile){unrated}{management}",
+                s.pending.len()
             ),
             // Skipped carries no reason.
             reason: None,
@@ -207,7 +229,7 @@ pub fn verdict(s: &Summary) -> Verdict {
         status: Status::Ok,
         message: format!(
             "{} port(s), error and congestion counters within thresholds over the last {}{tail}",
-            s.ports - s.pending.len(),
+            s.ports - s.pending.len() - s.unrated.len(),
             s.shown_window
         ),
         reason: None,

@@ -162,6 +162,9 @@ fn read_counters(dir: &Dir<'_>, base: &str, which: CounterDir, p: &mut PortRead)
         }
         let key = format!("{}/{name}", which.as_str());
         let value = match dir.read_string(&format!("{sub}/{name}")) {
+            // A driver without a PMA (i40iw, irdma) answers `N/A (no PMA)`:
+            // the counter does not exist there, it is not unreadable.
+            Ok(Some(t)) if t.trim_start().starts_with("N/A") => continue,
             Ok(Some(t)) => t
                 .trim()
                 .parse::<u64>()

@@ -126,6 +126,9 @@ pub fn evaluate(
     let next = history::update(&old, &readings, window);
     let routes: BTreeSet<String> = f.gathered.default_route.clone().unwrap_or_default();
     let (mut findings, mut management, mut pending) = (Vec::new(), Vec::new(), Vec::new());
+    // Ports with no counter a class knows (i40iw without a PMA, Omni-Path):
+    // their counters are shown, and they are not called within thresholds.
+    let mut unrated = Vec::new();
     let mut observations = Vec::new();
     let mut ports = Vec::new();
     for p in &f.gathered.ports {
@@ -145,7 +148,9 @@ pub fn evaluate(
                 text: format!("{} {u}", p.name()),
             })
             .collect();
-        if is_new {
+        if p.rated.is_empty() && p.unreadable.is_empty() {
+            unrated.push(p.name());
+        } else if is_new {
             pending.push(p.name());
         } else {
             mine.extend(decide::judge(p, &rated, cfg, &shown_window));
@@ -178,6 +183,7 @@ pub fn evaluate(
         findings: &findings,
         management: &management,
         pending: &pending,
+        unrated: &unrated,
         ports: f.gathered.ports.len(),
         history_error,
         shown_window: &shown_window,
