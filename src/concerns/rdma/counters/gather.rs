@@ -88,6 +88,7 @@ pub fn gather(host: &ReadHost) -> Result<Gathered, crate::host::HostError> {
             }
         };
         let id = identity(host, &dir, &dev);
+        let ports_dir = dir.subdir("ports");
         let function_netdevs = dir.list("device/net").unwrap_or_default();
         let parent = dir.read_string("parent").ok().flatten();
         for port in ports {
@@ -111,7 +112,7 @@ pub fn gather(host: &ReadHost) -> Result<Gathered, crate::host::HostError> {
             let masters: Vec<String> = p.netdevs.iter().filter_map(|n| master(host, n)).collect();
             p.netdevs.extend(masters);
             for which in [CounterDir::Counters, CounterDir::HwCounters] {
-                read_counters(&dir, &base, which, &mut p);
+                read_counters(&dir, ports_dir.as_ref(), &p.port.clone(), which, &mut p);
             }
             g.ports.push(p);
         }
@@ -145,10 +146,24 @@ fn master(host: &ReadHost, netdev: &str) -> Option<String> {
         .and_then(|l| l.file_name().map(|n| n.to_string_lossy().into_owned()))
 }
 
-fn read_counters(dir: &Dir<'_>, base: &str, which: CounterDir, p: &mut PortRead) {
-    // An absent directory lists empty: rxe has no `counters/`, siw neither.
-    let sub = format!("{base}/{}", which.as_str());
-    let names = match dir.list(&sub) {
+fn read_counters(
+    dir: &Dir<'_>,
+    ports: Option<&Dir<'_>>,
+    port: &str,
+    which: CounterDir,
+    p: &mut PortRead,
+) {
+    // Opened once, its files read relative to it (the cost is system calls);
+    // else by path from the device. An absent directory lists empty: rxe has
+    // no `counters/`, siw neither.
+    let opened = ports
+        .and_then(|d| d.subdir(port))
+        .and_then(|d| d.subdir(which.as_str()));
+    let (from, prefix) = match &opened {
+        Some(d) => (d, String::new()),
+        None => (dir, format!("ports/{port}/{}/", which.as_str())),
+    };
+    let names = match from.list(prefix.trim_end_matches('/')) {
         Ok(n) => n,
         Err(e) => {
             p.unreadable.push(format!("{}: {e}", which.as_str()));
@@ -161,7 +176,7 @@ fn read_counters(dir: &Dir<'_>, base: &str, which: CounterDir, p: &mut PortRead)
             continue;
         }
         let key = format!("{}/{name}", which.as_str());
-        let value = match dir.read_string(&format!("{sub}/{name}")) {
+        let value = match from.read_string(&format!("{prefix}{name}")) {
             // A driver without a PMA (i40iw, irdma) answers `N/A (no PMA)`:
             // the counter does not exist there, it is not unreadable.
             Ok(Some(t)) if t.trim_start().starts_with("N/A") => continue,
