@@ -29,6 +29,8 @@ set -u
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 # The boot count, `step`/`sh_step` and the results disk (tests/vm/steps.sh).
 . "$(dirname "$0")/steps.sh"
+# rdma.counters under tc netem (boot 1): tests/vm/counters-steps.sh.
+. "$(dirname "$0")/counters-steps.sh"
 # The unit's config: the rdma.link daemon's (report mode, below).
 CONF=/etc/rdma-node-agent/config.toml
 # The netns steps' config, given with --config: the unit's daemon keeps its own.
@@ -493,6 +495,7 @@ boot1() {
     wait "$holder" 2>/dev/null
     step settle-fd settle_netns
     link_flaps
+    counters_netem
     # Live shared, exclusive persisted: the next boot comes up exclusive from
     # modprobe.d alone.
     sh_step modprobe-persisted "cat /etc/modprobe.d/rdma-node-agent.conf"
