@@ -51,13 +51,15 @@ counters_up() {
     rdma link show
     echo "gid rxe0 $(gid_index rxe0 0a4d:0001) rxe1 $(gid_index rxe1 0a4d:0002)"
 }
-# ib_write_bw rxe0 -> rxe1 across the veth pair: 20 writes of 1 MiB.
+# ib_write_bw rxe0 -> rxe1 across the veth pair: 20 writes of 1 MiB. The QP
+# timeout is about 1 s (-u 18, 4.096 us x 2^18): TCG's pauses are no ACK
+# timeouts, so what is retransmitted is what netem lost or corrupted.
 peer_bw() {
     x0=$(gid_index rxe0 0a4d:0001) && x1=$(gid_index rxe1 0a4d:0002) || return 1
-    ip netns exec peer timeout 120 ib_write_bw -d rxe1 -x "$x1" -s 1048576 -n 20 -F >"$R/peer-bw-server.tmp" 2>&1 &
+    ip netns exec peer timeout 120 ib_write_bw -d rxe1 -x "$x1" -s 1048576 -n 20 -u 18 -F >"$R/peer-bw-server.tmp" 2>&1 &
     server=$!
     sleep 2
-    timeout 120 ib_write_bw -d rxe0 -x "$x0" -s 1048576 -n 20 -F 10.77.0.2 2>&1
+    timeout 120 ib_write_bw -d rxe0 -x "$x0" -s 1048576 -n 20 -u 18 -F 10.77.0.2 2>&1
     rc=$?
     wait $server
     src=$?
