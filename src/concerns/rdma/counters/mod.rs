@@ -104,8 +104,7 @@ pub fn evaluate(
     f: &Facts,
     cfg: &crate::config::counters::CountersConfig,
 ) -> (Check, History, Vec<Observation>) {
-    let window = cfg.window_secs;
-    let shown_window = shown(window);
+    let shown_window = shown(cfg.window_secs);
     let (old, history_error) = decide::old_history(&f.history);
     let readings = Readings {
         now: f.now,
@@ -123,85 +122,121 @@ pub fn evaluate(
             })
             .collect(),
     };
-    let next = history::update(&old, &readings, window);
+    let next = history::update(&old, &readings, cfg.window_secs);
     let routes: BTreeSet<String> = f.gathered.default_route.clone().unwrap_or_default();
-    let (mut findings, mut management, mut pending) = (Vec::new(), Vec::new(), Vec::new());
-    // Ports with no counter a class knows (i40iw without a PMA, Omni-Path):
-    // their counters are shown, and they are not called within thresholds.
-    let mut unrated = Vec::new();
-    let mut observations = Vec::new();
-    let mut ports = Vec::new();
+    let mut all = Judged::default();
     for p in &f.gathered.ports {
-        let is_management = p.netdevs.iter().any(|n| routes.contains(n));
-        let is_new = history_error.is_some() || !old.ports.contains_key(&p.identity);
-        let h = next.ports.get(&p.identity);
-        let rated = h
-            .map(|h| decide::rate(h, f.now, window))
-            .unwrap_or_default();
-        let mut mine: Vec<Finding> = p
-            .unreadable
-            .iter()
-            .map(|u| Finding {
-                port: p.name(),
-                status: Status::Unknown,
-                reason: Reason::CountersUnreadable,
-                text: format!("{} {u}", p.name()),
-            })
-            .collect();
-        if p.rated.is_empty() && p.unreadable.is_empty() {
-            unrated.push(p.name());
-        } else if is_new {
-            pending.push(p.name());
-        } else {
-            mine.extend(decide::judge(p, &rated, cfg, &shown_window));
-        }
-        for r in &rated {
-            if r.total > 0 || r.in_window > 0 {
-                observations.push(Observation::PortErrors {
-                    device: p.device.clone(),
-                    port: p.port.clone(),
-                    class: r.class.as_str(),
-                    total: r.total,
-                    per_second: if is_new { None } else { r.per_second },
-                });
-            }
-        }
-        ports.push(decide::port_details(p, h, &rated, is_management, is_new));
-        if is_management {
-            management.extend(mine);
-        } else {
-            findings.extend(mine);
-        }
+        let ctx = PortCtx {
+            management: p.netdevs.iter().any(|n| routes.contains(n)),
+            new: history_error.is_some() || !old.ports.contains_key(&p.identity),
+            history: next.ports.get(&p.identity),
+        };
+        judge_port(p, &ctx, f.now, cfg, &shown_window, &mut all);
     }
-    findings.extend(f.gathered.devices_unreadable.iter().map(|d| Finding {
-        port: d.clone(),
-        status: Status::Unknown,
-        reason: Reason::CountersUnreadable,
-        text: format!("cannot read device {d}"),
-    }));
+    all.findings
+        .extend(f.gathered.devices_unreadable.iter().map(|d| Finding {
+            port: d.clone(),
+            status: Status::Unknown,
+            reason: Reason::CountersUnreadable,
+            text: format!("cannot read device {d}"),
+        }));
     let v = decide::verdict(&Summary {
-        findings: &findings,
-        management: &management,
-        pending: &pending,
-        unrated: &unrated,
+        findings: &all.findings,
+        management: &all.management,
+        pending: &all.pending,
+        unrated: &all.unrated,
         ports: f.gathered.ports.len(),
         history_error,
         shown_window: &shown_window,
     });
     let details = json!({
-        "window_seconds": window,
+        "window_seconds": cfg.window_secs,
         "default_route_netdevs": match &f.gathered.default_route {
             Ok(r) => json!(r),
             Err(e) => json!({"error": e}),
         },
-        "ports": ports,
+        "ports": all.details,
         "devices_unreadable": f.gathered.devices_unreadable,
     });
     let mut check = Check::new(CHECK_ID, v.status, v.message).with_details(details);
     if let Some(r) = v.reason {
         check = check.with_reason(r);
     }
-    (check, next, observations)
+    (check, next, all.observations)
+}
+
+/// What one port is to the verdict.
+struct PortCtx<'a> {
+    /// It carries the default route: reported, never counted against the node.
+    management: bool,
+    /// No baseline before this reading (or the history is unreadable).
+    new: bool,
+    history: Option<&'a history::PortHistory>,
+}
+
+/// Every port's part of the verdict, gathered.
+#[derive(Default)]
+struct Judged {
+    findings: Vec<Finding>,
+    management: Vec<Finding>,
+    pending: Vec<String>,
+    /// Ports with no counter a class knows (i40iw without a PMA, Omni-Path):
+    /// their counters are shown, and they are not called within thresholds.
+    unrated: Vec<String>,
+    observations: Vec<Observation>,
+    details: Vec<serde_json::Value>,
+}
+
+fn judge_port(
+    p: &gather::PortRead,
+    ctx: &PortCtx,
+    now: u64,
+    cfg: &crate::config::counters::CountersConfig,
+    shown_window: &str,
+    all: &mut Judged,
+) {
+    let rated = ctx
+        .history
+        .map(|h| decide::rate(h, now, cfg.window_secs))
+        .unwrap_or_default();
+    let mut mine: Vec<Finding> = p
+        .unreadable
+        .iter()
+        .map(|u| Finding {
+            port: p.name(),
+            status: Status::Unknown,
+            reason: Reason::CountersUnreadable,
+            text: format!("{} {u}", p.name()),
+        })
+        .collect();
+    if p.rated.is_empty() && p.unreadable.is_empty() {
+        all.unrated.push(p.name());
+    } else if ctx.new {
+        all.pending.push(p.name());
+    } else {
+        mine.extend(decide::judge(p, &rated, cfg, shown_window));
+    }
+    for r in rated.iter().filter(|r| r.total > 0 || r.in_window > 0) {
+        all.observations.push(Observation::PortErrors {
+            device: p.device.clone(),
+            port: p.port.clone(),
+            class: r.class.as_str(),
+            total: r.total,
+            per_second: if ctx.new { None } else { r.per_second },
+        });
+    }
+    all.details.push(decide::port_details(
+        p,
+        ctx.history,
+        &rated,
+        ctx.management,
+        ctx.new,
+    ));
+    if ctx.management {
+        all.management.extend(mine);
+    } else {
+        all.findings.extend(mine);
+    }
 }
 
 /// `1h`, `90s`, `2d`: the window as configured.
