@@ -314,8 +314,22 @@ fn every_fleet_alert_fires_for_its_node_only_and_stays_silent_on_a_healthy_fleet
         .iter()
         .map(|a| json!({"eval_time": at, "alertname": a, "exp_alerts": []}))
         .collect();
+    // A class's series appears only once it counted something: its first
+    // value is within the window's rise (5 at 0m, then 2 a minute: 9 at 2m).
+    let rise = {
+        let l = by(Fault::PortErrors).labels(
+            "rdma_node_agent_port_errors_total",
+            &[("device", "mlx5_0"), ("class", "symbol_errors")],
+        );
+        let text: Vec<String> = l.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+        format!("rdma:port_errors:rise1h{{{}}}", text.join(","))
+    };
+    let exprs = json!([
+        {"expr": "rdma:port_errors:rise1h", "eval_time": "2m", "exp_samples": [{"labels": rise, "value": 9}]},
+        {"expr": "rdma:port_errors:rise1h", "eval_time": "65m", "exp_samples": [{"labels": rise, "value": 120}]},
+    ]);
     promtool_test(json!([
-        {"interval": "1m", "input_series": input(&fleet), "alert_rule_test": fires},
+        {"interval": "1m", "input_series": input(&fleet), "alert_rule_test": fires, "promql_expr_test": exprs},
         {"interval": "1m", "input_series": input(&calm), "alert_rule_test": silent},
     ]));
 }

@@ -13,18 +13,23 @@ use super::analyse::{Ctx, label};
 /// What a day is to these sections: the rise over it is what they rank by.
 pub const WINDOW: &str = "1d";
 
+/// A counter's rise over the day: now less its lowest sample in the day, or
+/// all of it for a series that appeared within the day (the agent exports a
+/// class only once it counted something: its first errors made it appear).
+fn rise(series: &str) -> String {
+    format!(
+        "(({series} - (min_over_time({series}[{WINDOW}]) and {series} offset {WINDOW})) or {series}) > 0"
+    )
+}
+
 /// The port query: each class's rise over the day, errors only, only rises.
 pub fn port_errors_query() -> String {
-    format!(
-        "(rdma_node_agent_port_errors_total{{class!=\"congestion\"}} - min_over_time(rdma_node_agent_port_errors_total{{class!=\"congestion\"}}[{WINDOW}])) > 0"
-    )
+    rise("rdma_node_agent_port_errors_total{class!=\"congestion\"}")
 }
 
 /// The AER query: each function's and severity's rise over the day.
 pub fn aer_query() -> String {
-    format!(
-        "(rdma_node_agent_pcie_aer_errors_total - min_over_time(rdma_node_agent_pcie_aer_errors_total[{WINDOW}])) > 0"
-    )
+    rise("rdma_node_agent_pcie_aer_errors_total")
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -257,8 +262,12 @@ mod tests {
 
     #[test]
     fn the_queries_leave_congestion_out_and_take_the_rise_over_a_day() {
-        assert!(port_errors_query().contains("class!=\"congestion\""));
-        assert!(port_errors_query().contains("[1d])) > 0"));
-        assert!(aer_query().starts_with("(rdma_node_agent_pcie_aer_errors_total - min_over_time("));
+        assert_eq!(
+            port_errors_query(),
+            "((rdma_node_agent_port_errors_total{class!=\"congestion\"} - (min_over_time(rdma_node_agent_port_errors_total{class!=\"congestion\"}[1d]) and rdma_node_agent_port_errors_total{class!=\"congestion\"} offset 1d)) or rdma_node_agent_port_errors_total{class!=\"congestion\"}) > 0"
+        );
+        assert!(
+            aer_query().starts_with("((rdma_node_agent_pcie_aer_errors_total - (min_over_time(")
+        );
     }
 }
