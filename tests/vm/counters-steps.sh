@@ -1,13 +1,16 @@
 # rdma.counters in the real-kernel tier (sourced by tests/vm/guest.sh, boot 1,
 # after rdma.link's steps; the live netns mode is shared there).
 #
-# Soft-RoCE between two network namespaces, so that RoCE packets cross a real
-# netdev: rxe0 on veth0 here, rxe1 on veth1 moved into the namespace `peer`.
-# ib_write_bw from rxe0 to rxe1, first clean, then with `tc netem` loss and
-# corruption on veth0; rxe's retransmission counters and the verdict of the
-# unit's daemon (its /status, after a SIGHUP reconcile) are recorded after each.
-# At the end: netem, rxe1, the namespace and the addresses gone, veth1 back,
-# the unit stopped with rdma.link's config back.
+# RoCE must cross a real netdev for netem to act on it, and the 6.1 kernel's
+# rxe receives RoCE only in the initial network namespace (its UDP socket is
+# init_net's; it finds the rxe device by the receiving netdev). So both ends
+# stay here and the packets take a detour: rxe0 on veth0 (10.77.0.1) and rxe1
+# on vethc (10.77.0.2); policy routing by output device sends rxe0's packets
+# out of veth0 into the namespace `peer`, which forwards them back in over
+# vethb/vethc (and the answers the other way). ib_write_bw rxe0 -> rxe1, first
+# clean, then with `tc netem` loss and corruption on veth0; rxe's counters and
+# the verdict of the unit's daemon (its /status, after a SIGHUP reconcile) are
+# recorded after each. At the end everything is taken down again.
 # rdma.link's daemon config (guest.sh's LINK_CONFIG) and a [counters] section:
 # retransmits warn at 20 within the hour (the default, 3601, is an hour of one
 # a second; this run lasts seconds).
@@ -35,28 +38,46 @@ gid_index() {
     return 1
 }
 counters_up() {
+    ip link add vethb type veth peer name vethc || return 1
     ip netns add peer || return 1
-    ip link set veth1 netns peer || return 1
-    ip netns exec peer ip link set lo up || return 1
-    ip netns exec peer ip link set veth1 up || return 1
-    ip addr add 10.77.0.1/24 dev veth0 || return 1
-    ip netns exec peer ip addr add 10.77.0.2/24 dev veth1 || return 1
-    ip netns exec peer rdma link add rxe1 type rxe netdev veth1 || return 1
+    ip link set veth1 netns peer && ip link set vethb netns peer || return 1
+    ip netns exec peer sh -ec '
+        sysctl -qw net.ipv4.ip_forward=1 net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0
+        for d in lo veth1 vethb; do ip link set $d up; done
+        for d in veth1 vethb; do sysctl -qw net.ipv4.conf.$d.rp_filter=0 net.ipv4.conf.$d.proxy_arp=1; done
+        ip addr add 10.88.0.254/24 dev veth1
+        ip addr add 10.89.0.254/24 dev vethb
+        ip route add 10.77.0.1/32 dev veth1
+        ip route add 10.77.0.2/32 dev vethb' || return 1
+    ip link set vethc up || return 1
+    sysctl -qw net.ipv4.conf.all.rp_filter=0 || return 1
+    for d in veth0 vethc; do
+        sysctl -qw net.ipv4.conf.$d.rp_filter=0 net.ipv4.conf.$d.accept_local=1 || return 1
+    done
+    ip addr add 10.77.0.1/32 dev veth0 && ip addr add 10.77.0.2/32 dev vethc || return 1
+    # Sent by rxe (its route lookup names the output device): out of that
+    # device, not to the local table, which comes after.
+    ip route add 10.77.0.2/32 dev veth0 table 100 && ip route add 10.77.0.1/32 dev vethc table 101 || return 1
+    ip rule add pref 10 oif veth0 lookup 100 && ip rule add pref 11 oif vethc lookup 101 || return 1
+    ip rule add pref 1000 lookup local && ip rule del pref 0 || return 1
+    rdma link add rxe1 type rxe netdev vethc || return 1
     i=0
-    until gid_index rxe0 0a4d:0001 >/dev/null && gid_index rxe1 0a4d:0002 >/dev/null; do
+    until gid_index rxe0 0a4d:0001 >/dev/null && gid_index rxe1 0a4d:0002 >/dev/null \
+        && grep -q ACTIVE /sys/class/infiniband/rxe0/ports/1/state; do
         i=$((i + 1))
-        [ $i -lt 100 ] || { echo "no RoCE v2 IPv4 GID after 20 s"; return 1; }
+        [ $i -lt 100 ] || { echo "no RoCE v2 IPv4 GID or no ACTIVE rxe0 after 20 s"; return 1; }
         sleep 0.2
     done
     rdma link show
+    ip rule show
     echo "gid rxe0 $(gid_index rxe0 0a4d:0001) rxe1 $(gid_index rxe1 0a4d:0002)"
 }
-# ib_write_bw rxe0 -> rxe1 across the veth pair: 20 writes of 1 MiB. The QP
+# ib_write_bw rxe0 -> rxe1 by the detour: 20 writes of 1 MiB. The QP
 # timeout is about 1 s (-u 18, 4.096 us x 2^18): TCG's pauses are no ACK
 # timeouts, so what is retransmitted is what netem lost or corrupted.
 peer_bw() {
     x0=$(gid_index rxe0 0a4d:0001) && x1=$(gid_index rxe1 0a4d:0002) || return 1
-    ip netns exec peer timeout 120 ib_write_bw -d rxe1 -x "$x1" -s 1048576 -n 20 -u 18 -F >"$R/peer-bw-server.tmp" 2>&1 &
+    timeout 120 ib_write_bw -d rxe1 -x "$x1" -s 1048576 -n 20 -u 18 -F >"$R/peer-bw-server.tmp" 2>&1 &
     server=$!
     sleep 2
     timeout 120 ib_write_bw -d rxe0 -x "$x0" -s 1048576 -n 20 -u 18 -F 10.77.0.2 2>&1
@@ -92,13 +113,21 @@ counters_down() {
     unit_journal >>"$R/counters-daemon.log"
     printf '%s\n' "$LINK_CONFIG" >"$CONF"
     tc qdisc del dev veth0 root 2>/dev/null
-    ip netns exec peer rdma link delete rxe1
+    rdma link delete rxe1
+    ip rule add pref 0 lookup local
+    ip rule del pref 1000
+    ip rule del pref 10
+    ip rule del pref 11
+    ip route flush table 100
+    ip route flush table 101
+    ip link del vethc
     ip netns exec peer ip link set veth1 netns 1
     ip netns del peer
-    ip addr del 10.77.0.1/24 dev veth0
+    ip addr del 10.77.0.1/32 dev veth0
     ip link set veth1 up
     wait_state ACTIVE
     rdma link show
+    ip rule show
 }
 counters_netem() {
     step counters-up counters_up

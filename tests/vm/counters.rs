@@ -1,9 +1,10 @@
 //! `rdma.counters` on a real kernel (boot 1 of the VM tier), as installed: the
 //! unit's daemon (the .deb's, restarted with systemctl, driven by SIGHUP and
 //! read over /status and /metrics) judges Soft-RoCE's own retransmission
-//! counters. ib_write_bw runs from rxe0 (veth0) to rxe1 (veth1, in another
-//! network namespace) so that RoCE crosses a real netdev: clean, the verdict
-//! is `ok`; with `tc netem` loss and corruption on veth0, rxe's retransmission
+//! counters. ib_write_bw runs from rxe0 (veth0) to rxe1 (vethc) by a detour
+//! through another network namespace, so that RoCE crosses a real netdev
+//! (6.1's rxe receives only in the initial namespace): clean, the verdict is
+//! `ok`; with `tc netem` loss and corruption on veth0, rxe's retransmission
 //! counters rise and the verdict is `warn`, reason `retransmits`, naming the
 //! port and the counters. The guest side is tests/vm/counters-steps.sh.
 
