@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::host::{Host, HostError};
 
 mod containerd;
+pub mod counters;
 pub mod driver_health;
 pub mod globs;
 pub mod gpudirect;
@@ -52,6 +53,7 @@ pub struct Config {
     pub http: HttpConfig,
     pub nfd: NfdConfig,
     pub rdma: rdma::RdmaConfig,
+    pub counters: counters::CountersConfig,
     pub gpudirect: gpudirect::GpuDirectConfig,
     pub pcie: pcie::PcieConfig,
     pub kernel: KernelConfig,
@@ -157,6 +159,7 @@ impl Config {
         one(&self.http, text, shown_path)?;
         one(&self.nfd, text, shown_path)?;
         one(&self.rdma, text, shown_path)?;
+        one(&self.counters, text, shown_path)?;
         one(&self.gpudirect, text, shown_path)?;
         one(&self.pcie, text, shown_path)?;
         one(&self.kernel, text, shown_path)?;

@@ -37,6 +37,7 @@ pub mod procfs;
 pub mod prometheus;
 pub mod read;
 mod resolve;
+pub mod route;
 pub mod rt;
 pub mod rtnetlink;
 pub mod runtime;

@@ -87,6 +87,16 @@ pub enum Observation {
         totals: Option<[u64; 3]>,
         retrained_down: bool,
     },
+    /// One RDMA port's error counters of one class (`rdma.counters`): what
+    /// rose since the agent's first baseline (across resets and reboots), and
+    /// the rate over the configured window (`None`: no baseline yet).
+    PortErrors {
+        device: String,
+        port: String,
+        class: &'static str,
+        total: u64,
+        per_second: Option<f64>,
+    },
     /// Fleet comparison facts, link history, and state to keep (`crate::fleet`).
     Fleet(crate::fleet::Fact),
     /// A device-plugin resource the kubelet has registered, with its healthy devices.

@@ -110,6 +110,15 @@ reasons! {
     AerCorrectableRising => "aer_correctable_rising",
     PcieLinkRetrainedDown => "pcie_link_retrained_down",
     AerUnavailable => "aer_unavailable",
+    // rdma.counters
+    SymbolErrors => "symbol_errors",
+    LinkIntegrity => "link_integrity",
+    RcvErrors => "rcv_errors",
+    XmitDiscards => "xmit_discards",
+    Retransmits => "retransmits",
+    Congestion => "congestion",
+    CountersSaturated => "counters_saturated",
+    CountersUnreadable => "counters_unreadable",
 }
 
 impl std::fmt::Display for Reason {

@@ -270,6 +270,8 @@ fn a_gpu_node_with_eight_ports_exports_at_most_150_series() {
         "rdma_node_agent_driver_health_reporter_in_error",
         "rdma_node_agent_driver_health_reporter_errors_total",
         "rdma_node_agent_driver_log_messages_total",
+        "rdma_node_agent_port_errors_total",
+        "rdma_node_agent_port_errors_per_second",
     ];
     let for_problems: usize = problems_only
         .iter()

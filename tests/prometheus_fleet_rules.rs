@@ -116,9 +116,14 @@ fn input(nodes: &[Node]) -> Vec<Value> {
             let flapping = n.fault == Fault::Flapping
                 && name == "rdma_node_agent_port_flaps_total"
                 && labels.contains(&("device".into(), "mlx5_0".into()));
+            let erring = n.fault == Fault::PortErrors
+                && name == "rdma_node_agent_port_errors_total"
+                && labels.contains(&("class".into(), "symbol_errors".into()));
             let values = match n.fault {
                 Fault::Gone => format!("{value}x30"),
                 _ if flapping => "0+1x70".to_owned(),
+                // Two symbol errors a minute.
+                _ if erring => format!("{value}+2x70"),
                 _ => format!("{value}+0x70"),
             };
             out.push(json!({"series": format!("{name}{{{}}}", text.join(",")), "values": values}));
@@ -180,7 +185,7 @@ fn promtool_test(tests: Value) {
     support::prometheus::promtool_test(&rules_file(), tests);
 }
 
-const ALERTS: [&str; 10] = [
+const ALERTS: [&str; 11] = [
     "RDMANotReadyReason",
     "RDMANodeNotReporting",
     "RDMAFirmwareMinority",
@@ -191,6 +196,7 @@ const ALERTS: [&str; 10] = [
     "RDMAGpuDriverMismatch",
     "RDMAKubeletResourcesZero",
     "RDMALinkFlapping",
+    "RDMAPortErrorsRising",
 ];
 
 #[test]
@@ -223,6 +229,7 @@ fn every_fleet_alert_fires_for_its_node_only_and_stays_silent_on_a_healthy_fleet
         ("kubelet", Fault::KubeletZero),
         ("flap", Fault::Flapping),
         ("gone", Fault::Gone),
+        ("errs", Fault::PortErrors),
     ]);
     let fleet = nodes(&planted);
     let by = |f: Fault| fleet.iter().find(|n| n.fault == f).unwrap();
@@ -236,7 +243,7 @@ fn every_fleet_alert_fires_for_its_node_only_and_stays_silent_on_a_healthy_fleet
         l.extend(board.into_iter().filter(|(k, _)| k == "board_id"));
         l
     };
-    let expected: [(&str, Labels, &str); 10] = [
+    let expected: [(&str, Labels, &str); 11] = [
         (
             "RDMANotReadyReason",
             by(Fault::PortDown).labels("rdma_node_agent_check_reason", &[("reason", "port_down")]),
@@ -280,6 +287,15 @@ fn every_fleet_alert_fires_for_its_node_only_and_stays_silent_on_a_healthy_fleet
             by(Fault::Flapping).labels("rdma_node_agent_port_flaps_total", &[("device", "mlx5_0")]),
             "60",
         ),
+        // Two a minute: 120 in the hour before 65m, above 10 since 10m.
+        (
+            "RDMAPortErrorsRising",
+            by(Fault::PortErrors).labels(
+                "rdma_node_agent_port_errors_total",
+                &[("device", "mlx5_0"), ("class", "symbol_errors")],
+            ),
+            "120",
+        ),
     ];
     let at = "65m";
     let mut fires: Vec<Value> = expected
@@ -290,15 +306,30 @@ fn every_fleet_alert_fires_for_its_node_only_and_stays_silent_on_a_healthy_fleet
             json!({"eval_time": at, "alertname": name, "exp_alerts": [alert(&doc, name, l, value)]})
         })
         .collect();
-    // Not before `for:` has passed (1h for a firmware minority).
+    // Not before `for:` has passed (1h for a firmware minority, 15m for errors).
     fires.push(json!({"eval_time": "30m", "alertname": "RDMAFirmwareMinority", "exp_alerts": []}));
+    fires.push(json!({"eval_time": "12m", "alertname": "RDMAPortErrorsRising", "exp_alerts": []}));
     let calm = nodes(&healthy);
     let silent: Vec<Value> = ALERTS
         .iter()
         .map(|a| json!({"eval_time": at, "alertname": a, "exp_alerts": []}))
         .collect();
+    // A class's series appears only once it counted something: its first
+    // value is within the window's rise (5 at 0m, then 2 a minute: 9 at 2m).
+    let rise = {
+        let l = by(Fault::PortErrors).labels(
+            "rdma_node_agent_port_errors_total",
+            &[("device", "mlx5_0"), ("class", "symbol_errors")],
+        );
+        let text: Vec<String> = l.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+        format!("rdma:port_errors:rise1h{{{}}}", text.join(","))
+    };
+    let exprs = json!([
+        {"expr": "rdma:port_errors:rise1h", "eval_time": "2m", "exp_samples": [{"labels": rise, "value": 9}]},
+        {"expr": "rdma:port_errors:rise1h", "eval_time": "65m", "exp_samples": [{"labels": rise, "value": 120}]},
+    ]);
     promtool_test(json!([
-        {"interval": "1m", "input_series": input(&fleet), "alert_rule_test": fires},
+        {"interval": "1m", "input_series": input(&fleet), "alert_rule_test": fires, "promql_expr_test": exprs},
         {"interval": "1m", "input_series": input(&calm), "alert_rule_test": silent},
     ]));
 }

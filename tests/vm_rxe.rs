@@ -36,6 +36,9 @@ mod restrack;
 // memlock_via = "nri": the agent's NRI plugin on containerd 2.1, with ib_write_bw.
 #[path = "vm/nri.rs"]
 mod nri;
+// rdma.counters: rxe's retransmission counters under tc netem, and the verdict.
+#[path = "vm/counters.rs"]
+mod counters;
 
 const MODPROBE: &str = "/etc/modprobe.d/rdma-node-agent.conf";
 
@@ -49,7 +52,7 @@ const TIER: harness::Tier = harness::Tier {
     results: "last-results",
     results_env: "RDMA_AGENT_VM_RESULTS",
     env: &[],
-    payload: nri::payload,
+    payload: counters::payload,
 };
 
 /// The results directory of the one VM run of this test binary, or None when the

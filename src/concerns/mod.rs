@@ -30,6 +30,7 @@ pub static ALL: &[&dyn Run] = &[
     &readiness::pods_rdma::PodsRdma,
     &rdma::concern::Devices,
     &rdma::link::Link,
+    &rdma::counters::Counters,
     &gpudirect::Path,
     &pcie::Aer,
     &driver::Health,

@@ -20,6 +20,20 @@ pub struct PcieConfig {
     /// What an uncorrectable non-fatal error since boot makes the check:
     /// `warn` (default) or `fail`. A fatal one always fails.
     pub nonfatal: Severity,
+    /// What a watched function without AER statistics makes the check (no
+    /// `aer_dev_*` files: no AER capability, as on most cloud VMs, or a kernel
+    /// without AER support): `warn` (default: its errors are not known, and
+    /// the message says so, but the node is not taken out of service for a
+    /// platform that cannot report them) or `unknown` (not ready).
+    pub without_aer: WithoutAer,
+}
+
+/// See `PcieConfig::without_aer`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WithoutAer {
+    Warn,
+    Unknown,
 }
 
 impl Default for PcieConfig {
@@ -29,6 +43,7 @@ impl Default for PcieConfig {
             correctable_threshold: 100,
             correctable_window_secs: 3600,
             nonfatal: Severity::Warn,
+            without_aer: WithoutAer::Warn,
         }
     }
 }
@@ -69,6 +84,10 @@ mod tests {
         assert_eq!(c.pcie.correctable_threshold, 5);
         assert_eq!(c.pcie.correctable_window_secs, 600);
         assert_eq!(c.pcie.nonfatal, Severity::Fail);
+        assert_eq!(c.pcie.without_aer, super::WithoutAer::Warn);
+        let u = Config::parse("[pcie]\nwithout_aer = \"unknown\"\n", Path::new("/c.toml")).unwrap();
+        assert_eq!(u.pcie.without_aer, super::WithoutAer::Unknown);
+        assert!(Config::parse("[pcie]\nwithout_aer = \"ok\"\n", Path::new("/c.toml")).is_err());
         assert_eq!(Config::default().pcie.correctable_window_secs, 3600);
         let e = Config::parse(
             "[pcie]\ncorrectable_window = \"1w\"\n",

@@ -97,6 +97,8 @@ pub fn analyse(input: &Input, set: &Settings) -> Report {
     let setting_minority = outliers::settings(input, &c);
     let kubelet_rdma_zero = outliers::kubelet_zero(input, &c);
     let link_flapping = outliers::flappers(input, &c, set.flap_threshold);
+    let (port_error_offenders, node_error_offenders) = super::offenders::ports_and_nodes(input, &c);
+    let aer_rising = super::offenders::aer_rising(input, &c);
 
     let mut problems: BTreeSet<&str> = BTreeSet::new();
     problems.extend(
@@ -124,6 +126,9 @@ pub fn analyse(input: &Input, set: &Settings) -> Report {
         setting_minority,
         kubelet_rdma_zero,
         link_flapping,
+        port_error_offenders,
+        node_error_offenders,
+        aer_rising,
         warnings,
         problem_nodes,
     }

@@ -9,6 +9,7 @@ pub mod analyse;
 pub mod cli;
 pub mod cohort;
 pub mod duration;
+pub mod offenders;
 pub mod outliers;
 pub mod render;
 
@@ -44,6 +45,10 @@ pub struct Input {
     pub kubelet: Vec<Sample>,
     pub flaps: Vec<Sample>,
     pub last_flap: Vec<Sample>,
+    /// Per port and class, the errors' rise over the last day (`offenders`).
+    pub port_errors: Vec<Sample>,
+    /// Per node, function and severity, the AER errors' rise over the last day.
+    pub aer: Vec<Sample>,
 }
 
 /// Where a query's answer goes.
@@ -51,7 +56,7 @@ type Field = fn(&mut Input) -> &mut Vec<Sample>;
 
 /// The queries, each with the `Input` field it fills. Instant queries of the
 /// agents' series only, so any Prometheus-compatible API answers them.
-pub fn queries(window: Duration, threshold: f64) -> [(Field, String); 12] {
+pub fn queries(window: Duration, threshold: f64) -> [(Field, String); 14] {
     let w = duration::promql(window);
     [
         (|i| &mut i.ready, "rdma_node_agent_ready".into()),
@@ -93,6 +98,8 @@ pub fn queries(window: Duration, threshold: f64) -> [(Field, String); 12] {
             |i| &mut i.last_flap,
             "rdma_node_agent_port_last_flap_timestamp_seconds".into(),
         ),
+        (|i| &mut i.port_errors, offenders::port_errors_query()),
+        (|i| &mut i.aer, offenders::aer_query()),
     ]
 }
 
@@ -202,6 +209,13 @@ pub struct Report {
     pub setting_minority: Vec<SettingOutlier>,
     pub kubelet_rdma_zero: Vec<KubeletZero>,
     pub link_flapping: Vec<Flapper>,
+    /// Ports by errors over the last day (rdma.counters), most first: shown,
+    /// not counted as problems (the check judges the thresholds).
+    pub port_error_offenders: Vec<offenders::PortOffender>,
+    /// Their nodes, summed.
+    pub node_error_offenders: Vec<offenders::NodeOffender>,
+    /// Nodes whose PCIe AER errors rose over the last day (pcie.aer), fatal first.
+    pub aer_rising: Vec<offenders::AerRising>,
     /// Reasons of `warn` checks on ready nodes: shown, not counted as problems.
     pub warnings: Vec<ReasonGroup>,
     /// Every node named above except under `warnings`, once.
@@ -250,6 +264,8 @@ mod tests {
             kubelet,
             flaps,
             last_flap,
+            port_errors,
+            aer,
         } = input;
         let mut seen: Vec<f64> = [
             ready,
@@ -264,6 +280,8 @@ mod tests {
             kubelet,
             flaps,
             last_flap,
+            port_errors,
+            aer,
         ]
         .iter()
         .map(|v| {
@@ -272,7 +290,7 @@ mod tests {
         })
         .collect();
         seen.sort_by(f64::total_cmp);
-        assert_eq!(seen, (0..12).map(f64::from).collect::<Vec<_>>());
+        assert_eq!(seen, (0..14).map(f64::from).collect::<Vec<_>>());
         let flaps = &qs
             .iter()
             .find(|(_, q)| q.contains("flaps_total"))

@@ -243,6 +243,7 @@ pub fn text(r: &Report, url: &str, set: &Settings, took: Duration, now: f64) -> 
             })
             .collect(),
     );
+    offenders(&mut out, r);
     if !r.warnings.is_empty() {
         section(
             &mut out,
@@ -265,6 +266,64 @@ pub fn text(r: &Report, url: &str, set: &Settings, took: Duration, now: f64) -> 
         }
     );
     out
+}
+
+/// The repeat offenders of the last day: shown, not counted as problems.
+fn offenders(out: &mut String, r: &Report) {
+    let top = |n: usize| n.min(20);
+    section(
+        out,
+        "Ports by errors in the last 1d (rdma.counters; congestion left out)",
+        &["NODE", "DEVICE", "PORT", "ERRORS", "CLASSES"],
+        r.port_error_offenders[..top(r.port_error_offenders.len())]
+            .iter()
+            .map(|p| {
+                let classes: Vec<String> = p
+                    .classes
+                    .iter()
+                    .map(|(c, n)| format!("{c}={n:.0}"))
+                    .collect();
+                vec![
+                    p.node.clone(),
+                    p.device.clone(),
+                    p.port.clone(),
+                    format!("{:.0}", p.errors),
+                    classes.join(","),
+                ]
+            })
+            .collect(),
+    );
+    section(
+        out,
+        "Nodes by port errors in the last 1d",
+        &["NODE", "ERRORS", "PORTS"],
+        r.node_error_offenders[..top(r.node_error_offenders.len())]
+            .iter()
+            .map(|n| {
+                vec![
+                    n.node.clone(),
+                    format!("{:.0}", n.errors),
+                    n.ports.to_string(),
+                ]
+            })
+            .collect(),
+    );
+    section(
+        out,
+        "PCIe AER errors rising in the last 1d (pcie.aer)",
+        &["NODE", "FUNCTION", "SEVERITY", "RISE"],
+        r.aer_rising
+            .iter()
+            .map(|a| {
+                vec![
+                    a.node.clone(),
+                    a.function.clone(),
+                    a.severity.clone(),
+                    format!("{:.0}", a.rise),
+                ]
+            })
+            .collect(),
+    );
 }
 
 #[cfg(test)]
@@ -331,6 +390,18 @@ mod tests {
                 flaps: 4.02,
                 last_flap_timestamp_seconds: Some(1000.0),
             }],
+            port_error_offenders: vec![crate::fleetview::offenders::PortOffender {
+                node: "node-3".into(),
+                device: "mlx5_2".into(),
+                port: "1".into(),
+                errors: 1000.0,
+                classes: vec![
+                    ("symbol_errors".into(), 900.0),
+                    ("rcv_errors".into(), 100.0),
+                ],
+            }],
+            node_error_offenders: vec![],
+            aer_rising: vec![],
             warnings: vec![],
             problem_nodes: vec!["node-7".into(), "node-12".into()],
         };
@@ -354,6 +425,14 @@ mod tests {
         ), "{t}");
         assert!(
             t.contains("\nFirmware minority, per board id: none\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("  node-3  mlx5_2  1     1000    symbol_errors=900,rcv_errors=100\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("\nPCIe AER errors rising in the last 1d (pcie.aer): none\n"),
             "{t}"
         );
         assert!(

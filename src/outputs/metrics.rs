@@ -174,6 +174,7 @@ pub fn families(cycle: &Cycle, totals: Totals) -> Families {
     super::driver_health_metrics::driver_health(&mut m, seen);
     nri(&mut m, seen);
     super::fleet_metrics::fleet(&mut m, seen);
+    super::counters_metrics::counters(&mut m, seen);
 
     m.counter(
         "reconciles",

@@ -3,6 +3,7 @@
 
 mod aer_metrics;
 pub mod assets;
+mod counters_metrics;
 mod driver_health_metrics;
 pub mod exposition;
 mod fleet_metrics;

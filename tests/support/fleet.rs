@@ -45,6 +45,8 @@ pub enum Fault {
     Mixed,
     /// The agent is stopped once Prometheus has scraped it.
     Gone,
+    /// mlx5_0/1's symbol errors rise (rdma.counters) while Prometheus watches.
+    PortErrors,
 }
 
 const CONFIG: &str = "mode = \"report\"\n[containerd]\nenabled = false\n[systemd]\nenabled = false\n[gpudirect]\nenabled = false\n";
@@ -138,6 +140,20 @@ pub fn plant(root: &Path, fault: Fault) {
                 );
             }
             Fault::GpuDriver => put(root, "/sys/module/nvidia/version", "570.86.15\n"),
+            Fault::PortErrors => {
+                // A baseline the daemon took before (the history it keeps),
+                // and the counter 5 above it now: the agent exports the rise.
+                put(
+                    root,
+                    "/sys/class/infiniband/mlx5_0/ports/1/counters/symbol_error",
+                    "5\n",
+                );
+                put(
+                    root,
+                    "/var/lib/rdma-node-agent/counters-history.json",
+                    r#"{"version":1,"boot_id":null,"ports":{"guid:0c42:a103:0065:6a30/1":{"name":"mlx5_0/1","since":1,"seen":1,"last":{"counters/symbol_error":0},"totals":{},"steps":{},"last_reset":null}}}"#,
+                );
+            }
             Fault::Healthy | Fault::Flapping | Fault::Gone | Fault::Mixed => {}
         }
     }

@@ -30,6 +30,8 @@ export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 # The boot count, `step`/`sh_step` and the results disk (tests/vm/steps.sh).
 . "$(dirname "$0")/steps.sh"
 . "$(dirname "$0")/driver-steps.sh"
+# rdma.counters under tc netem (boot 1): tests/vm/counters-steps.sh.
+. "$(dirname "$0")/counters-steps.sh"
 # The unit's config: the rdma.link daemon's (report mode, below).
 CONF=/etc/rdma-node-agent/config.toml
 # The netns steps' config, given with --config: the unit's daemon keeps its own.
@@ -500,6 +502,7 @@ boot1() {
     driver_health_steps
     step driver-daemon-stop link_daemon_stop
     step driver-unwatch driver_unwatch
+    counters_netem
     # Live shared, exclusive persisted: the next boot comes up exclusive from
     # modprobe.d alone.
     sh_step modprobe-persisted "cat /etc/modprobe.d/rdma-node-agent.conf"

@@ -24,7 +24,7 @@ use super::gather::{Function, Watched};
 use super::history::{FnHistory, History};
 use super::parse::{Severity, show_speed};
 use crate::config::Severity as ConfigSeverity;
-use crate::config::pcie::PcieConfig;
+use crate::config::pcie::{PcieConfig, WithoutAer};
 use crate::engine::check::Status;
 use crate::reason::Reason;
 
@@ -86,7 +86,10 @@ pub fn findings(f: &Function, h: Option<&FnHistory>, cfg: &PcieConfig, now: u64)
             format!("{who}: cannot read its AER statistics: {e}"),
         ),
         Ok(None) => say(
-            Status::Unknown,
+            match cfg.without_aer {
+                WithoutAer::Warn => Status::Warn,
+                WithoutAer::Unknown => Status::Unknown,
+            },
             Reason::AerUnavailable,
             format!("{who} has no AER statistics"),
         ),

@@ -117,10 +117,17 @@ fn again(root: &Path, prev: &History, now: u64) -> (Check, History) {
 }
 
 #[test]
-fn the_real_gpu_host_without_aer_statistics_is_unknown_never_ok() {
+fn the_real_gpu_host_without_aer_statistics_warns_never_ok() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gpudirect/gpu-host");
-    let (c, _) = decide(&facts(&root), &Config::default());
+    // `[pcie] without_aer = "unknown"`: not ready until AER can be read.
+    let mut strict = Config::default();
+    strict.pcie.without_aer = crate::config::pcie::WithoutAer::Unknown;
+    let (c, _) = decide(&facts(&root), &strict);
     assert_eq!(c.status, Status::Unknown, "{}", c.message);
+    assert_eq!(c.reason, Some(Reason::AerUnavailable));
+    // By default a warning: its errors are not known, the node stays ready.
+    let (c, _) = decide(&facts(&root), &Config::default());
+    assert_eq!(c.status, Status::Warn, "{}", c.message);
     assert_eq!(c.reason, Some(Reason::AerUnavailable));
     assert_eq!(
         c.message,

@@ -4,6 +4,7 @@
 //! gather (sysfs, /proc, modprobe.d under the root) → decide (pure) → checks + plan.
 
 pub mod concern;
+pub mod counters;
 pub mod devices;
 pub mod gpudirect;
 pub mod link;
