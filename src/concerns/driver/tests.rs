@@ -168,6 +168,14 @@ fn no_devlink_family_is_unknown_for_a_pci_nic_and_skipped_without_one() {
     let (c, _) = run(&f);
     assert_eq!(c.status, Status::Skipped, "{}", c.message);
     assert!(c.message.contains("rxe0: no PCI device"), "{}", c.message);
+    // Nor does a kernel log it cannot read (a container's /dev/null) make it
+    // unknown: there is no NIC on PCI whose driver it would speak of.
+    f.log = Some(Err(
+        "/dev/kmsg is a stand-in (char 1:3), not the kernel log".into(),
+    ));
+    let (c, _) = run(&f);
+    assert_eq!(c.status, Status::Skipped, "{}", c.message);
+    assert!(c.message.contains("kernel log not read"), "{}", c.message);
 }
 
 #[test]

@@ -201,7 +201,7 @@ fn shown_device(f: &Facts, pci: &str) -> String {
 
 fn log_findings(
     f: &Facts,
-    next: &State,
+    (next, nothing_to_watch): (&State, bool),
     missed: Option<u64>,
     out: &mut Vec<Found>,
     notes: &mut Vec<String>,
@@ -209,6 +209,9 @@ fn log_findings(
 ) {
     match &f.log {
         None => notes.push("kernel log not read".into()),
+        // The log is read for what the NICs' driver says: with no NIC on PCI
+        // (and none in also_watch) there is nothing it could tell of them.
+        Some(Err(e)) if nothing_to_watch => notes.push(format!("kernel log not read: {e}")),
         Some(Err(e)) => out.push(found(
             Status::Unknown,
             Reason::KernelLogUnreadable,
@@ -261,7 +264,15 @@ pub fn judge(
     }
     let prev = f.state.as_ref().ok().cloned().unwrap_or_default();
     let watched = devlink_findings(f, cfg, (&prev, next), &mut out, &mut notes, &mut problems);
-    log_findings(f, next, missed, &mut out, &mut notes, &mut problems);
+    let nothing_to_watch = instances(f, cfg).is_empty();
+    log_findings(
+        f,
+        (next, nothing_to_watch),
+        missed,
+        &mut out,
+        &mut notes,
+        &mut problems,
+    );
     let worst = out.iter().map(|x| x.status).max();
     let log_read = matches!(f.log, Some(Ok(_)));
     let status = match worst {
