@@ -150,6 +150,22 @@ impl ReadHost {
         self.0.state_read(p)
     }
 
+    /// One of the agent's own JSON state files (a history a concern keeps):
+    /// the default when absent, what failed (naming the file) when it cannot
+    /// be read or parsed.
+    pub fn state_json<T: serde::de::DeserializeOwned + Default>(
+        &self,
+        p: &str,
+    ) -> std::result::Result<T, String> {
+        match self.state_read(Path::new(p)) {
+            Ok(None) => Ok(T::default()),
+            Ok(Some(b)) => {
+                serde_json::from_slice(&b).map_err(|e| format!("{p} does not parse ({e})"))
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
     pub fn unit_file(&self, name: &str) -> Result<Option<super::units::UnitFile>> {
         self.0.unit_file(name)
     }

@@ -73,12 +73,7 @@ impl Concern for Health {
     }
 
     fn gather(&self, snap: &Snapshot, cfg: &Config) -> Result<Facts, GatherError> {
-        let state = match snap.state_read(Path::new(STATE_PATH)) {
-            Ok(None) => Ok(State::default()),
-            Ok(Some(b)) => serde_json::from_slice::<State>(&b)
-                .map_err(|e| format!("{STATE_PATH} does not parse ({e})")),
-            Err(e) => Err(e.to_string()),
-        };
+        let state = snap.state_json::<State>(STATE_PATH);
         let boot_id = snap.boot_id();
         let devlink = match snap.devlink_reporters() {
             Ok(r) => Devlink::Reporters(r.to_vec()),

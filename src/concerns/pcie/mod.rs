@@ -16,7 +16,6 @@ pub mod parse;
 #[cfg(test)]
 mod tests;
 
-use std::path::Path;
 use std::time::SystemTime;
 
 use crate::config::Config;
@@ -56,12 +55,7 @@ impl Concern for Aer {
     }
 
     fn gather(&self, snap: &Snapshot, _cfg: &Config) -> Result<Facts, GatherError> {
-        let history = match snap.state_read(Path::new(HISTORY_PATH)) {
-            Ok(None) => Ok(History::default()),
-            Ok(Some(b)) => serde_json::from_slice::<History>(&b)
-                .map_err(|e| format!("{HISTORY_PATH} does not parse ({e})")),
-            Err(e) => Err(e.to_string()),
-        };
+        let history = snap.state_json::<History>(HISTORY_PATH);
         let noaer = snap.value(snapshot::CMDLINE).is_some_and(|c| {
             c.split_whitespace()
                 .filter_map(|w| w.strip_prefix("pci="))

@@ -15,7 +15,6 @@ pub mod gather;
 pub mod history;
 
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::time::SystemTime;
 
 use serde_json::json;
@@ -57,12 +56,7 @@ impl Concern for Counters {
     }
 
     fn gather(&self, snap: &Snapshot, _cfg: &Config) -> Result<Facts, GatherError> {
-        let history = match snap.state_read(Path::new(HISTORY_PATH)) {
-            Ok(None) => Ok(History::default()),
-            Ok(Some(b)) => serde_json::from_slice::<History>(&b)
-                .map_err(|e| format!("{HISTORY_PATH} does not parse ({e})")),
-            Err(e) => Err(e.to_string()),
-        };
+        let history = snap.state_json::<History>(HISTORY_PATH);
         let gathered = gather::gather(snap).map_err(GatherError::unknown)?;
         let now = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)

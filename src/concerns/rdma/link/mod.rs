@@ -64,12 +64,7 @@ impl Concern for Link {
 
     fn gather(&self, snap: &Snapshot, _cfg: &Config) -> Result<Facts, GatherError> {
         let host = snap;
-        let history = match host.state_read(Path::new(HISTORY_PATH)) {
-            Ok(None) => Ok(History::default()),
-            Ok(Some(b)) => serde_json::from_slice::<History>(&b)
-                .map_err(|e| format!("{HISTORY_PATH} does not parse ({e})")),
-            Err(e) => Err(e.to_string()),
-        };
+        let history = host.state_json::<History>(HISTORY_PATH);
         // A tally that cannot be read counts nothing: polls still see flaps.
         let events: Option<Events> = host
             .state_read(Path::new(EVENTS_PATH))
