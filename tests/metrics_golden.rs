@@ -64,12 +64,22 @@ fn metrics_of(node: &str) -> String {
     );
     let s = Serve::start(root);
     let start = Instant::now();
+    // Past the start's reconciles (the one that follows new watches): a check
+    // that keeps a baseline (rdma.counters) says another thing on the second.
+    let mut last = (String::new(), Instant::now());
     loop {
         let text = support::http_get::get(&s.addr, "/metrics").unwrap_or_default();
-        let done = text
+        let count = text
             .lines()
-            .any(|l| l.starts_with("rdma_node_agent_reconciles_total ") && !l.ends_with(" 0"));
-        if done {
+            .find(|l| l.starts_with("rdma_node_agent_reconciles_total "))
+            .unwrap_or("")
+            .to_owned();
+        if count != last.0 {
+            last = (count, Instant::now());
+        } else if !count.ends_with(" 0")
+            && !count.is_empty()
+            && last.1.elapsed() > Duration::from_secs(2)
+        {
             return text;
         }
         assert!(
