@@ -282,7 +282,15 @@ fn the_agent_reads_containerds_cri_view_as_a_cri_client_does() {
 fn a_config_passed_by_the_unit_is_the_one_prepared() {
     const AT: &str = "/opt/rdma-agent-test/containerd.toml";
     let mut c = Containerd::with_config_at(AT);
-    agent_config(&c, "4MiB");
+    // Both of the fixture's handlers, so that nothing is left unmanaged and
+    // the check can be ok (it used to pass only while a parallel test's
+    // containerd made this one look not running).
+    write(
+        &c.root(),
+        "/etc/rdma-node-agent/config.toml",
+        "[containerd]\nmemlock = \"4MiB\"\nhandlers = [\"runc\", \"control\"]\n\n\
+         [systemd]\nenabled = false\n",
+    );
     write(
         &c.root(),
         "/lib/systemd/system/containerd.service",
@@ -308,6 +316,7 @@ fn a_config_passed_by_the_unit_is_the_one_prepared() {
             .contains("ExecStart of containerd.service"),
         "{m}"
     );
+    assert_eq!(m["status"], "ok", "{m}");
     assert!(
         m["message"]
             .as_str()

@@ -213,7 +213,7 @@ fn found_unit(snap: &Snapshot, hints: &Hints, unit: String, file: Option<&UnitFi
     } else {
         config_source
     };
-    let pid = running_pid(snap, &unit, distro);
+    let pid = running_pid(snap, &unit, distro, &config);
     if let (Some(pid), Distro::Plain) = (pid, distro) {
         if let Some(running) = procfs::read(snap, pid, "cmdline").map(|c| cmdline_config(&c)) {
             if running != config {

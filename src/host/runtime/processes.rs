@@ -19,8 +19,14 @@ pub(super) fn cmdline_config(cmdline: &str) -> PathBuf {
 }
 
 /// The containerd process of this unit: its MainPID (a plain unit), else the
-/// process named containerd whose config is the distribution's.
-pub(super) fn running_pid(snap: &Snapshot, unit: &str, distro: Distro) -> Option<u32> {
+/// process named containerd whose config is the distribution's, or (a plain
+/// containerd without systemd) the only one, or the one started with `config`.
+pub(super) fn running_pid(
+    snap: &Snapshot,
+    unit: &str,
+    distro: Distro,
+    config: &Path,
+) -> Option<u32> {
     if let Some(m) = snap.manager() {
         if let (Ok(s), Distro::Plain) = (m.status(unit), distro) {
             return (s.main_pid > 0).then_some(s.main_pid);
@@ -43,7 +49,16 @@ pub(super) fn running_pid(snap: &Snapshot, unit: &str, distro: Distro) -> Option
         Some(w) => procs.into_iter().find(|(_, c)| *c == w).map(|(p, _)| p),
         None => match procs.as_slice() {
             [(p, _)] => Some(*p),
-            _ => None,
+            // Several (a CI host running containerds side by side, say): the
+            // one started with this config, as written or under --root.
+            _ => {
+                let under_root = snap.path(config);
+                procs
+                    .iter()
+                    .filter(|(_, c)| c == config || *c == under_root)
+                    .min_by_key(|(p, _)| procfs::start_time(snap, *p))
+                    .map(|(p, _)| *p)
+            }
         },
     }
 }
