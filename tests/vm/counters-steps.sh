@@ -90,14 +90,15 @@ peer_bw() {
 }
 counters_daemon_start() {
     printf '%s\n%s\n' "$LINK_CONFIG" "$COUNTERS_SECTION" >"$CONF"
-    systemctl restart rdma-node-agent || return 1
+    agent_restart || return 1
     link_daemon_start >/dev/null || return 1
     counters_reconcile
 }
 # A SIGHUP reconcile, then rdma.counters as the daemon's /status has it.
 counters_reconcile() {
     n=$(reconciles)
-    kill -HUP "$(systemctl show -P MainPID rdma-node-agent)" || return 1
+    pid=$(agent_pid) || return 1
+    kill -HUP "$pid" || return 1
     wait_reconciles_above "$n" || return 1
     http_get /status
 }

@@ -19,7 +19,7 @@ driver_watch() {
     cp /etc/rdma-node-agent/config.toml /var/lib/vm-test/config-before-driver.toml
     printf '[driver_health]\nalso_watch = ["%s"]\n' "$NSIM" >>/etc/rdma-node-agent/config.toml
     before=$(reconciles)
-    systemctl restart rdma-node-agent || return 1
+    agent_restart || return 1
     i=0
     until [ -n "$(reconciles)" ]; do
         i=$((i + 1))

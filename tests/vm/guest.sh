@@ -269,9 +269,25 @@ flap_window = "1h"'
 metric() { http_get /metrics | awk -v m="$1" '$1 == m { print $2 }'; }
 reconciles() { metric rdma_node_agent_reconciles_total; }
 FLAPS='rdma_node_agent_port_flaps_total{device="rxe0",port="1"}'
+# Restarts the installed unit. Its StartLimitBurst=5 in 300 s is for a
+# crash-looping daemon; this tier's config changes restart it more often than
+# that, so each clears the count first, as an operator would (reset-failed).
+agent_restart() {
+    systemctl reset-failed rdma-node-agent 2>/dev/null
+    systemctl "${1:-restart}" rdma-node-agent && return 0
+    systemctl status --no-pager rdma-node-agent
+    journalctl -u rdma-node-agent -b --no-pager | tail -n 20
+    return 1
+}
+# The daemon's PID, or failure (never 0: `kill 0` signals this script's group).
+agent_pid() {
+    p=$(systemctl show -P MainPID rdma-node-agent)
+    [ -n "$p" ] && [ "$p" != 0 ] || { echo "rdma-node-agent is not running"; return 1; }
+    echo "$p"
+}
 # Started (at boot 2 the unit already runs: started at boot), then answering.
 link_daemon_start() {
-    systemctl start rdma-node-agent || return 1
+    agent_restart start || return 1
     i=0
     until [ -n "$(reconciles)" ]; do
         i=$((i + 1))
@@ -512,7 +528,7 @@ boot1() {
 
 # The unit restarted; what the new daemon exports then.
 link_restart() {
-    systemctl restart rdma-node-agent || return 1
+    agent_restart || return 1
     link_daemon_start >/dev/null || return 1
     http_get /metrics | grep -E '^rdma_node_agent_(port_|check_reason)'
 }
