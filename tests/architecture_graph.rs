@@ -243,9 +243,10 @@ fn top(path: &[String], modules: &BTreeSet<Vec<String>>) -> Option<String> {
         .then(|| first.clone())
 }
 
-/// The concern a module belongs to: `concerns::<name>` below the registry.
+/// The concern a module belongs to: `concerns::<name>` below the registry
+/// (`concerns` itself and `concerns::registry`, which read `ALL`).
 fn concern(path: &[String]) -> Option<&str> {
-    (path.len() >= 2 && path[0] == "concerns").then(|| path[1].as_str())
+    (path.len() >= 2 && path[0] == "concerns" && path[1] != "registry").then(|| path[1].as_str())
 }
 
 fn src() -> PathBuf {

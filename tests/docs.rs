@@ -292,26 +292,39 @@ fn local_links_resolve() {
     assert!(broken.is_empty(), "links to nothing: {broken:?}");
 }
 
-/// Every reason code is a row of docs/reasons.md, and every row there is a code.
+/// docs/reasons.md's table is the registry's: every code a concern declares
+/// (in its folder's `reasons.rs`) with its meaning and remedy, and no other.
+/// `RDMA_AGENT_BLESS=1 cargo test --test docs` writes it.
 #[test]
-fn every_reason_code_is_documented() {
-    use rdma_node_agent::reason::Reason;
+fn the_reasons_table_is_generated_from_the_registry() {
+    use rdma_node_agent::concerns::registry::Registry;
+    let (begin, end) = ("<!-- reasons:begin", "<!-- reasons:end -->");
+    let path = repo().join("docs/reasons.md");
     let text = read("docs/reasons.md");
-    let rows: BTreeSet<&str> = text
+    let (Some(b), Some(e)) = (text.find(begin), text.find(end)) else {
+        panic!("docs/reasons.md lacks the `{begin} ... -->` and `{end}` markers around its table");
+    };
+    let b = b + text[b..].find("-->\n").expect("the begin marker closes") + 4;
+    let want = Registry::agent().reasons_table().unwrap();
+    if std::env::var_os("RDMA_AGENT_BLESS").is_some() {
+        fs::write(&path, format!("{}{want}{}", &text[..b], &text[e..])).unwrap();
+        return;
+    }
+    let got = &text[b..e];
+    let diff: Vec<String> = got
         .lines()
-        .filter_map(|l| l.strip_prefix("| `"))
-        .filter_map(|l| l.split_once('`').map(|(code, _)| code))
-        .filter(|code| !code.starts_with("rdma_node_agent_"))
+        .filter(|l| !want.lines().any(|w| w == *l))
+        .map(|l| format!("- {l}"))
+        .chain(
+            want.lines()
+                .filter(|w| !got.lines().any(|l| l == *w))
+                .map(|w| format!("+ {w}")),
+        )
         .collect();
-    let codes: BTreeSet<&str> = Reason::ALL.iter().map(|r| r.as_str()).collect();
-    let missing: Vec<&&str> = codes.difference(&rows).collect();
-    let unknown: Vec<&&str> = rows.difference(&codes).collect();
     assert!(
-        missing.is_empty(),
-        "reason codes missing from docs/reasons.md: {missing:?}"
-    );
-    assert!(
-        unknown.is_empty(),
-        "docs/reasons.md documents codes the agent does not have: {unknown:?}"
+        got == want,
+        "docs/reasons.md's table differs from the registry's reasons \
+         (edit the concern's reasons.rs, then RDMA_AGENT_BLESS=1 cargo test --test docs):\n{}",
+        diff.join("\n")
     );
 }

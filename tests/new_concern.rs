@@ -21,6 +21,7 @@ use rdma_node_agent::host::Host;
 use rdma_node_agent::host::netlink::RdmaNetlink;
 use rdma_node_agent::host::snapshot::Snapshot;
 use rdma_node_agent::host::stop::Stop;
+use rdma_node_agent::reason::Reason;
 
 // ---- the concern's folder: src/concerns/kernel/numa.rs, say ----
 
@@ -31,11 +32,26 @@ const KNOB: &str = "/proc/sys/kernel/numa_balancing";
 /// GPU/RDMA hosts usually turn it off.
 struct NumaBalancing;
 
+/// Its reason codes, with their docs row (src/concerns/kernel/numa/reasons.rs).
+mod reasons {
+    rdma_node_agent::reasons! {
+        NUMA_BALANCING_ON = "numa_balancing_on" {
+            checks: "`kernel.numa_balancing`",
+            means: "automatic NUMA balancing is on: it migrates pages under registered RDMA memory",
+            remedy: "`sysctl -w kernel.numa_balancing=0` (apply does it)",
+        },
+    }
+}
+
 impl Concern for NumaBalancing {
     type Facts = Option<String>;
 
     fn ids(&self) -> &'static [&'static str] {
         &[CHECK_ID]
+    }
+
+    fn reasons(&self) -> &'static [Reason] {
+        reasons::ALL
     }
 
     fn enabled(&self, cfg: &Config) -> bool {
@@ -51,12 +67,14 @@ impl Concern for NumaBalancing {
     fn decide(&self, knob: &Option<String>, _ctx: &Ctx) -> Decision {
         let (check, actions) = match knob.as_deref().map(str::trim) {
             None => (
-                Check::new(CHECK_ID, Status::Unknown, format!("{KNOB} cannot be read")),
+                Check::new(CHECK_ID, Status::Unknown, format!("{KNOB} cannot be read"))
+                    .with_reason(Reason::FACT_UNREADABLE),
                 vec![],
             ),
             Some("0") => (Check::new(CHECK_ID, Status::Ok, "off"), vec![]),
             Some(v) => (
-                Check::new(CHECK_ID, Status::Warn, format!("on ({v})")),
+                Check::new(CHECK_ID, Status::Warn, format!("on ({v})"))
+                    .with_reason(reasons::NUMA_BALANCING_ON),
                 vec![Action {
                     kind: ActionKind::Effect(Arc::new(TurnOff)),
                     reason: format!("{KNOB} is {v}"),
@@ -175,4 +193,30 @@ fn a_concern_with_a_live_action_needs_no_engine_change() {
     .apply(&plan, true, &Holds::default())
     .unwrap();
     assert_eq!(out.actions[0].status, ActionStatus::Skipped);
+}
+
+/// Its reason codes reach the registry through its registration line alone:
+/// docs/reasons.md's table gets its row, and `check --json` read back knows it.
+#[test]
+fn its_reason_codes_come_with_its_registration_line() {
+    use rdma_node_agent::concerns::registry::Registry;
+    let mut list: Vec<&dyn Run> = rdma_node_agent::concerns::ALL.to_vec();
+    list.extend(REGISTERED);
+    let registry = Registry::of(&list);
+    assert!(
+        registry
+            .reasons()
+            .unwrap()
+            .contains(&reasons::NUMA_BALANCING_ON)
+    );
+    let table = registry.reasons_table().unwrap();
+    assert!(
+        table.contains("| `numa_balancing_on` | `kernel.numa_balancing` | automatic NUMA"),
+        "{table}"
+    );
+    assert_eq!(
+        registry.reason("numa_balancing_on"),
+        Some(reasons::NUMA_BALANCING_ON)
+    );
+    assert_eq!(Registry::agent().reason("numa_balancing_on"), None);
 }

@@ -13,6 +13,7 @@ use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::fleet::Fact;
 use crate::host::snapshot::Snapshot;
 use crate::observe::{Observation, Observations};
+use crate::reason::Reason;
 
 const CLASS: &str = "/sys/class/infiniband";
 
@@ -29,6 +30,10 @@ pub struct Export;
 
 impl Concern for Export {
     type Facts = Facts;
+
+    fn reasons(&self) -> &'static [Reason] {
+        &[]
+    }
 
     fn ids(&self) -> &'static [&'static str] {
         &[]

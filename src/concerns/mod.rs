@@ -13,6 +13,7 @@ pub mod pods;
 pub mod rdma;
 pub mod readiness;
 pub mod reboot;
+pub mod registry;
 pub mod systemd;
 
 use std::path::Path;

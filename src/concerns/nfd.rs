@@ -10,6 +10,7 @@ use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::engine::plan::FileChange;
 use crate::host::snapshot::Snapshot;
 use crate::observe::{Observation, Observations};
+use crate::reason::Reason;
 
 /// `feature.node.kubernetes.io/<name>` once NFD picks them up.
 pub fn labels(
@@ -82,6 +83,10 @@ pub struct Labels;
 
 impl Concern for Labels {
     type Facts = Option<Vec<u8>>;
+
+    fn reasons(&self) -> &'static [Reason] {
+        &[]
+    }
 
     fn ids(&self) -> &'static [&'static str] {
         &[]

@@ -157,7 +157,7 @@ pub fn check(
                 Status::Unknown,
                 format!("{u}; of those read, {seen}"),
             )
-            .with_reason(crate::reason::Reason::FactUnreadable)
+            .with_reason(crate::reason::Reason::FACT_UNREADABLE)
             .with_details(json!({ "unreadable": pods.unreadable })),
         };
     }
@@ -195,9 +195,9 @@ pub fn check(
     }
     parts.extend(unread);
     let reason = if status == found {
-        crate::reason::Reason::MemlockBelowTarget
+        crate::reason::Reason::MEMLOCK_BELOW_TARGET
     } else {
-        crate::reason::Reason::FactUnreadable
+        crate::reason::Reason::FACT_UNREADABLE
     };
     Check::new(CHECK_ID, status, parts.join("; "))
         .with_reason(reason)
@@ -246,6 +246,11 @@ pub struct Memlock;
 
 impl crate::engine::concern::Concern for Memlock {
     type Facts = Pods;
+
+    // Its codes are shared with systemd.memlock (src/reason.rs).
+    fn reasons(&self) -> &'static [crate::reason::Reason] {
+        &[]
+    }
 
     fn ids(&self) -> &'static [&'static str] {
         &[CHECK_ID]
@@ -440,7 +445,7 @@ mod tests {
         );
         let c = check(&got, Limit::UNLIMITED, Severity::Warn, None);
         assert_eq!(c.status, Status::Unknown, "{}", c.message);
-        assert_eq!(c.reason, Some(crate::reason::Reason::FactUnreadable));
+        assert_eq!(c.reason, Some(crate::reason::Reason::FACT_UNREADABLE));
         assert!(
             c.message.starts_with("2 process(es) could not be read, so whether they are pod containers below memlock unlimited is not known: pid 101: "),
             "{}",
@@ -465,6 +470,6 @@ mod tests {
         );
         let c = check(&below, Limit::UNLIMITED, Severity::Fail, None);
         assert_eq!(c.status, Status::Fail);
-        assert_eq!(c.reason, Some(crate::reason::Reason::MemlockBelowTarget));
+        assert_eq!(c.reason, Some(crate::reason::Reason::MEMLOCK_BELOW_TARGET));
     }
 }

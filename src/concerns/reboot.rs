@@ -11,6 +11,7 @@ use crate::engine::ledger::Ledger;
 use crate::engine::plan::FileChange;
 use crate::host::snapshot::Snapshot;
 use crate::observe::Observations;
+use crate::reason::Reason;
 
 pub const SENTINEL: &str = "/var/run/reboot-required";
 pub const OWNER: &str = "reboot";
@@ -77,6 +78,10 @@ pub struct Current {
 
 impl Concern for Sentinel {
     type Facts = Current;
+
+    fn reasons(&self) -> &'static [Reason] {
+        &[]
+    }
 
     fn ids(&self) -> &'static [&'static str] {
         &[]

@@ -358,7 +358,7 @@ fn report(
     if let Some(e) = &applied.error {
         let reason = applied
             .not_writable
-            .then_some(crate::reason::Reason::PathNotWritable);
+            .then_some(crate::reason::Reason::PATH_NOT_WRITABLE);
         crate::engine::check::note_apply_failure(&mut checks, e, reason);
     }
     let report = Report::new(checks);

@@ -24,7 +24,7 @@ pub(super) fn persist(host: &Host, observations: &[Observation], checks: &mut [C
                     c.message,
                     record.path.display()
                 );
-                c.reason = Some(Reason::FactUnreadable);
+                c.reason = Some(Reason::FACT_UNREADABLE);
             }
         }
     }
@@ -59,7 +59,7 @@ mod tests {
         std::fs::write(t.path().join("var/lib/rdma-node-agent"), "x").unwrap();
         persist(&host, &seen, &mut checks);
         assert_eq!(checks[0].status, Status::Unknown);
-        assert_eq!(checks[0].reason, Some(Reason::FactUnreadable));
+        assert_eq!(checks[0].reason, Some(Reason::FACT_UNREADABLE));
         assert!(
             checks[0].message.contains("cannot be written"),
             "{}",

@@ -64,7 +64,7 @@ impl GatherError {
 
     /// The reason its checks carry: the one given, else `fact_unreadable`.
     pub fn reason(&self) -> Reason {
-        self.reason.unwrap_or(Reason::FactUnreadable)
+        self.reason.unwrap_or(Reason::FACT_UNREADABLE)
     }
 }
 
@@ -111,6 +111,10 @@ pub trait Concern: Send + Sync {
     /// Check ids this concern reports, in order.
     fn ids(&self) -> &'static [&'static str];
 
+    /// The reason codes its checks report (its folder's `reasons::ALL`), for
+    /// the registry: JSON is read back and docs/reasons.md generated from them.
+    fn reasons(&self) -> &'static [Reason];
+
     fn enabled(&self, cfg: &Config) -> bool;
 
     /// Check ids of the concerns whose observations `decide` reads (they are
@@ -145,6 +149,7 @@ pub trait Concern: Send + Sync {
 pub trait Run: Send + Sync {
     fn ids(&self) -> &'static [&'static str];
     fn needs(&self) -> &'static [&'static str];
+    fn reasons(&self) -> &'static [Reason];
     fn enabled(&self, cfg: &Config) -> bool;
     fn writes(&self) -> bool;
     fn summarises(&self) -> bool;
@@ -159,6 +164,10 @@ impl<C: Concern> Run for C {
 
     fn needs(&self) -> &'static [&'static str] {
         Concern::needs(self)
+    }
+
+    fn reasons(&self) -> &'static [Reason] {
+        Concern::reasons(self)
     }
 
     fn enabled(&self, cfg: &Config) -> bool {

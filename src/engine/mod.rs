@@ -165,7 +165,7 @@ impl Pass {
                 Status::Unknown,
                 format!("not established: it reads {why}"),
             )
-            .with_reason(Reason::DependencyUnknown)
+            .with_reason(Reason::DEPENDENCY_UNKNOWN)
         }));
         if c.writes() {
             self.plan.notes.push(format!(
@@ -261,6 +261,10 @@ mod tests {
 
     impl Concern for Fixed {
         type Facts = u32;
+
+        fn reasons(&self) -> &'static [Reason] {
+            &[]
+        }
         fn ids(&self) -> &'static [&'static str] {
             self.ids
         }
@@ -349,7 +353,7 @@ mod tests {
         let out = assess(&snap, &Config::default(), &list, Scope::All, false);
         let c = &out.checks[1];
         assert_eq!((c.id.as_str(), c.status), ("reader", Status::Unknown));
-        assert_eq!(c.reason, Some(Reason::DependencyUnknown));
+        assert_eq!(c.reason, Some(Reason::DEPENDENCY_UNKNOWN));
         assert_eq!(
             c.message,
             "not established: it reads devices, whose facts could not be gathered (fail: no sysfs)"
@@ -359,6 +363,10 @@ mod tests {
         struct Unknowing;
         impl Concern for Unknowing {
             type Facts = ();
+
+            fn reasons(&self) -> &'static [Reason] {
+                &[]
+            }
             fn ids(&self) -> &'static [&'static str] {
                 &["devices"]
             }

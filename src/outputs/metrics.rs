@@ -296,7 +296,7 @@ mod tests {
             report: Some(Report::new(vec![
                 Check::new("containerd.memlock", Status::Ok, ""),
                 Check::new("pods.memlock", Status::Warn, "")
-                    .with_reason(crate::reason::Reason::MemlockBelowTarget),
+                    .with_reason(crate::reason::Reason::MEMLOCK_BELOW_TARGET),
             ])),
             mode: Some(crate::config::Mode::Enforce),
             config_sha256: None,

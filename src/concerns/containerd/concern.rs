@@ -25,6 +25,10 @@ pub struct Gathered {
 impl Concern for Memlock {
     type Facts = Gathered;
 
+    fn reasons(&self) -> &'static [Reason] {
+        crate::concerns::containerd::reasons::ALL
+    }
+
     fn ids(&self) -> &'static [&'static str] {
         &[CHECK_ID]
     }
@@ -40,7 +44,7 @@ impl Concern for Memlock {
     /// A config containerd cannot read is itself the failure, so errors here fail.
     fn gather(&self, snap: &Snapshot, cfg: &Config) -> Result<Gathered, GatherError> {
         let owned = Ledger::load(snap)
-            .map_err(|e| GatherError::fail(e).with_reason(Reason::AgentStateUnreadable))?
+            .map_err(|e| GatherError::fail(e).with_reason(Reason::AGENT_STATE_UNREADABLE))?
             .created_by(SPEC_OWNER);
         let facts =
             gather(snap, &cfg.containerd, snap.manager(), &owned).map_err(|e| GatherError {

@@ -4,6 +4,7 @@
 //! every CRI handler, the default included, a base spec with the target memlock.
 //! What cannot be asked is `unknown`, with the reason.
 
+use crate::concerns::containerd::reasons;
 use std::path::Path;
 
 use serde_json::{Value, json};
@@ -99,7 +100,7 @@ impl Judge<'_> {
         if !d.plan.changes.is_empty() {
             return found(
                 Status::Fail,
-                Reason::NoBaseSpec,
+                reasons::NO_BASE_SPEC,
                 format!(
                     "not prepared for memlock {}: {} (run `rdma-node-agent apply`)",
                     cfg.memlock,
@@ -128,7 +129,7 @@ impl Judge<'_> {
         if views.is_empty() {
             return Err(found(
                 Status::Unknown,
-                Reason::ContainerdUnconfirmed,
+                reasons::CONTAINERD_UNCONFIRMED,
                 format!(
                     "configured for memlock {}, not confirmed by containerd: there was nothing to ask it",
                     cfg.memlock
@@ -140,7 +141,7 @@ impl Judge<'_> {
             let view = v.as_ref().map_err(|why| {
                 found(
                     Status::Unknown,
-                    Reason::ContainerdUnconfirmed,
+                    reasons::CONTAINERD_UNCONFIRMED,
                     format!(
                         "handlers {names} are configured for memlock {} in {config}, not confirmed by containerd: {why}",
                         cfg.memlock
@@ -155,7 +156,7 @@ impl Judge<'_> {
             let Some(problems) = disagreements(view, facts, cfg) else {
                 return Err(found(
                     Status::Unknown,
-                    Reason::ContainerdUnconfirmed,
+                    reasons::CONTAINERD_UNCONFIRMED,
                     format!(
                         "handlers {names} are configured for memlock {} in {config}, not confirmed by containerd: {} lists no Linux runtime handler and no default",
                         cfg.memlock, view.source
@@ -165,7 +166,7 @@ impl Judge<'_> {
             if !problems.is_empty() {
                 return Err(found(
                     Status::Fail,
-                    Reason::BaseSpecNotApplied,
+                    reasons::BASE_SPEC_NOT_APPLIED,
                     format!(
                         "containerd does not give new containers memlock {}: {} says {} (the agent reads {config}: {})",
                         cfg.memlock,
@@ -187,14 +188,14 @@ impl Judge<'_> {
         let started = facts.containerd_started.clone().map_err(|why| {
             found(
                 Status::Unknown,
-                Reason::FactUnreadable,
+                Reason::FACT_UNREADABLE,
                 format!("configured for memlock {}, but whether the running containerd read it is not known: {why}", cfg.memlock),
             )
         })?;
         let pending = facts.restart_pending().map_err(|why| {
             found(
                 Status::Unknown,
-                Reason::FactUnreadable,
+                Reason::FACT_UNREADABLE,
                 format!("configured for memlock {}, but whether containerd restarted since its config changed is not known: {why}", cfg.memlock),
             )
         })?;
@@ -214,7 +215,7 @@ impl Judge<'_> {
         if !running {
             return found(
                 Status::Warn,
-                Reason::ContainerdNotRunning,
+                reasons::CONTAINERD_NOT_RUNNING,
                 format!(
                     "handlers {names} are configured for memlock {} ({by} agrees), but containerd is not running",
                     cfg.memlock
@@ -224,7 +225,7 @@ impl Judge<'_> {
         if pending {
             return found(
                 Status::Fail,
-                Reason::ContainerdNotRestarted,
+                reasons::CONTAINERD_NOT_RESTARTED,
                 format!(
                     "containerd restart pending: {}, so new containers do not get memlock {} yet",
                     facts.pending_reason(),
@@ -235,7 +236,7 @@ impl Judge<'_> {
         if !d.unmanaged.is_empty() {
             return found(
                 Status::Warn,
-                Reason::HandlerUnmanaged,
+                reasons::HANDLER_UNMANAGED,
                 format!(
                     "handlers {names} start containers with memlock {}, but CRI can also use {}, which {} not in containerd.handlers and lack it",
                     cfg.memlock,
@@ -247,7 +248,7 @@ impl Judge<'_> {
         if !facts.warnings.is_empty() {
             return found(
                 Status::Warn,
-                Reason::ContainerdConfigWarning,
+                reasons::CONTAINERD_CONFIG_WARNING,
                 format!(
                     "handlers {names} start containers with memlock {} ({by} agrees), but: {}",
                     cfg.memlock,
@@ -328,7 +329,7 @@ fn disagreements(view: &View, facts: &Facts, cfg: &ContainerdConfig) -> Option<V
 
 /// CRI is off in the config containerd reads: it serves no pods.
 fn cri_off(facts: &Facts, entry: &str, config: &str) -> Check {
-    cri_off_check(facts, entry, config).with_reason(Reason::CriDisabled)
+    cri_off_check(facts, entry, config).with_reason(reasons::CRI_DISABLED)
 }
 
 fn cri_off_check(facts: &Facts, entry: &str, config: &str) -> Check {
@@ -401,7 +402,7 @@ mod tests {
         let cfg = ContainerdConfig::default();
         let c = check(Some(&f), &Ok(decided()), &cfg);
         assert_eq!(c.status, Status::Unknown, "{}", c.message);
-        assert_eq!(c.reason, Some(Reason::ContainerdUnconfirmed));
+        assert_eq!(c.reason, Some(reasons::CONTAINERD_UNCONFIRMED));
         assert!(
             c.message.ends_with(
                 "not confirmed by containerd: the running containerd's CRI Status lists no Linux runtime handler and no default"

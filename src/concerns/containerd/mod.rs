@@ -21,6 +21,7 @@ pub mod k0s;
 pub mod layout;
 pub mod nri;
 pub mod rancher;
+pub mod reasons;
 pub mod spec;
 mod splice;
 pub mod toml;
@@ -109,10 +110,10 @@ impl ContainerdError {
     /// The check's reason for this error.
     pub fn reason(&self) -> Reason {
         match self {
-            ContainerdError::Unknown(_) | ContainerdError::Host(_) => Reason::FactUnreadable,
-            ContainerdError::Absent(_) => Reason::ContainerdAbsent,
-            ContainerdError::UnknownHandler { .. } => Reason::HandlerNotDefined,
-            _ => Reason::ConfigUnreadable,
+            ContainerdError::Unknown(_) | ContainerdError::Host(_) => Reason::FACT_UNREADABLE,
+            ContainerdError::Absent(_) => Reason::CONTAINERD_ABSENT,
+            ContainerdError::UnknownHandler { .. } => reasons::HANDLER_NOT_DEFINED,
+            _ => reasons::CONFIG_UNREADABLE,
         }
     }
 }

@@ -2,6 +2,7 @@
 //! plugin adjusts at CreateContainer ([`adjust`]), and the `containerd.nri`
 //! check on the mode and the plugin's registration ([`NriCheck`]).
 
+use crate::concerns::containerd::reasons;
 use serde_json::json;
 
 use crate::config::Config;
@@ -169,6 +170,10 @@ pub struct Facts {
 impl Concern for NriCheck {
     type Facts = Facts;
 
+    fn reasons(&self) -> &'static [Reason] {
+        reasons::ALL
+    }
+
     fn ids(&self) -> &'static [&'static str] {
         &[CHECK_ID]
     }
@@ -261,12 +266,12 @@ fn judge(f: &Facts) -> Check {
             missing,
             format!("memlock_via = \"{via}\" but {why}: no container gets memlock from this agent's NRI plugin; {HOW}"),
         )
-        .with_reason(Reason::NriUnavailable),
+        .with_reason(reasons::NRI_UNAVAILABLE),
         (_, Ok(()), Err(why)) => c(
             missing,
             format!("memlock_via = \"{via}\": containerd accepts NRI plugins on {sock}, but {why}; new RDMA containers get no memlock from the agent until `rdma-node-agent serve` runs"),
         )
-        .with_reason(Reason::NriPluginNotRunning),
+        .with_reason(reasons::NRI_PLUGIN_NOT_RUNNING),
         (_, Ok(()), Ok(p)) if p.registered && p.base_spec_unknown > 0 => c(
             Status::Warn,
             format!(
@@ -274,7 +279,7 @@ fn judge(f: &Facts) -> Check {
                 f.source, p.base_spec_unknown, p.adjusted, p.kept_lower
             ),
         )
-        .with_reason(Reason::NriBaseSpecUnknown),
+        .with_reason(reasons::NRI_BASE_SPEC_UNKNOWN),
         (_, Ok(()), Ok(p)) if p.registered => c(
             Status::Ok,
             format!(
@@ -290,7 +295,7 @@ fn judge(f: &Facts) -> Check {
                 p.last_error.as_ref().map(|e| format!(" ({e})")).unwrap_or_default()
             ),
         )
-        .with_reason(Reason::NriPluginNotRegistered),
+        .with_reason(reasons::NRI_PLUGIN_NOT_REGISTERED),
     }
 }
 

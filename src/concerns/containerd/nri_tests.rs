@@ -1,3 +1,4 @@
+use crate::concerns::containerd::reasons;
 use std::collections::HashMap;
 
 use super::*;
@@ -262,7 +263,7 @@ fn nri_alone_without_nri_in_containerd_fails_and_says_how() {
         None,
     ));
     assert_eq!(c.status, Status::Fail);
-    assert_eq!(c.reason, Some(Reason::NriUnavailable));
+    assert_eq!(c.reason, Some(reasons::NRI_UNAVAILABLE));
     assert!(
         c.message.contains("disable = false") && c.message.contains("base-spec"),
         "{}",
@@ -276,7 +277,7 @@ fn nri_alone_without_nri_in_containerd_fails_and_says_how() {
     };
     let c = judge(&facts(MemlockVia::Nri, Ok(()), Some(down)));
     assert_eq!(c.status, Status::Fail);
-    assert_eq!(c.reason, Some(Reason::NriPluginNotRegistered));
+    assert_eq!(c.reason, Some(reasons::NRI_PLUGIN_NOT_REGISTERED));
     assert!(c.message.contains("closed"), "{}", c.message);
 }
 
@@ -298,7 +299,7 @@ fn registered_is_ok_only_from_the_running_daemon() {
     // From a shell with no daemon running: nothing registers, and it says so.
     let c = judge(&facts(MemlockVia::Nri, Ok(()), None));
     assert_eq!(c.status, Status::Fail);
-    assert_eq!(c.reason, Some(Reason::NriPluginNotRunning));
+    assert_eq!(c.reason, Some(reasons::NRI_PLUGIN_NOT_RUNNING));
     assert!(c.message.contains("daemon is not running"), "{}", c.message);
     // With "both" the base spec still holds: a warning.
     assert_eq!(
@@ -314,7 +315,7 @@ fn auto_both_and_base_spec() {
     assert!(c.message.contains("picked the base spec"), "{}", c.message);
     let c = judge(&facts(MemlockVia::Both, Err("no NRI socket".into()), None));
     assert_eq!(c.status, Status::Warn);
-    assert_eq!(c.reason, Some(Reason::NriUnavailable));
+    assert_eq!(c.reason, Some(reasons::NRI_UNAVAILABLE));
     assert_eq!(
         judge(&facts(MemlockVia::BaseSpec, Ok(()), None)).status,
         Status::Skipped

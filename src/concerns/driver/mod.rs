@@ -10,6 +10,7 @@
 //! as `rdma.link` keeps its history.
 
 pub mod patterns;
+pub mod reasons;
 pub mod state;
 mod verdict;
 
@@ -24,6 +25,7 @@ use crate::host::kmsg::{self, Caps, KmsgError};
 use crate::host::snapshot::Snapshot;
 use crate::host::state::Record;
 use crate::observe::Observation;
+use crate::reason::Reason;
 use state::{LogReading, State};
 
 pub const CHECK_ID: &str = "driver.health";
@@ -63,6 +65,10 @@ pub struct Health;
 
 impl Concern for Health {
     type Facts = Facts;
+
+    fn reasons(&self) -> &'static [Reason] {
+        reasons::ALL
+    }
 
     fn ids(&self) -> &'static [&'static str] {
         &[CHECK_ID]

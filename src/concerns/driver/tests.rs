@@ -1,9 +1,9 @@
+use crate::concerns::driver::reasons;
 use std::collections::BTreeMap;
 
 use super::*;
 use crate::engine::check::{Check, Status};
 use crate::host::Host;
-use crate::reason::Reason;
 
 fn reporter(instance: &str, name: &str, state: u8, errors: u64) -> Reporter {
     Reporter {
@@ -87,7 +87,7 @@ fn a_reporter_in_error_fails_naming_device_and_reporter_and_hides_no_other() {
     r[1].errors = 2;
     let (c, obs) = run(&facts(r, State::default()));
     assert_eq!(c.status, Status::Fail);
-    assert_eq!(c.reason, Some(Reason::DevlinkReporterError));
+    assert_eq!(c.reason, Some(reasons::DEVLINK_REPORTER_ERROR));
     assert!(
         c.message
             .starts_with("mlx5_0 (pci/0000:03:00.0): health reporter fw_fatal is in error state"),
@@ -119,7 +119,7 @@ fn errors_rising_warn_until_reboot_and_a_reload_is_no_alarm() {
     let (c, obs) = run(&facts(r.clone(), State::default()));
     assert_eq!(
         (c.status, c.reason),
-        (Status::Warn, Some(Reason::DevlinkErrorsRising))
+        (Status::Warn, Some(reasons::DEVLINK_ERRORS_RISING))
     );
     assert!(
         c.message
@@ -155,7 +155,7 @@ fn no_devlink_family_is_unknown_for_a_pci_nic_and_skipped_without_one() {
     let (c, _) = run(&f);
     assert_eq!(
         (c.status, c.reason),
-        (Status::Unknown, Some(Reason::DevlinkUnavailable))
+        (Status::Unknown, Some(reasons::DEVLINK_UNAVAILABLE))
     );
     assert!(c.message.contains("CONFIG_NET_DEVLINK"), "{}", c.message);
     // A node with only Soft-RoCE and no kernel log: nothing to watch, said so.
@@ -227,7 +227,7 @@ fn an_unreadable_kernel_log_is_unknown_and_hides_no_devlink_failure() {
     let (c, _) = run(&f);
     assert_eq!(
         (c.status, c.reason),
-        (Status::Unknown, Some(Reason::KernelLogUnreadable))
+        (Status::Unknown, Some(reasons::KERNEL_LOG_UNREADABLE))
     );
 }
 
@@ -281,7 +281,7 @@ fn the_kernel_logs_fatal_messages_fail_per_device_counted_once() {
     let (c, obs) = run(&f);
     assert_eq!(
         (c.status, c.reason),
-        (Status::Fail, Some(Reason::DriverFatalLog))
+        (Status::Fail, Some(reasons::DRIVER_FATAL_LOG))
     );
     for part in [
         "mlx5_0 (mlx5_core 0000:56:00.0): cmd_timeout ×1",

@@ -2,6 +2,7 @@
 //! Every problem names its device and reporter or pattern; one unreadable
 //! source never hides what the other says; the worst status wins.
 
+use crate::concerns::driver::reasons;
 use serde_json::json;
 
 use super::patterns::{self, Severity};
@@ -71,7 +72,7 @@ fn reporter_findings(
         1 => {
             out.push(found(
                 Status::Fail,
-                Reason::DevlinkReporterError,
+                reasons::DEVLINK_REPORTER_ERROR,
                 format!(
                     "{shown}: health reporter {} is in error state ({} error(s), {} recovered{dump})",
                     r.name, r.errors, r.recovers
@@ -81,7 +82,7 @@ fn reporter_findings(
         }
         s => out.push(found(
             Status::Unknown,
-            Reason::DevlinkUnavailable,
+            reasons::DEVLINK_UNAVAILABLE,
             format!(
                 "{shown}: health reporter {} is in state {s}, which this agent does not know",
                 r.name
@@ -93,7 +94,7 @@ fn reporter_findings(
     if r.errors > base {
         out.push(found(
             Status::Warn,
-            Reason::DevlinkErrorsRising,
+            reasons::DEVLINK_ERRORS_RISING,
             format!(
                 "{shown}: health reporter {} counted {} error(s) since boot, {} since the last cycle ({} recovered{dump})",
                 r.name,
@@ -131,7 +132,7 @@ fn devlink_findings(
         other => {
             out.push(found(
                 Status::Unknown,
-                Reason::DevlinkUnavailable,
+                reasons::DEVLINK_UNAVAILABLE,
                 format!(
                     "cannot read devlink health reporters: {}",
                     devlink_why(other)
@@ -151,7 +152,7 @@ fn devlink_findings(
                 "{shown} has no devlink health reporter (its driver registers none, or no devlink instance)"
             );
             if cfg.also_watch.contains(instance) || f.log.is_none() {
-                out.push(found(Status::Unknown, Reason::DevlinkUnavailable, text));
+                out.push(found(Status::Unknown, reasons::DEVLINK_UNAVAILABLE, text));
             } else {
                 notes.push(text);
             }
@@ -214,7 +215,7 @@ fn log_findings(
         Some(Err(e)) if nothing_to_watch => notes.push(format!("kernel log not read: {e}")),
         Some(Err(e)) => out.push(found(
             Status::Unknown,
-            Reason::KernelLogUnreadable,
+            reasons::KERNEL_LOG_UNREADABLE,
             format!("the kernel log could not be read, so the driver's fatal messages are not known: {e}"),
         )),
         Some(Ok(_)) => {
@@ -231,8 +232,8 @@ fn log_findings(
             continue;
         };
         let (status, reason) = match p.severity {
-            Severity::Fail => (Status::Fail, Reason::DriverFatalLog),
-            Severity::Warn => (Status::Warn, Reason::DriverLogWarning),
+            Severity::Fail => (Status::Fail, reasons::DRIVER_FATAL_LOG),
+            Severity::Warn => (Status::Warn, reasons::DRIVER_LOG_WARNING),
         };
         out.push(found(
             status,
@@ -258,7 +259,7 @@ pub fn judge(
     if let Some(e) = state_error {
         out.push(found(
             Status::Unknown,
-            Reason::FactUnreadable,
+            Reason::FACT_UNREADABLE,
             format!("cannot read {}, so error counts before now are not known: {e}; the daemon starts a new one", super::STATE_PATH),
         ));
     }

@@ -3,6 +3,7 @@
 //! and width against what both ends can do), say how GPU memory would be
 //! registered, and turn that into one check with a line a person can act on.
 
+use crate::concerns::gpudirect::reasons;
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -55,11 +56,11 @@ impl Reason {
     pub fn code(self) -> crate::reason::Reason {
         use crate::reason::Reason as R;
         match self {
-            Reason::AcsRedirect => R::AcsRedirect,
-            Reason::LinkDegraded => R::PcieLinkDegraded,
-            Reason::Distance => R::GpuNicDistance,
-            Reason::NoMechanism => R::GpudirectNoMechanism,
-            Reason::AcsUnknown | Reason::MechanismUnknown => R::FactUnreadable,
+            Reason::AcsRedirect => reasons::ACS_REDIRECT,
+            Reason::LinkDegraded => reasons::PCIE_LINK_DEGRADED,
+            Reason::Distance => reasons::GPU_NIC_DISTANCE,
+            Reason::NoMechanism => reasons::GPUDIRECT_NO_MECHANISM,
+            Reason::AcsUnknown | Reason::MechanismUnknown => R::FACT_UNREADABLE,
         }
     }
 

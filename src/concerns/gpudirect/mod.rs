@@ -9,6 +9,7 @@ pub mod decide;
 pub mod gather;
 pub mod mechanism;
 pub mod pcie;
+pub mod reasons;
 pub mod topo;
 
 #[cfg(test)]
@@ -43,6 +44,10 @@ pub struct Path;
 
 impl Concern for Path {
     type Facts = gather::Facts;
+
+    fn reasons(&self) -> &'static [Reason] {
+        reasons::ALL
+    }
 
     fn ids(&self) -> &'static [&'static str] {
         &[CHECK_ID]
@@ -151,7 +156,7 @@ pub fn assess(f: &gather::Facts, cfg: &GpuDirectConfig) -> Outcome {
             )
         };
         return Outcome {
-            check: Check::new(CHECK_ID, status, message).with_reason(Reason::NoGpu),
+            check: Check::new(CHECK_ID, status, message).with_reason(reasons::NO_GPU),
             pairs: Vec::new(),
             mechanism: None,
             acs_targets: Vec::new(),
@@ -164,7 +169,7 @@ pub fn assess(f: &gather::Facts, cfg: &GpuDirectConfig) -> Outcome {
     let mech_text = mech.describe();
     let mut status = Status::Ok;
     // The reason of the first problem that raised the status to where it is.
-    let mut reason = Reason::FactUnreadable;
+    let mut reason = Reason::FACT_UNREADABLE;
     let mut problems: Vec<String> = Vec::new();
     let mut raise = |s: Status, r: Reason| {
         if s > status {
@@ -173,14 +178,14 @@ pub fn assess(f: &gather::Facts, cfg: &GpuDirectConfig) -> Outcome {
         }
     };
     for gpu in &f.unplaced {
-        raise(Status::Unknown, Reason::FactUnreadable);
+        raise(Status::Unknown, Reason::FACT_UNREADABLE);
         problems.push(format!(
             "GPU {gpu}: its sysfs link does not lead to a device under /sys/devices/pci*: its path cannot be read"
         ));
     }
     // A NIC not placed may be a GPU's nearest: no pair, and no skip, is sure.
     for (nic, why) in &f.unplaced_nics {
-        raise(Status::Unknown, Reason::FactUnreadable);
+        raise(Status::Unknown, Reason::FACT_UNREADABLE);
         problems.push(format!(
             "RDMA device {nic}: its sysfs device link cannot be resolved ({why}): its distance to the GPUs cannot be read"
         ));
@@ -189,9 +194,9 @@ pub fn assess(f: &gather::Facts, cfg: &GpuDirectConfig) -> Outcome {
         let gpus = f.gpus.len();
         let any_required = cfg.required || f.gpus.iter().any(|g| required(cfg, &g.pci));
         if any_required {
-            raise(Status::Fail, Reason::NoRdmaDevices);
+            raise(Status::Fail, Reason::NO_RDMA_DEVICES);
         } else if problems.is_empty() {
-            raise(Status::Skipped, Reason::NoRdmaDevices);
+            raise(Status::Skipped, Reason::NO_RDMA_DEVICES);
         }
         let mut message = format!(
             "{gpus} NVIDIA GPU(s), no RDMA NIC with a PCI function (/sys/class/infiniband): no GPU↔NIC path to check; GPUDirect mechanism: {mech_text}; IOMMU {iommu}"
@@ -214,7 +219,7 @@ pub fn assess(f: &gather::Facts, cfg: &GpuDirectConfig) -> Outcome {
     }
     if mech.kind == Kind::None {
         if mech.unknown.is_some() {
-            raise(Status::Unknown, Reason::FactUnreadable);
+            raise(Status::Unknown, Reason::FACT_UNREADABLE);
         }
         problems.push(format!("GPUDirect mechanism {mech_text}: GPU memory would be staged through host memory; load nvidia_peermem with MLNX_OFED/DOCA-OFED, or use the open GPU kernel modules on a kernel with CONFIG_PCI_P2PDMA=y"));
     }
@@ -232,7 +237,7 @@ pub fn assess(f: &gather::Facts, cfg: &GpuDirectConfig) -> Outcome {
             Status::Unknown => p.reasons.iter().find(|r| r.is_unknown()),
             _ => p.reasons.iter().find(|r| !r.is_unknown()),
         };
-        raise(s, r.map_or(Reason::FactUnreadable, |r| r.code()));
+        raise(s, r.map_or(Reason::FACT_UNREADABLE, |r| r.code()));
         problems.extend(p.problems.iter().cloned());
     }
     let ready = pairs.iter().filter(|p| p.ready == Some(true)).count();

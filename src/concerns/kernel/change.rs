@@ -1,6 +1,7 @@
 //! `kernel.change`: the kernel the agent last ran on, and the release order
 //! used to tell which installed kernels are newer.
 
+use crate::concerns::kernel::reasons;
 use std::cmp::Ordering;
 
 use serde_json::json;
@@ -98,7 +99,7 @@ pub fn check_change(f: &Facts) -> Check {
             Status::Unknown,
             "no /proc/sys/kernel/osrelease under this root",
         )
-        .with_reason(Reason::FactUnreadable);
+        .with_reason(Reason::FACT_UNREADABLE);
     };
     if let Some(e) = &f.state_error {
         return Check::new(
@@ -108,7 +109,7 @@ pub fn check_change(f: &Facts) -> Check {
                 "kernel {release}; cannot tell whether it changed since the last run: the agent's state does not parse ({e}); remove the file and run `rdma-node-agent apply` to record this kernel"
             ),
         )
-        .with_reason(Reason::AgentStateUnreadable);
+        .with_reason(Reason::AGENT_STATE_UNREADABLE);
     }
     let changed_from = changed_from(f);
     let details = json!({"release": release, "boot_id": f.boot_id, "recorded": f.state, "changed_from": changed_from});
@@ -122,7 +123,7 @@ pub fn check_change(f: &Facts) -> Check {
                 s.release
             ),
         )
-        .with_reason(Reason::KernelChanged),
+        .with_reason(reasons::KERNEL_CHANGED),
         Some(s) if s.previous.is_some() && f.boot_id.as_deref() == Some(s.boot_id.as_str()) => Check::new(
             CHANGE,
             Status::Ok,

@@ -10,11 +10,16 @@ use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::host::snapshot::Snapshot;
 use crate::host::state::Record;
 use crate::observe::Observation;
+use crate::reason::Reason;
 
 pub struct Kernel;
 
 impl Concern for Kernel {
     type Facts = Facts;
+
+    fn reasons(&self) -> &'static [Reason] {
+        crate::concerns::kernel::reasons::ALL
+    }
 
     fn ids(&self) -> &'static [&'static str] {
         &[CHANGE, MODULES, DKMS]

@@ -2,6 +2,7 @@
 //! kernel and every newer installed kernel. The tree is the truth; `dkms
 //! status` (every state it prints, warnings included) is a cross-check.
 
+use crate::concerns::kernel::reasons;
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
@@ -152,8 +153,8 @@ impl ToolError {
 
     fn reason(&self) -> Reason {
         match self {
-            ToolError::TimedOut(_) => Reason::DkmsStatusTimeout,
-            ToolError::Failed(_) => Reason::DkmsStatusFailed,
+            ToolError::TimedOut(_) => reasons::DKMS_STATUS_TIMEOUT,
+            ToolError::Failed(_) => reasons::DKMS_STATUS_FAILED,
         }
     }
 }
@@ -306,7 +307,7 @@ pub fn check_dkms(f: &Facts, cfg: &KernelConfig) -> Check {
             Status::Unknown,
             "no /proc/sys/kernel/osrelease under this root",
         )
-        .with_reason(Reason::FactUnreadable);
+        .with_reason(Reason::FACT_UNREADABLE);
     };
     let leftovers = leftovers(f, release);
     let (disagree, unreadable, tool_error) = match &f.dkms_status {
@@ -368,7 +369,7 @@ pub fn check_dkms(f: &Facts, cfg: &KernelConfig) -> Check {
                 unreadable.join(", ")
             ),
         )
-        .with_reason(Reason::FactUnreadable)
+        .with_reason(Reason::FACT_UNREADABLE)
         .with_details(details);
     }
     let (status, message, reason) = installed(f, &covered, tool_error.as_ref(), disagree);
@@ -420,9 +421,9 @@ fn gaps_failure(
         .chain(disagree)
         .collect();
     let reason = if gaps.iter().any(|(k, _, _)| k == release) {
-        Reason::DkmsNotInstalled
+        reasons::DKMS_NOT_INSTALLED
     } else {
-        Reason::DkmsNotInstalledForPendingKernel
+        reasons::DKMS_NOT_INSTALLED_FOR_PENDING_KERNEL
     };
     (msgs.join("; "), reason)
 }
@@ -446,7 +447,7 @@ fn installed(
             format!("{message}, not confirmed by dkms status"),
             e.reason(),
         ),
-        None if disagree.is_empty() => (Status::Ok, message, Reason::DkmsStatusDisagrees),
+        None if disagree.is_empty() => (Status::Ok, message, reasons::DKMS_STATUS_DISAGREES),
         None => (
             Status::Warn,
             [message]
@@ -454,7 +455,7 @@ fn installed(
                 .chain(disagree)
                 .collect::<Vec<_>>()
                 .join("; "),
-            Reason::DkmsStatusDisagrees,
+            reasons::DKMS_STATUS_DISAGREES,
         ),
     }
 }

@@ -16,6 +16,7 @@ mod dkms;
 mod gather;
 pub mod modinfo;
 mod modules;
+pub mod reasons;
 #[cfg(test)]
 mod tests;
 

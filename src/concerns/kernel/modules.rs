@@ -2,6 +2,7 @@
 //! would load for each (depmod's choice in modules.dep) was built for the
 //! running kernel.
 
+use crate::concerns::kernel::reasons;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::json;
@@ -25,7 +26,7 @@ pub fn check_modules(f: &Facts, cfg: &KernelConfig) -> Check {
             Status::Unknown,
             "no /proc/modules or kernel release under this root",
         )
-        .with_reason(Reason::FactUnreadable);
+        .with_reason(Reason::FACT_UNREADABLE);
     };
     let resolved = match &f.modules {
         Some(ModuleTree::Read(r)) => Some(r),
@@ -50,7 +51,7 @@ pub fn check_modules(f: &Facts, cfg: &KernelConfig) -> Check {
             Status::Fail,
             [problems, unknown].concat().join("; "),
         )
-        .with_reason(reason.unwrap_or(Reason::FactUnreadable))
+        .with_reason(reason.unwrap_or(Reason::FACT_UNREADABLE))
         .with_details(details);
     }
     if !unknown.is_empty() {
@@ -60,7 +61,7 @@ pub fn check_modules(f: &Facts, cfg: &KernelConfig) -> Check {
             Status::Unknown,
             format!("{}: {gap}", unknown.join("; ")),
         )
-        .with_reason(Reason::FactUnreadable)
+        .with_reason(Reason::FACT_UNREADABLE)
         .with_details(details);
     }
     let mut msg = ok_message(cfg, &builtin, release);
@@ -130,7 +131,7 @@ impl Tally {
         };
         if !is_loaded && *r != Resolved::Builtin {
             self.problems.push(format!("{m} is not loaded"));
-            self.reason.get_or_insert(Reason::ModuleNotLoaded);
+            self.reason.get_or_insert(reasons::MODULE_NOT_LOADED);
         }
         match r {
             Resolved::Builtin => self.builtin.push(m.to_owned()),
@@ -138,7 +139,7 @@ impl Tally {
                 self.problems.push(format!(
                     "{m} has no file in /lib/modules/{release}/modules.dep (nor is it built in)"
                 ));
-                self.reason.get_or_insert(Reason::ModuleNotLoaded);
+                self.reason.get_or_insert(reasons::MODULE_NOT_LOADED);
             }
             Resolved::File(file) => {
                 match &file.built_for {
@@ -147,12 +148,12 @@ impl Tally {
                             "{m}: {} was built for {k}, not {release} (vermagic mismatch)",
                             file.path
                         ));
-                        self.reason.get_or_insert(Reason::ModuleMismatch);
+                        self.reason.get_or_insert(reasons::MODULE_MISMATCH);
                     }
                     Ok(_) => {}
                     Err(e) => {
                         self.problems.push(format!("{m}: {}: {e}", file.path));
-                        self.reason.get_or_insert(Reason::FactUnreadable);
+                        self.reason.get_or_insert(Reason::FACT_UNREADABLE);
                     }
                 }
                 if let Some(intree) = &file.shadows {

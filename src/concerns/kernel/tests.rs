@@ -1,13 +1,13 @@
 //! The kernel concern's decisions on facts: DKMS states from the tree, every
 //! `dkms status` line form, leftovers of removed kernels, release order.
 
+use crate::concerns::kernel::reasons;
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::*;
 use crate::config::KernelConfig;
 use crate::engine::check::Status;
-use crate::reason::Reason;
 
 #[test]
 fn releases_compare_numerically() {
@@ -247,7 +247,7 @@ fn dkms_status_cross_checks_the_tree() {
     )));
     let c = check_dkms(&f, &cfg);
     assert_eq!(c.status, Status::Warn);
-    assert_eq!(c.reason, Some(Reason::DkmsStatusTimeout));
+    assert_eq!(c.reason, Some(reasons::DKMS_STATUS_TIMEOUT));
     assert_eq!(
         c.message,
         format!(
@@ -260,7 +260,7 @@ fn dkms_status_cross_checks_the_tree() {
     )));
     let c = check_dkms(&f, &cfg);
     assert_eq!(c.status, Status::Warn);
-    assert_eq!(c.reason, Some(Reason::DkmsStatusFailed));
+    assert_eq!(c.reason, Some(reasons::DKMS_STATUS_FAILED));
     // A gap in the tree still fails, whatever the tool did.
     f.dkms.clear();
     let c = check_dkms(&f, &cfg);

@@ -18,6 +18,7 @@
 //! The worst decides the status (fail, then unknown, then warn); the message
 //! names every finding.
 
+use crate::concerns::pcie::reasons;
 use serde_json::{Value, json};
 
 use super::gather::{Function, Watched};
@@ -82,7 +83,7 @@ pub fn findings(f: &Function, h: Option<&FnHistory>, cfg: &PcieConfig, now: u64)
     match &f.aer {
         Err(e) => say(
             Status::Unknown,
-            Reason::FactUnreadable,
+            Reason::FACT_UNREADABLE,
             format!("{who}: cannot read its AER statistics: {e}"),
         ),
         Ok(None) => say(
@@ -90,14 +91,14 @@ pub fn findings(f: &Function, h: Option<&FnHistory>, cfg: &PcieConfig, now: u64)
                 WithoutAer::Warn => Status::Warn,
                 WithoutAer::Unknown => Status::Unknown,
             },
-            Reason::AerUnavailable,
+            reasons::AER_UNAVAILABLE,
             format!("{who} has no AER statistics"),
         ),
         Ok(Some([cor, nonfatal, fatal])) => {
             if fatal.total > 0 {
                 say(
                     Status::Fail,
-                    Reason::AerFatal,
+                    reasons::AER_FATAL,
                     format!(
                         "{who}: aer_dev_fatal TOTAL_ERR_FATAL {} since boot{}",
                         fatal.total,
@@ -108,7 +109,7 @@ pub fn findings(f: &Function, h: Option<&FnHistory>, cfg: &PcieConfig, now: u64)
             if nonfatal.total > 0 {
                 say(
                     nonfatal_status(cfg),
-                    Reason::AerNonfatal,
+                    reasons::AER_NONFATAL,
                     format!(
                         "{who}: aer_dev_nonfatal TOTAL_ERR_NONFATAL {} since boot{}",
                         nonfatal.total,
@@ -120,7 +121,7 @@ pub fn findings(f: &Function, h: Option<&FnHistory>, cfg: &PcieConfig, now: u64)
             if rise > cfg.correctable_threshold {
                 say(
                     Status::Warn,
-                    Reason::AerCorrectableRising,
+                    reasons::AER_CORRECTABLE_RISING,
                     format!(
                         "{who}: aer_dev_correctable TOTAL_ERR_COR rose by {rise} in the last {} (more than pcie.correctable_threshold = {}; {} since boot{})",
                         window_shown(cfg.correctable_window_secs),
@@ -135,14 +136,14 @@ pub fn findings(f: &Function, h: Option<&FnHistory>, cfg: &PcieConfig, now: u64)
     if let Some(text) = retrained(f, h) {
         say(
             Status::Warn,
-            Reason::PcieLinkRetrainedDown,
+            reasons::PCIE_LINK_RETRAINED_DOWN,
             format!("{who}: {text}"),
         );
     }
     // The root port's totals after its own counts, before its link.
     let link = out
         .iter()
-        .position(|x| x.reason == Reason::PcieLinkRetrainedDown)
+        .position(|x| x.reason == reasons::PCIE_LINK_RETRAINED_DOWN)
         .unwrap_or(out.len());
     out.splice(link..link, rootport(&who, f, nonfatal_status(cfg)));
     out
@@ -167,7 +168,7 @@ fn rootport(who: &str, f: &Function, nonfatal: Status) -> Vec<Finding> {
         None => Vec::new(),
         Some(Err(e)) => vec![finding(
             Status::Unknown,
-            Reason::FactUnreadable,
+            Reason::FACT_UNREADABLE,
             format!("cannot read its root port totals: {e}"),
         )],
         Some(Ok([_, n, x])) => {
@@ -175,14 +176,14 @@ fn rootport(who: &str, f: &Function, nonfatal: Status) -> Vec<Finding> {
             if *x > 0 {
                 out.push(finding(
                     Status::Fail,
-                    Reason::AerFatal,
+                    reasons::AER_FATAL,
                     format!("aer_rootport_total_err_fatal {x} since boot (fatal error messages from below it)"),
                 ));
             }
             if *n > 0 {
                 out.push(finding(
                     nonfatal,
-                    Reason::AerNonfatal,
+                    reasons::AER_NONFATAL,
                     format!("aer_rootport_total_err_nonfatal {n} since boot (non-fatal error messages from below it)"),
                 ));
             }
@@ -231,21 +232,21 @@ pub fn verdict(
     for u in &w.unplaced {
         all.push(Finding {
             status: Status::Unknown,
-            reason: Reason::FactUnreadable,
+            reason: Reason::FACT_UNREADABLE,
             text: format!("cannot place {u} on the PCI bus, so its path is not watched"),
         });
     }
     if let Some(e) = history_error {
         all.push(Finding {
             status: Status::Unknown,
-            reason: Reason::FactUnreadable,
+            reason: Reason::FACT_UNREADABLE,
             text: format!("cannot read the AER history, so rises and retraining before now are not known: {e}; the daemon starts a new one"),
         });
     }
     if w.functions.is_empty() && all.is_empty() {
         return (
             Status::Skipped,
-            Reason::FactUnreadable,
+            Reason::FACT_UNREADABLE,
             "no RDMA NIC or NVIDIA GPU on the PCI bus: no PCIe path to watch".into(),
         );
     }
@@ -254,7 +255,7 @@ pub fn verdict(
         let n = w.functions.len();
         return (
             Status::Ok,
-            Reason::FactUnreadable,
+            Reason::FACT_UNREADABLE,
             format!(
                 "{n} PCIe function(s) of the RDMA NICs and GPUs and the bridges above them: no uncorrectable AER error since boot, correctable errors within {} per {}, no link retrained down",
                 cfg.correctable_threshold,
@@ -265,7 +266,7 @@ pub fn verdict(
     // The functions without statistics in one sentence, with why.
     let (unavailable, rest): (Vec<Finding>, Vec<Finding>) = all
         .into_iter()
-        .partition(|f| f.reason == Reason::AerUnavailable);
+        .partition(|f| f.reason == reasons::AER_UNAVAILABLE);
     // In rank order: after the failures, before the warnings.
     let fails = rest.iter().take_while(|f| f.status == Status::Fail).count();
     let mut parts: Vec<String> = rest.into_iter().map(|f| f.text).collect();

@@ -13,6 +13,7 @@ pub mod decide;
 pub mod gather;
 pub mod history;
 pub mod parse;
+pub mod reasons;
 #[cfg(test)]
 mod tests;
 
@@ -25,6 +26,7 @@ use crate::fleet::Fact;
 use crate::host::snapshot::{self, Snapshot};
 use crate::host::state::Record;
 use crate::observe::Observation;
+use crate::reason::Reason;
 use gather::Watched;
 use history::{History, Reading, Readings};
 
@@ -45,6 +47,10 @@ pub struct Aer;
 
 impl Concern for Aer {
     type Facts = Facts;
+
+    fn reasons(&self) -> &'static [Reason] {
+        reasons::ALL
+    }
 
     fn ids(&self) -> &'static [&'static str] {
         &[CHECK_ID]
@@ -96,7 +102,7 @@ impl Concern for Aer {
                     .map(|c| [c[0].total, c[1].total, c[2].total]),
                 retrained_down: decide::findings(func, next.functions.get(&func.bdf), cfg, f.now)
                     .iter()
-                    .any(|x| x.reason == crate::reason::Reason::PcieLinkRetrainedDown),
+                    .any(|x| x.reason == reasons::PCIE_LINK_RETRAINED_DOWN),
             })
             .collect();
         // Written only when it changed: most reconciles see nothing new.

@@ -3,6 +3,7 @@
 //! statistics) and on PCIe trees built here, labelled as such, whose AER
 //! files are in the kernel's format (tests/fixtures/aer, see its PROVENANCE).
 
+use crate::concerns::pcie::reasons;
 use std::fs;
 use std::os::unix::fs::symlink;
 use std::path::Path;
@@ -10,7 +11,6 @@ use std::path::Path;
 use super::*;
 use crate::engine::check::Status;
 use crate::host::Host;
-use crate::reason::Reason;
 
 const RP: &str = "sys/devices/pci0000:00/0000:00:10.0";
 const USP: &str = "sys/devices/pci0000:00/0000:00:10.0/0000:01:00.0";
@@ -124,11 +124,11 @@ fn the_real_gpu_host_without_aer_statistics_warns_never_ok() {
     strict.pcie.without_aer = crate::config::pcie::WithoutAer::Unknown;
     let (c, _) = decide(&facts(&root), &strict);
     assert_eq!(c.status, Status::Unknown, "{}", c.message);
-    assert_eq!(c.reason, Some(Reason::AerUnavailable));
+    assert_eq!(c.reason, Some(reasons::AER_UNAVAILABLE));
     // By default a warning: its errors are not known, the node stays ready.
     let (c, _) = decide(&facts(&root), &Config::default());
     assert_eq!(c.status, Status::Warn, "{}", c.message);
-    assert_eq!(c.reason, Some(Reason::AerUnavailable));
+    assert_eq!(c.reason, Some(reasons::AER_UNAVAILABLE));
     assert_eq!(
         c.message,
         "1 function(s) have no AER statistics, so their errors are not known (no aer_dev_* files: the function has no AER capability, or the kernel is built without CONFIG_PCIEAER): 0000:00:06.0 (GPU)"
@@ -187,7 +187,7 @@ fn a_fatal_error_fails_naming_the_function_and_counter_and_an_unreadable_one_hid
     put(root, &format!("{GPU}/aer_dev_nonfatal"), "garbage\n");
     let (c, _) = decide(&facts(root), &Config::default());
     assert_eq!(c.status, Status::Fail, "{}", c.message);
-    assert_eq!(c.reason, Some(Reason::AerFatal));
+    assert_eq!(c.reason, Some(reasons::AER_FATAL));
     assert!(c.message.starts_with("0000:00:10.0 (root port on the path to NIC mlx5_0 (0000:03:00.0)): aer_rootport_total_err_fatal 1 since boot"), "{}", c.message);
     assert!(
         c.message.contains(
@@ -221,7 +221,7 @@ fn nonfatal_warns_or_fails_as_configured() {
     let (c, _) = decide(&facts(root), &Config::default());
     assert_eq!(
         (c.status, c.reason),
-        (Status::Warn, Some(Reason::AerNonfatal)),
+        (Status::Warn, Some(reasons::AER_NONFATAL)),
         "{}",
         c.message
     );
@@ -243,7 +243,7 @@ fn nonfatal_warns_or_fails_as_configured() {
     let (c, _) = decide(&facts(root), &Config::default());
     assert_eq!(
         (c.status, c.reason),
-        (Status::Warn, Some(Reason::AerNonfatal)),
+        (Status::Warn, Some(reasons::AER_NONFATAL)),
         "{}",
         c.message
     );
@@ -278,7 +278,7 @@ fn rising_correctable_errors_warn_and_a_reset_or_a_reboot_does_not() {
     let (c, h) = again(root, &h, 10_600);
     assert_eq!(
         (c.status, c.reason),
-        (Status::Warn, Some(Reason::AerCorrectableRising)),
+        (Status::Warn, Some(reasons::AER_CORRECTABLE_RISING)),
         "{}",
         c.message
     );
@@ -316,7 +316,7 @@ fn a_link_that_retrained_down_since_boot_is_named() {
     let (c, h) = again(root, &h, 1100);
     assert_eq!(
         (c.status, c.reason),
-        (Status::Warn, Some(Reason::PcieLinkRetrainedDown)),
+        (Status::Warn, Some(reasons::PCIE_LINK_RETRAINED_DOWN)),
         "{}",
         c.message
     );

@@ -6,6 +6,7 @@ use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::host::netlink::NetnsMode;
 use crate::host::snapshot::Snapshot;
 use crate::observe::Observation;
+use crate::reason::Reason;
 
 pub struct Devices;
 
@@ -16,6 +17,10 @@ pub struct DeviceFacts {
 
 impl Concern for Devices {
     type Facts = DeviceFacts;
+
+    fn reasons(&self) -> &'static [Reason] {
+        super::devices::reasons::ALL
+    }
 
     fn ids(&self) -> &'static [&'static str] {
         &[devices::CHECK_ID]
@@ -63,6 +68,10 @@ pub struct Netns;
 
 impl Concern for Netns {
     type Facts = netns::Facts;
+
+    fn reasons(&self) -> &'static [Reason] {
+        super::netns::reasons::ALL
+    }
 
     fn ids(&self) -> &'static [&'static str] {
         &[netns::CHECK_ID]

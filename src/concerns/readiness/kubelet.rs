@@ -5,6 +5,7 @@
 //! the data plane is fine), and an RDMA resource advertised while every port
 //! is down or missing (pods get scheduled here and fail). No kubelet: skipped.
 
+use crate::concerns::readiness::reasons;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -129,7 +130,7 @@ pub fn decide(
                     path.display()
                 ),
             )
-            .with_reason(Reason::KubeletCheckpointInvalid);
+            .with_reason(reasons::KUBELET_CHECKPOINT_INVALID);
             return (c, Vec::new());
         }
     };
@@ -179,7 +180,7 @@ fn checksum_problem(checksum: &Option<Result<bool, String>>, path: &Path) -> Opt
     match checksum {
         Some(Ok(false)) => Some((
             Status::Warn,
-            Reason::KubeletCheckpointInvalid,
+            reasons::KUBELET_CHECKPOINT_INVALID,
             format!(
                 "{}: checksum does not verify (corrupt, or a kubelet layout this agent does not know): its content may be wrong",
                 path.display()
@@ -187,7 +188,7 @@ fn checksum_problem(checksum: &Option<Result<bool, String>>, path: &Path) -> Opt
         )),
         Some(Err(e)) => Some((
             Status::Warn,
-            Reason::KubeletCheckpointInvalid,
+            reasons::KUBELET_CHECKPOINT_INVALID,
             format!("{}: {e}", path.display()),
         )),
         _ => None,
@@ -222,7 +223,7 @@ fn expected_missing(cfg: &KubeletConfig, registered: &BTreeMap<&str, usize>) -> 
         if have == 0 {
             problems.push((
                 Status::Fail,
-                Reason::KubeletResourcesZero,
+                reasons::KUBELET_RESOURCES_ZERO,
                 format!("{want} is expected (kubelet.expected_resources) but the kubelet has no healthy device of it"),
             ));
         }
@@ -256,7 +257,7 @@ fn compare_ports(
         };
         problems.push((
             severity(cfg.mismatch),
-            Reason::KubeletResourcesZero,
+            reasons::KUBELET_RESOURCES_ZERO,
             format!(
                 "the host has {} ACTIVE RDMA port(s) but the kubelet advertises no {} device{registered_empty}: \
                  the device plugin is not running: check its DaemonSet, tolerations and operator wait labels",
@@ -280,7 +281,7 @@ fn compare_ports(
         };
         problems.push((
             severity(cfg.mismatch),
-            Reason::KubeletResourcesMismatch,
+            reasons::KUBELET_RESOURCES_MISMATCH,
             format!(
                 "the kubelet advertises {} but {why}: RDMA pods will be scheduled here and fail",
                 named.join(", ")
@@ -293,7 +294,7 @@ fn compare_ports(
     if rdma_devices > 0 && f.sockets.is_empty() {
         problems.push((
             Status::Warn,
-            Reason::DevicePluginGone,
+            reasons::DEVICE_PLUGIN_GONE,
             format!(
                 "no device plugin socket in {}: the plugin that registered {} is gone; the kubelet \
                  drops its devices after a grace period",
@@ -360,6 +361,10 @@ pub struct Kubelet;
 
 impl Concern for Kubelet {
     type Facts = Facts;
+
+    fn reasons(&self) -> &'static [Reason] {
+        reasons::ALL
+    }
 
     fn ids(&self) -> &'static [&'static str] {
         &[CHECK_ID]

@@ -6,3 +6,4 @@
 pub mod checkpoint;
 pub mod kubelet;
 pub mod pods_rdma;
+pub mod reasons;

@@ -25,6 +25,7 @@ use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::host::limit::Limit;
 use crate::host::snapshot::Snapshot;
 use crate::observe::{Observation, RdmaProblem};
+use crate::reason::Reason;
 
 pub const CHECK_ID: &str = "pods.rdma";
 
@@ -427,6 +428,10 @@ pub struct PodsRdma;
 
 impl Concern for PodsRdma {
     type Facts = Facts;
+
+    fn reasons(&self) -> &'static [Reason] {
+        crate::concerns::readiness::reasons::ALL
+    }
 
     fn ids(&self) -> &'static [&'static str] {
         &[CHECK_ID]

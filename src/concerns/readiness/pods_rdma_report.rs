@@ -1,5 +1,6 @@
 //! How `pods.rdma` reports its findings: the check's message and details.
 
+use crate::concerns::readiness::reasons;
 use serde_json::json;
 
 use super::{CHECK_ID, Container, Facts, Finding, Remedy, Route, findings};
@@ -129,12 +130,12 @@ pub fn check_with(
             .map(|f| format!("{}: cannot read its {}", name(f), f.unknown.join(", ")))
             .collect();
         parts.extend(unreadable_note);
-        (Status::Unknown, parts.join("; "), Reason::FactUnreadable)
+        (Status::Unknown, parts.join("; "), Reason::FACT_UNREADABLE)
     } else if found.is_empty() {
         (
             Status::Ok,
             "no running pod container has RDMA devices".to_owned(),
-            Reason::FactUnreadable,
+            Reason::FACT_UNREADABLE,
         )
     } else {
         (
@@ -143,7 +144,7 @@ pub fn check_with(
                 "{} RDMA pod container(s), each with CAP_IPC_LOCK or memlock at {target}",
                 found.len()
             ),
-            Reason::FactUnreadable,
+            Reason::FACT_UNREADABLE,
         )
     };
     // An ok result carries no reason (`with_reason` drops it).
@@ -209,8 +210,8 @@ fn cannot_register(
         m.push_str(&format!("; {n}"));
     }
     let reason = match bad[0].problems.first() {
-        Some(RdmaProblem::LowMemlock) => Reason::RdmaPodLowMemlock,
-        _ => Reason::RdmaPodNoIpcLock,
+        Some(RdmaProblem::LowMemlock) => reasons::RDMA_POD_LOW_MEMLOCK,
+        _ => reasons::RDMA_POD_NO_IPC_LOCK,
     };
     (status, m, reason)
 }

@@ -19,6 +19,10 @@ pub struct Units {
 impl Concern for Memlock {
     type Facts = Units;
 
+    fn reasons(&self) -> &'static [Reason] {
+        crate::concerns::systemd::reasons::ALL
+    }
+
     fn ids(&self) -> &'static [&'static str] {
         &[CHECK_ID]
     }
@@ -52,7 +56,7 @@ impl Concern for Memlock {
                 return Err(GatherError::fail(format!(
                     "containerd.required is set, but there is no containerd on this node: {looked_for}"
                 ))
-                .with_reason(Reason::ContainerdAbsent));
+                .with_reason(Reason::CONTAINERD_ABSENT));
             }
             Discovery::Unknown(why) => return Err(GatherError::unknown(why.clone())),
         };

@@ -2,6 +2,7 @@
 //! containerd.service) with `LimitMEMLOCK=`, so the runtime and the shims it starts
 //! (which containers without a base spec inherit from) have the locked-memory limit.
 
+use crate::concerns::systemd::reasons;
 use std::path::PathBuf;
 
 use serde_json::json;
@@ -203,7 +204,7 @@ fn unit_problem(f: &UnitFacts, cfg: &SystemdConfig, want: &str) -> Option<Proble
     if f.current.as_deref() != Some(want.as_bytes()) {
         return Some((
             Status::Fail,
-            Reason::DropinMissing,
+            reasons::DROPIN_MISSING,
             format!(
                 "{}: drop-in {} is missing or differs (run `rdma-node-agent apply`)",
                 f.unit,
@@ -215,7 +216,7 @@ fn unit_problem(f: &UnitFacts, cfg: &SystemdConfig, want: &str) -> Option<Proble
         if s.limit_memlock != Some(cfg.memlock.0) {
             return Some((
                 Status::Fail,
-                Reason::DaemonReloadPending,
+                reasons::DAEMON_RELOAD_PENDING,
                 format!(
                     "{}: systemd has not loaded the drop-in yet (daemon-reload pending)",
                     f.unit
@@ -225,7 +226,7 @@ fn unit_problem(f: &UnitFacts, cfg: &SystemdConfig, want: &str) -> Option<Proble
         if s.active_state != UnitState::Active {
             return Some((
                 Status::Warn,
-                Reason::UnitNotActive,
+                reasons::UNIT_NOT_ACTIVE,
                 format!("{} is {}", f.unit, s.active_state),
             ));
         }
@@ -234,7 +235,7 @@ fn unit_problem(f: &UnitFacts, cfg: &SystemdConfig, want: &str) -> Option<Proble
         Ok(l) if *l == cfg.memlock => None,
         Ok(l) => Some((
             Status::Fail,
-            Reason::MemlockBelowTarget,
+            Reason::MEMLOCK_BELOW_TARGET,
             format!(
                 "{}: needs restart: its main process runs with memlock {l}, want {}",
                 f.unit, cfg.memlock
@@ -243,7 +244,7 @@ fn unit_problem(f: &UnitFacts, cfg: &SystemdConfig, want: &str) -> Option<Proble
         // Not seen in effect is not in effect: the check cannot tell.
         Err(why) => Some((
             Status::Unknown,
-            Reason::FactUnreadable,
+            Reason::FACT_UNREADABLE,
             format!(
                 "{}: drop-in in place, but its effect on the running process could not be read: {why}",
                 f.unit

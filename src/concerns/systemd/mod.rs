@@ -3,3 +3,4 @@
 
 pub mod concern;
 pub mod dropin;
+pub mod reasons;

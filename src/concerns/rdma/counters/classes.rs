@@ -4,6 +4,7 @@
 //! counters), mapped to the class the check rates. A name not listed here is
 //! kept and shown (`other`), never dropped; it is not rated.
 
+use crate::concerns::rdma::counters::reasons;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -46,14 +47,13 @@ impl Class {
     }
 
     pub fn reason(self) -> crate::reason::Reason {
-        use crate::reason::Reason;
         match self {
-            Class::SymbolErrors => Reason::SymbolErrors,
-            Class::LinkIntegrity => Reason::LinkIntegrity,
-            Class::RcvErrors => Reason::RcvErrors,
-            Class::XmitDiscards => Reason::XmitDiscards,
-            Class::Retransmits => Reason::Retransmits,
-            Class::Congestion => Reason::Congestion,
+            Class::SymbolErrors => reasons::SYMBOL_ERRORS,
+            Class::LinkIntegrity => reasons::LINK_INTEGRITY,
+            Class::RcvErrors => reasons::RCV_ERRORS,
+            Class::XmitDiscards => reasons::XMIT_DISCARDS,
+            Class::Retransmits => reasons::RETRANSMITS,
+            Class::Congestion => reasons::CONGESTION,
         }
     }
 }

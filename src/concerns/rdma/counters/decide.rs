@@ -2,6 +2,7 @@
 //! class thresholds; the management NIC's apart; a port without a baseline
 //! named as such; an unreadable port `unknown` on its own.
 
+use crate::concerns::rdma::counters::reasons;
 use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
@@ -116,7 +117,7 @@ pub fn judge(
         out.push(Finding {
             port: name.clone(),
             status: Status::Warn,
-            reason: Reason::CountersSaturated,
+            reason: reasons::COUNTERS_SATURATED,
             text: format!(
                 "{name} {key} is at its maximum ({}): the kernel's counter no longer counts, so a rise cannot be seen; clear it (perfquery -R)",
                 p.rated.get(key).copied().unwrap_or_default()
@@ -180,7 +181,7 @@ pub fn verdict(s: &Summary) -> Verdict {
             message: format!(
                 "cannot read the counter history, so no rate can be taken: {e}; the daemon starts a new one{tail}"
             ),
-            reason: Some(Reason::AgentStateUnreadable),
+            reason: Some(Reason::AGENT_STATE_UNREADABLE),
         };
     }
     if let Some(st) = worst {
@@ -201,7 +202,7 @@ pub fn verdict(s: &Summary) -> Verdict {
             status: Status::Skipped,
             message: "no RDMA port (/sys/class/infiniband is empty or absent): no counters to read"
                 .to_owned(),
-            reason: Some(Reason::FactUnreadable),
+            reason: Some(Reason::FACT_UNREADABLE),
         };
     }
     if s.unrated.len() == s.ports {

@@ -13,6 +13,7 @@ pub mod classes;
 pub mod decide;
 pub mod gather;
 pub mod history;
+pub mod reasons;
 
 use std::collections::BTreeSet;
 use std::time::SystemTime;
@@ -46,6 +47,10 @@ pub struct Counters;
 
 impl Concern for Counters {
     type Facts = Facts;
+
+    fn reasons(&self) -> &'static [Reason] {
+        reasons::ALL
+    }
 
     fn ids(&self) -> &'static [&'static str] {
         &[CHECK_ID]
@@ -131,7 +136,7 @@ pub fn evaluate(
         .extend(f.gathered.devices_unreadable.iter().map(|d| Finding {
             port: d.clone(),
             status: Status::Unknown,
-            reason: Reason::CountersUnreadable,
+            reason: reasons::COUNTERS_UNREADABLE,
             text: format!("cannot read device {d}"),
         }));
     let v = decide::verdict(&Summary {
@@ -199,7 +204,7 @@ fn judge_port(
         .map(|u| Finding {
             port: p.name(),
             status: Status::Unknown,
-            reason: Reason::CountersUnreadable,
+            reason: reasons::COUNTERS_UNREADABLE,
             text: format!("{} {u}", p.name()),
         })
         .collect();

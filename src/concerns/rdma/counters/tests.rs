@@ -1,3 +1,4 @@
+use crate::concerns::rdma::counters::reasons;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::gather::PortRead;
@@ -70,7 +71,7 @@ fn a_rising_symbol_error_counter_fails_naming_port_and_counter() {
         ),
     ]);
     assert_eq!(c.status, Status::Fail, "{}", c.message);
-    assert_eq!(c.reason, Some(Reason::SymbolErrors));
+    assert_eq!(c.reason, Some(reasons::SYMBOL_ERRORS));
     assert_eq!(
         c.message,
         "mlx5_0/1 symbol_errors: 200 in the last 1h (counters/symbol_error +200; [counters] symbol_errors_fail fails at 121)"
@@ -136,7 +137,7 @@ fn one_unreadable_port_is_unknown_and_hides_no_other() {
         (30, vec![port("mlx5_0", "ens1", &[(SYM, 15)]), bad.clone()]),
     ]);
     assert_eq!(c.status, Status::Unknown, "{}", c.message);
-    assert_eq!(c.reason, Some(Reason::CountersUnreadable));
+    assert_eq!(c.reason, Some(reasons::COUNTERS_UNREADABLE));
     assert!(
         c.message
             .contains("mlx5_1/1 hw_counters/out_of_sequence: Input/output error"),
@@ -163,7 +164,7 @@ fn a_saturated_counter_warns_rather_than_stays_ok() {
     p.saturated = vec![SYM.into()];
     let c = run(vec![(0, vec![p.clone()]), (30, vec![p])]);
     assert_eq!(c.status, Status::Warn, "{}", c.message);
-    assert_eq!(c.reason, Some(Reason::CountersSaturated));
+    assert_eq!(c.reason, Some(reasons::COUNTERS_SATURATED));
     assert!(
         c.message
             .contains("mlx5_0/1 counters/symbol_error is at its maximum (65535)"),
@@ -210,7 +211,7 @@ fn retransmits_from_rxe_counters_warn_at_the_threshold() {
     let (_, h, _) = evaluate(&facts(0, History::default(), vec![rx(0)]), &cfg);
     let (c, _, obs) = evaluate(&facts(30, h, vec![rx(6)]), &cfg);
     assert_eq!(c.status, Status::Warn, "{}", c.message);
-    assert_eq!(c.reason, Some(Reason::Retransmits));
+    assert_eq!(c.reason, Some(reasons::RETRANSMITS));
     assert!(
         c.message
             .contains("hw_counters/completer_retry_err +6, hw_counters/rcvd_seq_err +6"),

@@ -7,6 +7,7 @@
 //! class link, a device without ports or an unreadable field is a warning; a
 //! port whose state is unknown is `unknown`, not `fail`.
 
+use crate::concerns::rdma::devices::reasons;
 use std::collections::BTreeMap;
 
 use serde_json::json;
@@ -45,9 +46,9 @@ impl Unmet {
 /// up but not ACTIVE (INIT, ARMED: an IB port waiting for its subnet manager).
 fn not_active(state: super::PortState) -> Reason {
     if state.name() == "DOWN" {
-        Reason::PortDown
+        reasons::PORT_DOWN
     } else {
-        Reason::PortNotActive
+        reasons::PORT_NOT_ACTIVE
     }
 }
 
@@ -80,14 +81,14 @@ impl Unmet {
             .collect();
         if matched.is_empty() {
             self.fail(
-                Reason::NoRdmaDevices,
+                Reason::NO_RDMA_DEVICES,
                 format!("no RDMA device matches {:?}", e.device),
             );
         }
         for d in matched {
             if let Some(Problem::BrokenLink(why)) = &d.problem {
                 self.fail(
-                    Reason::DeviceBrokenLink,
+                    reasons::DEVICE_BROKEN_LINK,
                     format!("{}: broken link ({why})", d.name),
                 );
                 continue;
@@ -102,7 +103,7 @@ impl Unmet {
                     Some(n) => format!("{} has no port {n}", d.name),
                     None => format!("{} has no ports", d.name),
                 };
-                self.fail(Reason::DeviceWithoutPorts, what);
+                self.fail(reasons::DEVICE_WITHOUT_PORTS, what);
             }
             for p in ports {
                 self.expected_port(&format!("{}/{}", d.name, p.port), p, e);
@@ -140,7 +141,7 @@ impl Unmet {
             match p.rate_gbps {
                 Some(r) if r >= f64::from(min) => {}
                 Some(r) => self.fail(
-                    Reason::PortRateBelowExpected,
+                    reasons::PORT_RATE_BELOW_EXPECTED,
                     format!("{at} runs at {}, expected at least {min} Gb/s", rate(r)),
                 ),
                 None => self.unknown.push(format!(
@@ -170,7 +171,7 @@ impl Unmet {
             ));
         } else {
             self.fail(
-                Reason::TooFewActivePorts,
+                reasons::TOO_FEW_ACTIVE_PORTS,
                 format!("{have} ACTIVE {layer} port(s), expected at least {min}"),
             );
         }
@@ -320,8 +321,8 @@ pub fn check(devices: &[Device], cfg: &RdmaConfig, gpu: &Finding) -> Check {
     // Without expectations: none ACTIVE fails; a port not ACTIVE warns.
     let d = defaults(devices, cfg);
     let fail_reason = fail_reason
-        .or(d.none_active.as_ref().map(|_| Reason::NoActivePort))
-        .or((!gpu.missing.is_empty()).then_some(Reason::GpudirectModuleMissing));
+        .or(d.none_active.as_ref().map(|_| reasons::NO_ACTIVE_PORT))
+        .or((!gpu.missing.is_empty()).then_some(reasons::GPUDIRECT_MODULE_MISSING));
     failures.extend(d.none_active);
     unknown.extend(d.unknown);
     failures.extend(gpu.missing.iter().map(|m| {
@@ -346,17 +347,17 @@ pub fn check(devices: &[Device], cfg: &RdmaConfig, gpu: &Finding) -> Check {
         (
             Status::Fail,
             [failures, unknown].concat().join("; "),
-            fail_reason.unwrap_or(Reason::FactUnreadable),
+            fail_reason.unwrap_or(Reason::FACT_UNREADABLE),
         )
     } else if !unknown.is_empty() {
-        (Status::Unknown, unknown.join("; "), Reason::FactUnreadable)
+        (Status::Unknown, unknown.join("; "), Reason::FACT_UNREADABLE)
     } else if devices.is_empty() {
         (
             Status::Skipped,
             "no RDMA device (/sys/class/infiniband is empty or absent): nothing to check; \
              declare [[rdma.expect_port]] to require one"
                 .to_owned(),
-            Reason::NoRdmaDevices,
+            Reason::NO_RDMA_DEVICES,
         )
     } else if !problems.is_empty() || !errors.is_empty() {
         let all: Vec<String> = problems.into_iter().chain(errors).collect();
@@ -366,7 +367,7 @@ pub fn check(devices: &[Device], cfg: &RdmaConfig, gpu: &Finding) -> Check {
             warn_reason,
         )
     } else {
-        (Status::Ok, summary, Reason::FactUnreadable)
+        (Status::Ok, summary, Reason::FACT_UNREADABLE)
     };
     // Ok and skipped carry none (`with_reason` drops it).
     Check::new(CHECK_ID, status, message)
@@ -396,10 +397,10 @@ fn warn_reason(devices: &[Device], down_reason: Option<Reason>) -> Reason {
     devices
         .iter()
         .find_map(|d| match &d.problem {
-            Some(Problem::NoPorts) => Some(Reason::DeviceWithoutPorts),
-            Some(Problem::BrokenLink(_)) => Some(Reason::DeviceBrokenLink),
+            Some(Problem::NoPorts) => Some(reasons::DEVICE_WITHOUT_PORTS),
+            Some(Problem::BrokenLink(_)) => Some(reasons::DEVICE_BROKEN_LINK),
             None => None,
         })
         .or(down_reason)
-        .unwrap_or(Reason::FactUnreadable)
+        .unwrap_or(Reason::FACT_UNREADABLE)
 }

@@ -8,6 +8,7 @@
 mod assess;
 mod gather;
 mod parse;
+pub mod reasons;
 #[cfg(test)]
 mod tests;
 

@@ -1,6 +1,7 @@
 //! The `rdma.link` check: the ports that flapped more than the threshold
 //! within the window, from the next history (what this reading adds).
 
+use crate::concerns::rdma::link::reasons;
 use serde_json::json;
 
 use super::history::History;
@@ -48,7 +49,7 @@ pub(super) fn check(
             format!(
                 "cannot read the link history, so flaps before now are not known: {e}; the daemon starts a new one"
             ),
-            Reason::FactUnreadable,
+            Reason::FACT_UNREADABLE,
         ),
         None => verdict(next, f, threshold, window, &flapping),
     };
@@ -95,9 +96,9 @@ fn verdict(
             Some(u) => (
                 Status::Unknown,
                 format!("{u}; {flaps}"),
-                Reason::FactUnreadable,
+                Reason::FACT_UNREADABLE,
             ),
-            None => (Status::Warn, flaps, Reason::LinkFlapping),
+            None => (Status::Warn, flaps, reasons::LINK_FLAPPING),
         };
     }
     if let Some(u) = unread {
@@ -110,14 +111,14 @@ fn verdict(
         return (
             Status::Unknown,
             format!("{u}; {read} port(s) read, none flapping"),
-            Reason::FactUnreadable,
+            Reason::FACT_UNREADABLE,
         );
     }
     if ports == 0 {
         return (
             Status::Skipped,
             "no RDMA port (/sys/class/infiniband is empty or absent): no link to watch".to_owned(),
-            Reason::FactUnreadable,
+            Reason::FACT_UNREADABLE,
         );
     }
     let total: u64 = f
@@ -132,7 +133,7 @@ fn verdict(
         format!(
             "{ports} port(s), {total} flap(s) in the last {shown_window} (warns above {threshold} per port)"
         ),
-        Reason::FactUnreadable,
+        Reason::FACT_UNREADABLE,
     )
 }
 

@@ -11,6 +11,7 @@
 
 pub mod history;
 mod judge;
+pub mod reasons;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -24,6 +25,7 @@ use crate::fleet::Fact;
 use crate::host::snapshot::Snapshot;
 use crate::host::state::Record;
 use crate::observe::Observation;
+use crate::reason::Reason;
 use history::{History, Reading, Readings};
 use judge::check;
 
@@ -53,6 +55,10 @@ pub struct Link;
 
 impl Concern for Link {
     type Facts = Facts;
+
+    fn reasons(&self) -> &'static [Reason] {
+        reasons::ALL
+    }
 
     fn ids(&self) -> &'static [&'static str] {
         &[CHECK_ID]
@@ -279,7 +285,7 @@ mod tests {
         };
         let c = check(&next, &f, 3, 3600, None);
         assert_eq!(c.status, Status::Warn, "{}", c.message);
-        assert_eq!(c.reason, Some(Reason::LinkFlapping));
+        assert_eq!(c.reason, Some(reasons::LINK_FLAPPING));
         assert_eq!(
             c.message,
             "mlx5_0/1 flapped 4 times in the last 1h, last at 2026-11-26T07:39:55Z (more than rdma.flap_threshold = 3)"
@@ -317,7 +323,7 @@ mod tests {
         let next = history::update(&History::default(), &f.readings);
         let c = check(&next, &f, 3, 3600, None);
         assert_eq!(c.status, Status::Unknown, "{}", c.message);
-        assert_eq!(c.reason, Some(Reason::FactUnreadable));
+        assert_eq!(c.reason, Some(Reason::FACT_UNREADABLE));
         assert_eq!(
             c.message,
             "1 RDMA port(s) or device(s) could not be read, so their flaps are not known: mlx5_1/1 state; 1 port(s) read, none flapping"

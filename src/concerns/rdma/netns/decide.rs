@@ -1,6 +1,7 @@
 //! rdma.netns: the decision (pure).
 
 use super::*;
+use crate::concerns::rdma::netns::reasons;
 use crate::reason::Reason;
 
 pub struct Decision {
@@ -61,7 +62,7 @@ pub fn decide(f: &Facts, cfg: &RdmaConfig) -> Decision {
         Err(unreadable) => {
             return done(
                 Check::new(CHECK_ID, Status::Unknown, unreadable)
-                    .with_reason(Reason::FactUnreadable)
+                    .with_reason(Reason::FACT_UNREADABLE)
                     .with_details(d.details),
             );
         }
@@ -83,7 +84,7 @@ fn unsupported(f: &Facts, details: &serde_json::Value) -> Option<Check> {
                 Status::Unknown,
                 "cannot read /proc/sys/kernel/osrelease to tell whether the kernel supports RDMA netns modes",
             )
-            .with_reason(Reason::FactUnreadable),
+            .with_reason(Reason::FACT_UNREADABLE),
         );
     };
     let ofed = f.ofed_info.as_deref().and_then(parse_ofed);
@@ -105,7 +106,7 @@ fn unsupported(f: &Facts, details: &serde_json::Value) -> Option<Check> {
                  RDMA netns modes need kernel 5.3+ or MLNX_OFED 4.7+; nothing was changed"
             ),
         )
-        .with_reason(Reason::NetnsUnsupported)
+        .with_reason(reasons::NETNS_UNSUPPORTED)
         .with_details(details.clone()),
     )
 }
@@ -161,7 +162,7 @@ impl Draft {
                         "refusing exclusive mode: {conflict}; remove the plugin, or set rdma.shared_plugin = \"warn\" to switch anyway"
                     ),
                 )
-                .with_reason(Reason::NetnsPluginConflict)
+                .with_reason(reasons::NETNS_PLUGIN_CONFLICT)
                 .with_details(self.details.clone()),
             ),
             PluginPolicy::Warn => {
@@ -191,7 +192,7 @@ impl Draft {
             "{want} mode is not persisted in {}",
             cfg.modprobe_file.display()
         ));
-        self.file_reason = Some(Reason::NetnsNotPersisted);
+        self.file_reason = Some(reasons::NETNS_NOT_PERSISTED);
         true
     }
 
@@ -220,7 +221,7 @@ impl Draft {
                     reason: format!("live mode is {m}"),
                 });
                 self.problems.push(format!("live mode is {m}, want {want}"));
-                self.live_reason = Some(Reason::NetnsModeMismatch);
+                self.live_reason = Some(reasons::NETNS_MODE_MISMATCH);
                 Ok(String::new())
             }
             Live::Mode(m) => {
@@ -230,7 +231,7 @@ impl Draft {
                     describe(&f.namespaces)
                 );
                 self.reboot_reason = Some(format!("RDMA netns mode {want} (live: {m})"));
-                self.live_reason = Some(Reason::NetnsBusy);
+                self.live_reason = Some(reasons::NETNS_BUSY);
                 self.details["reboot_required"] = json!(true);
                 self.problems.push(format!(
                     "pending reboot: {want} is {} in {file}, but {why}",
@@ -297,7 +298,7 @@ impl Draft {
                     None => "lacks ib_core.netns_mode".into(),
                 }
             ));
-            self.file_reason.get_or_insert(Reason::NetnsNotPersisted);
+            self.file_reason.get_or_insert(reasons::NETNS_NOT_PERSISTED);
         }
     }
 
@@ -316,7 +317,7 @@ impl Draft {
         let file = cfg.modprobe_file.display();
         let reason = live_reason
             .or(file_reason)
-            .unwrap_or(Reason::NetnsInitramfsStale);
+            .unwrap_or(reasons::NETNS_INITRAMFS_STALE);
         let (status, message) = if !problems.is_empty() {
             let mut m = problems.join("; ");
             if !plan.is_empty() {

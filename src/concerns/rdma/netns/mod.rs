@@ -95,6 +95,7 @@ pub mod effects;
 mod gather;
 mod initramfs;
 mod live;
+pub mod reasons;
 
 pub use decide::{Decision, decide};
 pub use gather::{gather, namespaces};

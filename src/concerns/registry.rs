@@ -1,0 +1,182 @@
+//! What the registered concerns declare, collected: their reason codes (with
+//! the engine's own), from which `check --json` is read back and
+//! docs/reasons.md's table is generated. `ALL` is the list; this reads it, so
+//! a concern adds its codes in its own folder and nowhere else.
+
+use std::fmt;
+
+use serde::de::{Deserialize, Deserializer, Error as _};
+
+use crate::engine::concern::Run;
+use crate::reason::Reason;
+
+/// A list of concerns and what they declare. `Registry::of(ALL)` is the
+/// agent's; a test may build one with a concern of its own.
+pub struct Registry<'a> {
+    concerns: &'a [&'a dyn Run],
+}
+
+/// Two declarations that cannot both hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegistryError {
+    /// One code declared twice with different docs (a code means one thing).
+    ReasonTwice { code: &'static str },
+    /// A code that is not lowercase words joined by `_`.
+    ReasonMisspelt { code: &'static str },
+}
+
+impl fmt::Display for RegistryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RegistryError::ReasonTwice { code } => write!(
+                f,
+                "reason code {code:?} is declared twice with different docs: \
+                 declare it once (a code two concerns report goes in src/reason.rs)"
+            ),
+            RegistryError::ReasonMisspelt { code } => write!(
+                f,
+                "reason code {code:?} is not lowercase words joined by `_`"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RegistryError {}
+
+impl<'a> Registry<'a> {
+    pub fn of(concerns: &'a [&'a dyn Run]) -> Self {
+        Registry { concerns }
+    }
+
+    /// The agent's registry: every concern of `ALL`.
+    pub fn agent() -> Registry<'static> {
+        Registry::of(super::ALL)
+    }
+
+    /// Every reason declaration: the engine's first, then each concern's in
+    /// registration order (a folder's concerns may share one list).
+    fn declared(&self) -> impl Iterator<Item = Reason> + '_ {
+        Reason::SHARED
+            .iter()
+            .chain(self.concerns.iter().flat_map(|c| c.reasons()))
+            .copied()
+    }
+
+    /// Every reason code, each once, in declaration order; an error when one
+    /// code is declared with two meanings or misspelt.
+    pub fn reasons(&self) -> Result<Vec<Reason>, RegistryError> {
+        let mut out: Vec<Reason> = Vec::new();
+        for r in self.declared() {
+            let code = r.as_str();
+            if code.is_empty() || !code.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
+                return Err(RegistryError::ReasonMisspelt { code });
+            }
+            match out.iter().find(|o| o.as_str() == code) {
+                None => out.push(r),
+                Some(o) if same_docs(*o, r) => {}
+                Some(_) => return Err(RegistryError::ReasonTwice { code }),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The declared reason with this code.
+    pub fn reason(&self, code: &str) -> Option<Reason> {
+        self.declared().find(|r| r.as_str() == code)
+    }
+
+    /// docs/reasons.md's table: one row per code, in declaration order.
+    pub fn reasons_table(&self) -> Result<String, RegistryError> {
+        let mut t = String::from("| code | checks | what it means | remedy |\n|---|---|---|---|\n");
+        for r in self.reasons()? {
+            t.push_str(&format!(
+                "| `{}` | {} | {} | {} |\n",
+                r.as_str(),
+                r.checks(),
+                r.means(),
+                r.remedy()
+            ));
+        }
+        Ok(t)
+    }
+}
+
+fn same_docs(a: Reason, b: Reason) -> bool {
+    (a.checks(), a.means(), a.remedy()) == (b.checks(), b.means(), b.remedy())
+}
+
+/// A code read back (`status` reads the daemon's report) is one the agent
+/// declares; any other is an error naming it.
+impl<'de> Deserialize<'de> for Reason {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let code = String::deserialize(d)?;
+        Registry::agent()
+            .reason(&code)
+            .ok_or_else(|| D::Error::custom(format!("unknown reason code {code:?}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_agents_codes_are_declared_once_and_read_back() {
+        let all = Registry::agent().reasons().unwrap();
+        assert_eq!(all.len(), 77, "codes are never removed");
+        for r in &all {
+            let json = serde_json::to_value(r).unwrap();
+            assert_eq!(json, serde_json::Value::String(r.as_str().into()));
+            assert_eq!(serde_json::from_value::<Reason>(json).unwrap(), *r);
+        }
+        let e = serde_json::from_value::<Reason>("no_such_code".into()).unwrap_err();
+        assert!(e.to_string().contains("\"no_such_code\""), "{e}");
+    }
+
+    #[test]
+    fn a_code_with_two_meanings_is_refused() {
+        struct Twice;
+        impl Run for Twice {
+            fn ids(&self) -> &'static [&'static str] {
+                &["demo.twice"]
+            }
+            fn needs(&self) -> &'static [&'static str] {
+                &[]
+            }
+            fn reasons(&self) -> &'static [Reason] {
+                const OTHER: &[Reason] = &[Reason::new("port_down", "`demo.twice`", "x", "y")];
+                OTHER
+            }
+            fn enabled(&self, _: &crate::config::Config) -> bool {
+                true
+            }
+            fn writes(&self) -> bool {
+                false
+            }
+            fn summarises(&self) -> bool {
+                false
+            }
+            fn run(
+                &self,
+                _: &crate::host::snapshot::Snapshot,
+                _: &crate::engine::concern::Ctx,
+            ) -> Result<crate::engine::concern::Decision, crate::engine::concern::GatherError>
+            {
+                Ok(Default::default())
+            }
+            fn undo(
+                &self,
+                _: &crate::host::snapshot::Snapshot,
+                _: &crate::config::Config,
+            ) -> Vec<std::sync::Arc<dyn crate::engine::effect::Effect>> {
+                Vec::new()
+            }
+        }
+        let mut list: Vec<&dyn Run> = super::super::ALL.to_vec();
+        list.push(&Twice);
+        assert_eq!(
+            Registry::of(&list).reasons(),
+            Err(RegistryError::ReasonTwice { code: "port_down" })
+        );
+    }
+}
