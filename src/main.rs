@@ -209,7 +209,7 @@ fn check(cli: &Cli, json: bool, only: &[String]) -> anyhow::Result<ExitCode> {
     let known: Vec<&str> = concerns::ALL
         .iter()
         .flat_map(|c| c.ids())
-        .copied()
+        .map(|id| id.as_str())
         .collect();
     if let Some(unknown) = only.iter().find(|id| !known.contains(&id.as_str())) {
         println!("rdma-node-agent: no check named {unknown}");

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rdma_node_agent::config::Config;
-use rdma_node_agent::engine::check::{Check, Status};
+use rdma_node_agent::engine::check::{Check, CheckId, Status};
 use rdma_node_agent::engine::concern::{Concern, Ctx, Decision, GatherError, Run};
 use rdma_node_agent::engine::effect::{Effect, EffectKey, LiveCtx, LiveHost};
 use rdma_node_agent::engine::executor::{Executor, Live};
@@ -25,7 +25,7 @@ use rdma_node_agent::reason::Reason;
 
 // ---- the concern's folder: src/concerns/kernel/numa.rs, say ----
 
-const CHECK_ID: &str = "kernel.numa_balancing";
+const CHECK_ID: CheckId = CheckId::new("kernel.numa_balancing");
 const KNOB: &str = "/proc/sys/kernel/numa_balancing";
 
 /// Automatic NUMA balancing migrates pages under registered RDMA memory;
@@ -46,7 +46,7 @@ mod reasons {
 impl Concern for NumaBalancing {
     type Facts = Option<String>;
 
-    fn ids(&self) -> &'static [&'static str] {
+    fn ids(&self) -> &'static [CheckId] {
         &[CHECK_ID]
     }
 

@@ -9,6 +9,7 @@ use std::path::Path;
 
 use crate::config::Config;
 use crate::config::nri::MemlockVia;
+use crate::engine::check::CheckId;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::fleet::Fact;
 use crate::host::snapshot::Snapshot;
@@ -35,7 +36,7 @@ impl Concern for Export {
         &[]
     }
 
-    fn ids(&self) -> &'static [&'static str] {
+    fn ids(&self) -> &'static [CheckId] {
         &[]
     }
 

@@ -65,21 +65,6 @@ pub fn legacy_readers(owner: &str, path: &Path) -> Vec<String> {
 mod tests {
     use super::*;
 
-    /// `needs` names check ids as text (concerns meet only through the
-    /// engine): each must be reported by a concern registered before it.
-    #[test]
-    fn every_need_is_a_check_of_an_earlier_concern() {
-        for (i, c) in ALL.iter().enumerate() {
-            for need in c.needs() {
-                assert!(
-                    ALL[..i].iter().any(|e| e.ids().contains(need)),
-                    "{:?} needs {need}, which no earlier concern reports",
-                    c.ids()
-                );
-            }
-        }
-    }
-
     #[test]
     fn legacy_ledger_owners_name_their_readers() {
         let p = Path::new("/etc/systemd/system/containerd.service.d/50-x.conf");

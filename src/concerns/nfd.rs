@@ -5,6 +5,7 @@
 //! others, by check id, as the engine hands them over (it imports none).
 
 use crate::config::{Config, NfdConfig};
+use crate::engine::check::CheckId;
 use crate::engine::check::{Check, Report};
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::engine::plan::FileChange;
@@ -88,7 +89,7 @@ impl Concern for Labels {
         &[]
     }
 
-    fn ids(&self) -> &'static [&'static str] {
+    fn ids(&self) -> &'static [CheckId] {
         &[]
     }
 
@@ -158,13 +159,17 @@ mod tests {
     #[test]
     fn labels_follow_the_checks() {
         let c = Config::default();
-        let ok = vec![Check::new("containerd.memlock", Status::Ok, "")];
+        let ok = vec![Check::new(
+            CheckId::new("containerd.memlock"),
+            Status::Ok,
+            "",
+        )];
         let l = labels(&ok, &[], &c);
         assert_eq!(l[0], ("rdma-node-agent.ready".into(), "true".into()));
         assert_eq!(l[1], ("rdma-node-agent.memlock".into(), "unlimited".into()));
         let failing = vec![
-            Check::new("containerd.memlock", Status::Fail, ""),
-            Check::new("rdma.netns", Status::Ok, ""),
+            Check::new(CheckId::new("containerd.memlock"), Status::Fail, ""),
+            Check::new(CheckId::new("rdma.netns"), Status::Ok, ""),
         ];
         let seen = [Observation::NetnsMode(Some(
             crate::host::netlink::NetnsMode::Exclusive,
@@ -178,8 +183,8 @@ mod tests {
         let text = content(&l);
         // The readiness labels follow pods.rdma and kubelet.devices.
         let checks = vec![
-            Check::new("pods.rdma", Status::Warn, ""),
-            Check::new("kubelet.devices", Status::Ok, ""),
+            Check::new(CheckId::new("pods.rdma"), Status::Warn, ""),
+            Check::new(CheckId::new("kubelet.devices"), Status::Ok, ""),
         ];
         let seen = [Observation::KubeletResource {
             name: "rdma/hca".into(),
@@ -201,7 +206,11 @@ mod tests {
                 .iter()
                 .any(|(k, _)| k.ends_with(".gpudirect"))
         );
-        let skipped = vec![Check::new("kubelet.devices", Status::Skipped, "")];
+        let skipped = vec![Check::new(
+            CheckId::new("kubelet.devices"),
+            Status::Skipped,
+            "",
+        )];
         assert_eq!(labels(&skipped, &[], &c).len(), 2);
         assert!(text.contains("\nrdma-node-agent.ready=false\n"));
         let nfd = NfdConfig::default();

@@ -8,6 +8,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::config::Severity;
+use crate::engine::check::CheckId;
 use crate::engine::check::{Check, Status};
 use crate::host::Result;
 use crate::host::kubepods::{parse_cgroup, parse_shim_id};
@@ -15,7 +16,7 @@ use crate::host::limit::Limit;
 use crate::host::procfs;
 use crate::host::snapshot::Snapshot;
 
-pub const CHECK_ID: &str = "pods.memlock";
+pub const CHECK_ID: CheckId = CheckId::new("pods.memlock");
 
 /// A process of a pod container, found by its kubepods cgroup.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -252,13 +253,14 @@ impl crate::engine::concern::Concern for Memlock {
         &[]
     }
 
-    fn ids(&self) -> &'static [&'static str] {
+    fn ids(&self) -> &'static [CheckId] {
         &[CHECK_ID]
     }
 
-    fn needs(&self) -> &'static [&'static str] {
+    fn needs(&self) -> &'static [CheckId] {
         // By check id: concerns meet only through the engine.
-        &["containerd.memlock"]
+        const NEEDS: &[CheckId] = &[CheckId::new("containerd.memlock")];
+        NEEDS
     }
 
     fn enabled(&self, _cfg: &crate::config::Config) -> bool {

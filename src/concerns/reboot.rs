@@ -6,6 +6,7 @@
 use std::path::Path;
 
 use crate::config::Config;
+use crate::engine::check::CheckId;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::engine::ledger::Ledger;
 use crate::engine::plan::FileChange;
@@ -83,12 +84,13 @@ impl Concern for Sentinel {
         &[]
     }
 
-    fn ids(&self) -> &'static [&'static str] {
+    fn ids(&self) -> &'static [CheckId] {
         &[]
     }
 
-    fn needs(&self) -> &'static [&'static str] {
-        &["rdma.netns", "kernel.dkms"]
+    fn needs(&self) -> &'static [CheckId] {
+        const NEEDS: &[CheckId] = &[CheckId::new("rdma.netns"), CheckId::new("kernel.dkms")];
+        NEEDS
     }
 
     /// Always: a sentinel the agent created goes once it is turned off.

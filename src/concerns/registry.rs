@@ -7,6 +7,7 @@ use std::fmt;
 
 use serde::de::{Deserialize, Deserializer, Error as _};
 
+use crate::engine::check::CheckId;
 use crate::engine::concern::Run;
 use crate::reason::Reason;
 
@@ -23,6 +24,11 @@ pub enum RegistryError {
     ReasonTwice { code: &'static str },
     /// A code that is not lowercase words joined by `_`.
     ReasonMisspelt { code: &'static str },
+    /// One check id reported by two concerns.
+    IdTwice { id: CheckId },
+    /// A need no concern registered before it reports (`check --only` and
+    /// the engine's dependency rule would find nothing).
+    NeedUnmet { by: CheckId, need: CheckId },
 }
 
 impl fmt::Display for RegistryError {
@@ -36,6 +42,12 @@ impl fmt::Display for RegistryError {
             RegistryError::ReasonMisspelt { code } => write!(
                 f,
                 "reason code {code:?} is not lowercase words joined by `_`"
+            ),
+            RegistryError::IdTwice { id } => write!(f, "check id {id} is reported by two concerns"),
+            RegistryError::NeedUnmet { by, need } => write!(
+                f,
+                "{by} needs {need}, which no concern registered before it reports \
+                 (register it after the one that does, or fix the id)"
             ),
         }
     }
@@ -51,6 +63,29 @@ impl<'a> Registry<'a> {
     /// The agent's registry: every concern of `ALL`.
     pub fn agent() -> Registry<'static> {
         Registry::of(super::ALL)
+    }
+
+    /// Everything the concerns declare holds together: check ids unique,
+    /// each need reported by an earlier concern, reason codes declared once.
+    pub fn validate(&self) -> Result<(), RegistryError> {
+        let mut seen: Vec<CheckId> = Vec::new();
+        for c in self.concerns {
+            let by = c
+                .ids()
+                .first()
+                .copied()
+                .unwrap_or(CheckId::new("(no check)"));
+            if let Some(need) = c.needs().iter().find(|n| !seen.contains(n)) {
+                return Err(RegistryError::NeedUnmet { by, need: *need });
+            }
+            for id in c.ids() {
+                if seen.contains(id) {
+                    return Err(RegistryError::IdTwice { id: *id });
+                }
+                seen.push(*id);
+            }
+        }
+        self.reasons().map(|_| ())
     }
 
     /// Every reason declaration: the engine's first, then each concern's in
@@ -121,6 +156,11 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_agents_registry_holds_together() {
+        assert_eq!(Registry::agent().validate(), Ok(()));
+    }
+
+    #[test]
     fn the_agents_codes_are_declared_once_and_read_back() {
         let all = Registry::agent().reasons().unwrap();
         assert_eq!(all.len(), 77, "codes are never removed");
@@ -133,50 +173,91 @@ mod tests {
         assert!(e.to_string().contains("\"no_such_code\""), "{e}");
     }
 
+    /// A concern that declares what it is given and decides nothing.
+    struct Demo {
+        needs: &'static [CheckId],
+        reasons: &'static [Reason],
+    }
+
+    impl Run for Demo {
+        fn ids(&self) -> &'static [CheckId] {
+            const IDS: &[CheckId] = &[CheckId::new("demo.check")];
+            IDS
+        }
+        fn needs(&self) -> &'static [CheckId] {
+            self.needs
+        }
+        fn reasons(&self) -> &'static [Reason] {
+            self.reasons
+        }
+        fn enabled(&self, _: &crate::config::Config) -> bool {
+            true
+        }
+        fn writes(&self) -> bool {
+            false
+        }
+        fn summarises(&self) -> bool {
+            false
+        }
+        fn run(
+            &self,
+            _: &crate::host::snapshot::Snapshot,
+            _: &crate::engine::concern::Ctx,
+        ) -> Result<crate::engine::concern::Decision, crate::engine::concern::GatherError> {
+            Ok(Default::default())
+        }
+        fn undo(
+            &self,
+            _: &crate::host::snapshot::Snapshot,
+            _: &crate::config::Config,
+        ) -> Vec<std::sync::Arc<dyn crate::engine::effect::Effect>> {
+            Vec::new()
+        }
+    }
+
+    fn with(demo: &Demo) -> Result<(), RegistryError> {
+        let mut list: Vec<&dyn Run> = super::super::ALL.to_vec();
+        list.push(demo);
+        Registry::of(&list).validate()
+    }
+
     #[test]
     fn a_code_with_two_meanings_is_refused() {
-        struct Twice;
-        impl Run for Twice {
-            fn ids(&self) -> &'static [&'static str] {
-                &["demo.twice"]
-            }
-            fn needs(&self) -> &'static [&'static str] {
-                &[]
-            }
-            fn reasons(&self) -> &'static [Reason] {
-                const OTHER: &[Reason] = &[Reason::new("port_down", "`demo.twice`", "x", "y")];
-                OTHER
-            }
-            fn enabled(&self, _: &crate::config::Config) -> bool {
-                true
-            }
-            fn writes(&self) -> bool {
-                false
-            }
-            fn summarises(&self) -> bool {
-                false
-            }
-            fn run(
-                &self,
-                _: &crate::host::snapshot::Snapshot,
-                _: &crate::engine::concern::Ctx,
-            ) -> Result<crate::engine::concern::Decision, crate::engine::concern::GatherError>
-            {
-                Ok(Default::default())
-            }
-            fn undo(
-                &self,
-                _: &crate::host::snapshot::Snapshot,
-                _: &crate::config::Config,
-            ) -> Vec<std::sync::Arc<dyn crate::engine::effect::Effect>> {
-                Vec::new()
-            }
-        }
-        let mut list: Vec<&dyn Run> = super::super::ALL.to_vec();
-        list.push(&Twice);
+        const OTHER: &[Reason] = &[Reason::new("port_down", "`demo.check`", "x", "y")];
+        let twice = Demo {
+            needs: &[],
+            reasons: OTHER,
+        };
+        let code = "port_down";
+        assert_eq!(with(&twice), Err(RegistryError::ReasonTwice { code }));
+    }
+
+    #[test]
+    fn a_misspelt_need_or_a_second_id_is_refused() {
+        const TYPO: &[CheckId] = &[CheckId::new("rdma.device")];
+        let demo = Demo {
+            needs: TYPO,
+            reasons: &[],
+        };
+        let (by, need) = (CheckId::new("demo.check"), TYPO[0]);
+        assert_eq!(with(&demo), Err(RegistryError::NeedUnmet { by, need }));
+        let demo = Demo {
+            needs: &[],
+            reasons: &[],
+        };
+        let list: [&dyn Run; 2] = [&demo, &demo];
+        let id = CheckId::new("demo.check");
         assert_eq!(
-            Registry::of(&list).reasons(),
-            Err(RegistryError::ReasonTwice { code: "port_down" })
+            Registry::of(&list).validate(),
+            Err(RegistryError::IdTwice { id })
+        );
+        const RIGHT: &[CheckId] = &[CheckId::new("rdma.devices")];
+        assert_eq!(
+            with(&Demo {
+                needs: RIGHT,
+                reasons: &[]
+            }),
+            Ok(())
         );
     }
 }

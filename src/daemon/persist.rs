@@ -47,7 +47,11 @@ mod tests {
             },
             check: "rdma.link",
         })];
-        let mut checks = vec![Check::new("rdma.link", Status::Ok, "1 port(s)")];
+        let mut checks = vec![Check::new(
+            crate::engine::check::CheckId::new("rdma.link"),
+            Status::Ok,
+            "1 port(s)",
+        )];
         persist(&host, &seen, &mut checks);
         assert_eq!(
             std::fs::read(t.path().join("var/lib/rdma-node-agent/link-history.json")).unwrap(),

@@ -32,6 +32,40 @@ impl Status {
     }
 }
 
+/// A check's id (`rdma.devices`), declared once as a const by the concern
+/// that reports it; `Check::new` and `Concern::ids` take only these, so a
+/// misspelt id does not compile. Reports carry it as text (`Check::id`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CheckId(&'static str);
+
+impl CheckId {
+    pub const fn new(id: &'static str) -> Self {
+        CheckId(id)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        self.0
+    }
+}
+
+impl std::fmt::Display for CheckId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl PartialEq<CheckId> for String {
+    fn eq(&self, other: &CheckId) -> bool {
+        self == other.0
+    }
+}
+
+impl PartialEq<CheckId> for str {
+    fn eq(&self, other: &CheckId) -> bool {
+        self == other.0
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Check {
     pub id: String,
@@ -72,9 +106,9 @@ pub fn note_apply_failure(checks: &mut [Check], error: &str, reason: Option<Reas
 }
 
 impl Check {
-    pub fn new(id: &'static str, status: Status, message: impl Into<String>) -> Self {
+    pub fn new(id: CheckId, status: Status, message: impl Into<String>) -> Self {
         Check {
-            id: id.to_owned(),
+            id: id.as_str().to_owned(),
             status,
             message: message.into(),
             details: serde_json::Value::Null,
@@ -197,12 +231,16 @@ mod tests {
     fn a_failed_apply_is_said_by_the_check_naming_its_file() {
         let mut checks = vec![
             Check::new(
-                "app.config",
+                CheckId::new("app.config"),
                 Status::Fail,
                 "not prepared: /etc/app/config.toml: point runtime handlers",
             ),
-            Check::new("rdma.devices", Status::Warn, "mlx5_0/1 is DOWN"),
-            Check::new("app.modules", Status::Ok, "loaded"),
+            Check::new(
+                CheckId::new("rdma.devices"),
+                Status::Warn,
+                "mlx5_0/1 is DOWN",
+            ),
+            Check::new(CheckId::new("app.modules"), Status::Ok, "loaded"),
         ];
         let e = "cannot write /etc/app/config.toml: No space left on device (os error 28)";
         note_apply_failure(&mut checks, e, None);
@@ -227,19 +265,19 @@ mod tests {
 
     #[test]
     fn exit_codes_follow_npd() {
-        let ok = Report::new(vec![Check::new("a", Status::Ok, "")]);
+        let ok = Report::new(vec![Check::new(CheckId::new("a"), Status::Ok, "")]);
         assert_eq!(ok.exit_code(), 0);
         assert!(ok.ok);
-        let warn = Report::new(vec![Check::new("a", Status::Warn, "")]);
+        let warn = Report::new(vec![Check::new(CheckId::new("a"), Status::Warn, "")]);
         assert_eq!(warn.exit_code(), 0);
         let unknown = Report::new(vec![
-            Check::new("a", Status::Ok, ""),
-            Check::new("b", Status::Unknown, ""),
+            Check::new(CheckId::new("a"), Status::Ok, ""),
+            Check::new(CheckId::new("b"), Status::Unknown, ""),
         ]);
         assert_eq!(unknown.exit_code(), 2);
         let fail = Report::new(vec![
-            Check::new("a", Status::Unknown, ""),
-            Check::new("b", Status::Fail, ""),
+            Check::new(CheckId::new("a"), Status::Unknown, ""),
+            Check::new(CheckId::new("b"), Status::Fail, ""),
         ]);
         assert_eq!(fail.exit_code(), 1);
         assert!(!fail.ok);
@@ -253,7 +291,7 @@ mod tests {
                     .enumerate()
                     .map(|(i, s)| Check {
                         id: format!("c{i}"),
-                        ..Check::new("", *s, "")
+                        ..Check::new(CheckId::new(""), *s, "")
                     })
                     .collect(),
             )
@@ -287,7 +325,7 @@ mod tests {
             "app.builds",
         ]
         .into_iter()
-        .map(|id| Check::new(id, Status::Fail, ""))
+        .map(|id| Check::new(CheckId::new(id), Status::Fail, ""))
         .collect();
         let r = Report::new(ids);
         assert!(r.summary.chars().count() <= SUMMARY_MAX);

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::config::Config;
-use crate::engine::check::{Check, Status};
+use crate::engine::check::{Check, CheckId, Status};
 use crate::engine::effect::{Effect, Preflight, Probe};
 use crate::engine::plan::{Action, FileChange};
 use crate::host::snapshot::Snapshot;
@@ -109,7 +109,7 @@ pub trait Concern: Send + Sync {
     type Facts;
 
     /// Check ids this concern reports, in order.
-    fn ids(&self) -> &'static [&'static str];
+    fn ids(&self) -> &'static [CheckId];
 
     /// The reason codes its checks report (its folder's `reasons::ALL`), for
     /// the registry: JSON is read back and docs/reasons.md generated from them.
@@ -119,7 +119,7 @@ pub trait Concern: Send + Sync {
 
     /// Check ids of the concerns whose observations `decide` reads (they are
     /// registered before it): `check --only` runs them too.
-    fn needs(&self) -> &'static [&'static str] {
+    fn needs(&self) -> &'static [CheckId] {
         &[]
     }
 
@@ -147,8 +147,8 @@ pub trait Concern: Send + Sync {
 
 /// A concern with its facts type erased, so the engine can hold a list of them.
 pub trait Run: Send + Sync {
-    fn ids(&self) -> &'static [&'static str];
-    fn needs(&self) -> &'static [&'static str];
+    fn ids(&self) -> &'static [CheckId];
+    fn needs(&self) -> &'static [CheckId];
     fn reasons(&self) -> &'static [Reason];
     fn enabled(&self, cfg: &Config) -> bool;
     fn writes(&self) -> bool;
@@ -158,11 +158,11 @@ pub trait Run: Send + Sync {
 }
 
 impl<C: Concern> Run for C {
-    fn ids(&self) -> &'static [&'static str] {
+    fn ids(&self) -> &'static [CheckId] {
         Concern::ids(self)
     }
 
-    fn needs(&self) -> &'static [&'static str] {
+    fn needs(&self) -> &'static [CheckId] {
         Concern::needs(self)
     }
 

@@ -25,7 +25,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use crate::config::Config;
-use crate::engine::check::{Check, Status};
+use crate::engine::check::{Check, CheckId, Status};
 use crate::engine::plan::Plan;
 use crate::host::snapshot::Snapshot;
 use crate::observe::Observation;
@@ -71,9 +71,9 @@ fn selected(concerns: &[&dyn Run], only: &[String]) -> Vec<bool> {
     // Dependencies are registered earlier: walk back once, adding what each needs.
     let mut keep = vec![false; concerns.len()];
     for (i, c) in concerns.iter().enumerate().rev() {
-        if c.ids().iter().any(|id| wanted.contains(id)) {
+        if c.ids().iter().any(|id| wanted.contains(id.as_str())) {
             keep[i] = true;
-            wanted.extend(c.needs());
+            wanted.extend(c.needs().iter().map(|n| n.as_str()));
         }
     }
     keep
@@ -96,7 +96,7 @@ pub fn assess(
             pass.checks.extend(
                 c.ids()
                     .iter()
-                    .map(|id| Check::new(id, Status::Skipped, "disabled in the agent config")),
+                    .map(|id| Check::new(*id, Status::Skipped, "disabled in the agent config")),
             );
             continue;
         }
@@ -147,7 +147,7 @@ struct Pass {
     /// Why the plan cannot be carried out (the first writer that said so).
     blocked: Option<String>,
     /// Check ids of the concerns whose gather failed: they left no observations.
-    not_gathered: BTreeSet<&'static str>,
+    not_gathered: BTreeSet<CheckId>,
 }
 
 impl Pass {
@@ -161,7 +161,7 @@ impl Pass {
         let why = unknown.join("; ");
         self.checks.extend(c.ids().iter().map(|id| {
             Check::new(
-                id,
+                *id,
                 Status::Unknown,
                 format!("not established: it reads {why}"),
             )
@@ -170,7 +170,11 @@ impl Pass {
         if c.writes() {
             self.plan.notes.push(format!(
                 "nothing planned by the concern that reads {}: {why}",
-                c.needs().join(", ")
+                c.needs()
+                    .iter()
+                    .map(|n| n.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ));
         }
         true
@@ -204,7 +208,7 @@ impl Pass {
         self.checks.extend(
             c.ids()
                 .iter()
-                .map(|id| Check::new(id, e.status, e.message.clone()).with_reason(e.reason())),
+                .map(|id| Check::new(*id, e.status, e.message.clone()).with_reason(e.reason())),
         );
         // Nothing to act on (skipped) blocks nothing; a writer that
         // could not tell what to write blocks the whole plan.
@@ -217,7 +221,11 @@ impl Pass {
 /// The needs whose facts are not known, each with why: a check that is
 /// `unknown`, one whose concern could not gather (it left no observations),
 /// or one that was not reported at all.
-fn unknown_needs(needs: &[&str], checks: &[Check], not_gathered: &BTreeSet<&str>) -> Vec<String> {
+fn unknown_needs(
+    needs: &[CheckId],
+    checks: &[Check],
+    not_gathered: &BTreeSet<CheckId>,
+) -> Vec<String> {
     needs
         .iter()
         .filter_map(|need| match checks.iter().find(|c| c.id == *need) {
@@ -252,9 +260,20 @@ mod tests {
     use crate::host::Host;
 
     /// A concern whose facts are given; `needs` names another's check.
+    const A: &[CheckId] = &[CheckId::new("a")];
+    const BASE: &[CheckId] = &[CheckId::new("base")];
+    const DEVICES: &[CheckId] = &[CheckId::new("devices")];
+    const OFF: &[CheckId] = &[CheckId::new("off")];
+    const OTHER: &[CheckId] = &[CheckId::new("other")];
+    const R1_R2: &[CheckId] = &[CheckId::new("r1"), CheckId::new("r2")];
+    const READER: &[CheckId] = &[CheckId::new("reader")];
+    const TOP: &[CheckId] = &[CheckId::new("top")];
+    const W: &[CheckId] = &[CheckId::new("w")];
+    const WRITER: &[CheckId] = &[CheckId::new("writer")];
+
     struct Fixed {
-        ids: &'static [&'static str],
-        needs: &'static [&'static str],
+        ids: &'static [CheckId],
+        needs: &'static [CheckId],
         facts: Result<u32, GatherError>,
         writes: bool,
     }
@@ -265,14 +284,14 @@ mod tests {
         fn reasons(&self) -> &'static [Reason] {
             &[]
         }
-        fn ids(&self) -> &'static [&'static str] {
+        fn ids(&self) -> &'static [CheckId] {
             self.ids
         }
-        fn needs(&self) -> &'static [&'static str] {
+        fn needs(&self) -> &'static [CheckId] {
             self.needs
         }
         fn enabled(&self, _cfg: &Config) -> bool {
-            self.ids != ["off"]
+            self.ids != OFF
         }
         fn writes(&self) -> bool {
             self.writes
@@ -287,14 +306,14 @@ mod tests {
                 checks: self
                     .ids
                     .iter()
-                    .map(|id| Check::new(id, Status::Ok, msg.clone()))
+                    .map(|id| Check::new(*id, Status::Ok, msg.clone()))
                     .collect(),
                 ..Decision::default()
             }
         }
     }
 
-    fn fixed(ids: &'static [&'static str], facts: Result<u32, GatherError>) -> Fixed {
+    fn fixed(ids: &'static [CheckId], facts: Result<u32, GatherError>) -> Fixed {
         Fixed {
             ids,
             needs: &[],
@@ -307,10 +326,10 @@ mod tests {
     fn disabled_and_failed_concerns_are_handled_once_here() {
         let t = tempfile::tempdir().unwrap();
         let snap = Snapshot::new(Host::new(t.path()));
-        let a = fixed(&["a"], Ok(1));
-        let off = fixed(&["off"], Ok(2));
-        let reader = fixed(&["r1", "r2"], Err(GatherError::unknown("no /proc")));
-        let mut writer = fixed(&["w"], Err(GatherError::fail("bad TOML")));
+        let a = fixed(A, Ok(1));
+        let off = fixed(OFF, Ok(2));
+        let reader = fixed(R1_R2, Err(GatherError::unknown("no /proc")));
+        let mut writer = fixed(W, Err(GatherError::fail("bad TOML")));
         writer.writes = true;
         let list: [&dyn Run; 4] = [&a, &off, &reader, &writer];
         let out = assess(&snap, &Config::default(), &list, Scope::All, false);
@@ -346,9 +365,9 @@ mod tests {
     fn a_need_that_is_unknown_or_not_gathered_makes_the_reader_unknown() {
         let t = tempfile::tempdir().unwrap();
         let snap = Snapshot::new(Host::new(t.path()));
-        let failed = fixed(&["devices"], Err(GatherError::fail("no sysfs")));
-        let mut reader = fixed(&["reader"], Ok(1));
-        reader.needs = &["devices"];
+        let failed = fixed(DEVICES, Err(GatherError::fail("no sysfs")));
+        let mut reader = fixed(READER, Ok(1));
+        reader.needs = DEVICES;
         let list: [&dyn Run; 2] = [&failed, &reader];
         let out = assess(&snap, &Config::default(), &list, Scope::All, false);
         let c = &out.checks[1];
@@ -367,8 +386,8 @@ mod tests {
             fn reasons(&self) -> &'static [Reason] {
                 &[]
             }
-            fn ids(&self) -> &'static [&'static str] {
-                &["devices"]
+            fn ids(&self) -> &'static [CheckId] {
+                DEVICES
             }
             fn enabled(&self, _cfg: &Config) -> bool {
                 true
@@ -379,7 +398,7 @@ mod tests {
             fn decide(&self, _f: &(), _ctx: &Ctx) -> Decision {
                 Decision {
                     checks: vec![Check::new(
-                        "devices",
+                        CheckId::new("devices"),
                         Status::Unknown,
                         "mlx5_0/1 unreadable",
                     )],
@@ -387,8 +406,8 @@ mod tests {
                 }
             }
         }
-        let mut writer = fixed(&["writer"], Ok(2));
-        writer.needs = &["devices"];
+        let mut writer = fixed(WRITER, Ok(2));
+        writer.needs = DEVICES;
         writer.writes = true;
         let list: [&dyn Run; 3] = [&Unknowing, &reader, &writer];
         let out = assess(&snap, &Config::default(), &list, Scope::All, false);
@@ -406,12 +425,12 @@ mod tests {
         );
 
         // Known needs (ok, warn, fail from a decision, skipped) change nothing.
-        let known = fixed(&["devices"], Err(GatherError::skipped("no RDMA device")));
+        let known = fixed(DEVICES, Err(GatherError::skipped("no RDMA device")));
         let list: [&dyn Run; 2] = [&known, &reader];
         let out = assess(&snap, &Config::default(), &list, Scope::All, false);
         assert_eq!(out.checks[1].status, Status::Ok);
-        let off = fixed(&["off"], Ok(0));
-        reader.needs = &["off"];
+        let off = fixed(OFF, Ok(0));
+        reader.needs = OFF;
         let list: [&dyn Run; 2] = [&off, &reader];
         let out = assess(&snap, &Config::default(), &list, Scope::All, false);
         assert_eq!(out.checks[1].status, Status::Ok);
@@ -421,10 +440,10 @@ mod tests {
     fn only_runs_the_asked_concerns_and_what_they_need() {
         let t = tempfile::tempdir().unwrap();
         let snap = Snapshot::new(Host::new(t.path()));
-        let base = fixed(&["base"], Ok(1));
-        let other = fixed(&["other"], Err(GatherError::unknown("must not run")));
-        let mut top = fixed(&["top"], Ok(3));
-        top.needs = &["base"];
+        let base = fixed(BASE, Ok(1));
+        let other = fixed(OTHER, Err(GatherError::unknown("must not run")));
+        let mut top = fixed(TOP, Ok(3));
+        top.needs = BASE;
         let list: [&dyn Run; 3] = [&base, &other, &top];
         let only = ["top".to_owned()];
         let out = assess(&snap, &Config::default(), &list, Scope::Only(&only), false);

@@ -294,9 +294,17 @@ mod tests {
     fn cycle(observations: Vec<Observation>) -> Cycle {
         Cycle {
             report: Some(Report::new(vec![
-                Check::new("containerd.memlock", Status::Ok, ""),
-                Check::new("pods.memlock", Status::Warn, "")
-                    .with_reason(crate::reason::Reason::MEMLOCK_BELOW_TARGET),
+                Check::new(
+                    crate::engine::check::CheckId::new("containerd.memlock"),
+                    Status::Ok,
+                    "",
+                ),
+                Check::new(
+                    crate::engine::check::CheckId::new("pods.memlock"),
+                    Status::Warn,
+                    "",
+                )
+                .with_reason(crate::reason::Reason::MEMLOCK_BELOW_TARGET),
             ])),
             mode: Some(crate::config::Mode::Enforce),
             config_sha256: None,

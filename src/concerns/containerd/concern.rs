@@ -5,6 +5,7 @@ use std::sync::Arc;
 use super::effects::{ConfigPreflight, CriProbe};
 use super::{CHECK_ID, Facts, SPEC_OWNER, check, decide, gather};
 use crate::config::Config;
+use crate::engine::check::CheckId;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::engine::ledger::Ledger;
 use crate::host::read::ReadHost;
@@ -29,7 +30,7 @@ impl Concern for Memlock {
         crate::concerns::containerd::reasons::ALL
     }
 
-    fn ids(&self) -> &'static [&'static str] {
+    fn ids(&self) -> &'static [CheckId] {
         &[CHECK_ID]
     }
 

@@ -38,6 +38,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use crate::engine::check::CheckId;
 use crate::engine::plan::Plan;
 use crate::host::HostError;
 use spec::SpecError;
@@ -45,7 +46,7 @@ use toml::{ConfigFile, Version};
 
 use crate::reason::Reason;
 
-pub const CHECK_ID: &str = "containerd.memlock";
+pub const CHECK_ID: CheckId = CheckId::new("containerd.memlock");
 /// The unit of a distribution's own containerd package.
 pub const UNIT: &str = "containerd.service";
 /// The ledger owner of base spec files (config files are owned by "containerd").

@@ -3,6 +3,7 @@
 //! check on the mode and the plugin's registration ([`NriCheck`]).
 
 use crate::concerns::containerd::reasons;
+use crate::engine::check::CheckId;
 use serde_json::json;
 
 use crate::config::Config;
@@ -15,7 +16,7 @@ use crate::host::snapshot::Snapshot;
 use crate::observe::Observation;
 use crate::reason::Reason;
 
-pub const CHECK_ID: &str = "containerd.nri";
+pub const CHECK_ID: CheckId = CheckId::new("containerd.nri");
 const MEMLOCK: &str = "RLIMIT_MEMLOCK";
 
 /// What the plugin gives, and to which containers.
@@ -174,7 +175,7 @@ impl Concern for NriCheck {
         reasons::ALL
     }
 
-    fn ids(&self) -> &'static [&'static str] {
+    fn ids(&self) -> &'static [CheckId] {
         &[CHECK_ID]
     }
 

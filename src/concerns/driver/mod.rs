@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::config::Config;
+use crate::engine::check::CheckId;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::fleet::Fact;
 use crate::host::devlink::{DevlinkError, Reporter};
@@ -28,7 +29,7 @@ use crate::observe::Observation;
 use crate::reason::Reason;
 use state::{LogReading, State};
 
-pub const CHECK_ID: &str = "driver.health";
+pub const CHECK_ID: CheckId = CheckId::new("driver.health");
 pub const STATE_PATH: &str = "/var/lib/rdma-node-agent/driver-health.json";
 const CLASS: &str = "/sys/class/infiniband";
 
@@ -70,7 +71,7 @@ impl Concern for Health {
         reasons::ALL
     }
 
-    fn ids(&self) -> &'static [&'static str] {
+    fn ids(&self) -> &'static [CheckId] {
         &[CHECK_ID]
     }
 
@@ -131,7 +132,7 @@ impl Concern for Health {
                     bytes,
                     note: None,
                 },
-                check: CHECK_ID,
+                check: CHECK_ID.as_str(),
             }));
         }
         Decision {

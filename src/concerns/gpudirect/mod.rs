@@ -25,6 +25,7 @@ use serde_json::json;
 
 use crate::config::Config;
 use crate::config::gpudirect::{AcsMode, GpuDirectConfig};
+use crate::engine::check::CheckId;
 use crate::engine::check::{Check, Status};
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::engine::effect::Effect;
@@ -35,7 +36,7 @@ use crate::reason::Reason;
 use decide::{Pair, View};
 use mechanism::{Kind, Mechanism};
 
-pub const CHECK_ID: &str = "gpudirect.path";
+pub const CHECK_ID: CheckId = CheckId::new("gpudirect.path");
 
 /// How many problems the message lists before "(and N more)".
 const LISTED: usize = 3;
@@ -49,7 +50,7 @@ impl Concern for Path {
         reasons::ALL
     }
 
-    fn ids(&self) -> &'static [&'static str] {
+    fn ids(&self) -> &'static [CheckId] {
         &[CHECK_ID]
     }
 

@@ -6,6 +6,7 @@ use super::{
     hold_back_reasons, next_state, state_path,
 };
 use crate::config::Config;
+use crate::engine::check::CheckId;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::host::snapshot::Snapshot;
 use crate::host::state::Record;
@@ -21,7 +22,7 @@ impl Concern for Kernel {
         crate::concerns::kernel::reasons::ALL
     }
 
-    fn ids(&self) -> &'static [&'static str] {
+    fn ids(&self) -> &'static [CheckId] {
         &[CHANGE, MODULES, DKMS]
     }
 

@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::engine::check::CheckId;
 use crate::host::state::STATE_DIR;
 
 pub use change::{changed_from, check_change, compare_releases, next_state};
@@ -35,9 +36,9 @@ pub use dkms::{
 pub use gather::gather;
 pub use modules::check_modules;
 
-pub const CHANGE: &str = "kernel.change";
-pub const MODULES: &str = "kernel.modules";
-pub const DKMS: &str = "kernel.dkms";
+pub const CHANGE: CheckId = CheckId::new("kernel.change");
+pub const MODULES: CheckId = CheckId::new("kernel.modules");
+pub const DKMS: CheckId = CheckId::new("kernel.dkms");
 
 /// The agent's own bookkeeping (not a host file: never reverted).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -21,6 +21,7 @@ use std::time::SystemTime;
 
 use crate::config::Config;
 use crate::engine::check::Check;
+use crate::engine::check::CheckId;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::fleet::Fact;
 use crate::host::snapshot::{self, Snapshot};
@@ -30,7 +31,7 @@ use crate::reason::Reason;
 use gather::Watched;
 use history::{History, Reading, Readings};
 
-pub const CHECK_ID: &str = "pcie.aer";
+pub const CHECK_ID: CheckId = CheckId::new("pcie.aer");
 pub const HISTORY_PATH: &str = "/var/lib/rdma-node-agent/pcie-aer-history.json";
 
 pub struct Facts {
@@ -52,7 +53,7 @@ impl Concern for Aer {
         reasons::ALL
     }
 
-    fn ids(&self) -> &'static [&'static str] {
+    fn ids(&self) -> &'static [CheckId] {
         &[CHECK_ID]
     }
 
@@ -115,7 +116,7 @@ impl Concern for Aer {
                     bytes,
                     note: None,
                 },
-                check: CHECK_ID,
+                check: CHECK_ID.as_str(),
             }));
         }
         let details = decide::details(&f.watched, &next, cfg, f.now);

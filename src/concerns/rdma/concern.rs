@@ -2,6 +2,7 @@
 
 use super::{devices, gpudirect, netns};
 use crate::config::Config;
+use crate::engine::check::CheckId;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::host::netlink::NetnsMode;
 use crate::host::snapshot::Snapshot;
@@ -22,7 +23,7 @@ impl Concern for Devices {
         super::devices::reasons::ALL
     }
 
-    fn ids(&self) -> &'static [&'static str] {
+    fn ids(&self) -> &'static [CheckId] {
         &[devices::CHECK_ID]
     }
 
@@ -73,7 +74,7 @@ impl Concern for Netns {
         super::netns::reasons::ALL
     }
 
-    fn ids(&self) -> &'static [&'static str] {
+    fn ids(&self) -> &'static [CheckId] {
         &[netns::CHECK_ID]
     }
 

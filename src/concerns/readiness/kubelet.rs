@@ -6,6 +6,7 @@
 //! is down or missing (pods get scheduled here and fail). No kubelet: skipped.
 
 use crate::concerns::readiness::reasons;
+use crate::engine::check::CheckId;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -20,7 +21,7 @@ use crate::host::snapshot::Snapshot;
 use crate::observe::Observation;
 use crate::reason::Reason;
 
-pub const CHECK_ID: &str = "kubelet.devices";
+pub const CHECK_ID: CheckId = CheckId::new("kubelet.devices");
 pub const CHECKPOINT: &str = "kubelet_internal_checkpoint";
 pub const KUBELET_SOCKET: &str = "kubelet.sock";
 
@@ -366,13 +367,14 @@ impl Concern for Kubelet {
         reasons::ALL
     }
 
-    fn ids(&self) -> &'static [&'static str] {
+    fn ids(&self) -> &'static [CheckId] {
         &[CHECK_ID]
     }
 
-    fn needs(&self) -> &'static [&'static str] {
+    fn needs(&self) -> &'static [CheckId] {
         // By check id: concerns meet only through the engine.
-        &["rdma.devices"]
+        const NEEDS: &[CheckId] = &[CheckId::new("rdma.devices")];
+        NEEDS
     }
 
     fn enabled(&self, cfg: &Config) -> bool {

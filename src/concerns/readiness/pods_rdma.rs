@@ -21,13 +21,14 @@
 use serde::Serialize;
 
 use crate::config::Config;
+use crate::engine::check::CheckId;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::host::limit::Limit;
 use crate::host::snapshot::Snapshot;
 use crate::observe::{Observation, RdmaProblem};
 use crate::reason::Reason;
 
-pub const CHECK_ID: &str = "pods.rdma";
+pub const CHECK_ID: CheckId = CheckId::new("pods.rdma");
 
 /// CAP_IPC_LOCK's bit in /proc/<pid>/status `CapEff` (linux/capability.h).
 pub const CAP_IPC_LOCK: u32 = 14;
@@ -433,7 +434,7 @@ impl Concern for PodsRdma {
         crate::concerns::readiness::reasons::ALL
     }
 
-    fn ids(&self) -> &'static [&'static str] {
+    fn ids(&self) -> &'static [CheckId] {
         &[CHECK_ID]
     }
 

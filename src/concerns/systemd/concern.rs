@@ -2,6 +2,7 @@
 
 use super::dropin::{CHECK_ID, UnitFacts, check, decide, gather};
 use crate::config::{Config, SystemdConfig};
+use crate::engine::check::CheckId;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::host::runtime::Discovery;
 use crate::host::snapshot::Snapshot;
@@ -23,7 +24,7 @@ impl Concern for Memlock {
         crate::concerns::systemd::reasons::ALL
     }
 
-    fn ids(&self) -> &'static [&'static str] {
+    fn ids(&self) -> &'static [CheckId] {
         &[CHECK_ID]
     }
 

@@ -3,6 +3,7 @@
 //! (which containers without a base spec inherit from) have the locked-memory limit.
 
 use crate::concerns::systemd::reasons;
+use crate::engine::check::CheckId;
 use std::path::PathBuf;
 
 use serde_json::json;
@@ -18,7 +19,7 @@ use crate::reason::Reason;
 
 use crate::host::service::{ServiceManager, UnitState, UnitStatus};
 
-pub const CHECK_ID: &str = "systemd.memlock";
+pub const CHECK_ID: CheckId = CheckId::new("systemd.memlock");
 
 #[derive(Debug, Clone)]
 pub struct UnitFacts {

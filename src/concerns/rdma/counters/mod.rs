@@ -21,6 +21,7 @@ use std::time::SystemTime;
 use serde_json::json;
 
 use crate::config::Config;
+use crate::engine::check::CheckId;
 use crate::engine::check::{Check, Status};
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::fleet::Fact;
@@ -32,7 +33,7 @@ use decide::{Finding, Summary};
 use gather::Gathered;
 use history::{History, PortReading, Readings};
 
-pub const CHECK_ID: &str = "rdma.counters";
+pub const CHECK_ID: CheckId = CheckId::new("rdma.counters");
 pub const HISTORY_PATH: &str = "/var/lib/rdma-node-agent/counters-history.json";
 
 pub struct Facts {
@@ -52,7 +53,7 @@ impl Concern for Counters {
         reasons::ALL
     }
 
-    fn ids(&self) -> &'static [&'static str] {
+    fn ids(&self) -> &'static [CheckId] {
         &[CHECK_ID]
     }
 
@@ -87,7 +88,7 @@ impl Concern for Counters {
                     bytes,
                     note: None,
                 },
-                check: CHECK_ID,
+                check: CHECK_ID.as_str(),
             }));
         }
         Decision {

@@ -8,6 +8,7 @@
 //! port whose state is unknown is `unknown`, not `fail`.
 
 use crate::concerns::rdma::devices::reasons;
+use crate::engine::check::CheckId;
 use std::collections::BTreeMap;
 
 use serde_json::json;
@@ -18,7 +19,7 @@ use crate::config::rdma::{ExpectPort, RdmaConfig};
 use crate::engine::check::{Check, Status};
 use crate::reason::Reason;
 
-pub const CHECK_ID: &str = "rdma.devices";
+pub const CHECK_ID: CheckId = CheckId::new("rdma.devices");
 /// Errors listed in the message; the rest are in `details`.
 const SHOWN_ERRORS: usize = 3;
 

@@ -20,6 +20,7 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
+use crate::engine::check::CheckId;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::fleet::Fact;
 use crate::host::snapshot::Snapshot;
@@ -29,7 +30,7 @@ use crate::reason::Reason;
 use history::{History, Reading, Readings};
 use judge::check;
 
-pub const CHECK_ID: &str = "rdma.link";
+pub const CHECK_ID: CheckId = CheckId::new("rdma.link");
 pub const HISTORY_PATH: &str = "/var/lib/rdma-node-agent/link-history.json";
 /// The daemon's link-down event tally (rtnetlink), per netdev, since it started.
 pub const EVENTS_PATH: &str = "/run/rdma-node-agent/link-events.json";
@@ -60,7 +61,7 @@ impl Concern for Link {
         reasons::ALL
     }
 
-    fn ids(&self) -> &'static [&'static str] {
+    fn ids(&self) -> &'static [CheckId] {
         &[CHECK_ID]
     }
 
@@ -150,7 +151,7 @@ impl Concern for Link {
                     bytes,
                     note: None,
                 },
-                check: CHECK_ID,
+                check: CHECK_ID.as_str(),
             }));
         }
         Decision {

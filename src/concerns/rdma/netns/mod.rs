@@ -15,6 +15,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::config::rdma::{InitramfsPolicy, PluginPolicy, RdmaConfig};
+use crate::engine::check::CheckId;
 use crate::engine::check::{Check, Status};
 use crate::engine::outcome::ActionStatus;
 use crate::engine::plan::{Action, ActionKind, FileChange, Plan};
@@ -24,7 +25,7 @@ use crate::host::procfs;
 use crate::host::read::ReadHost;
 use crate::host::snapshot::Snapshot;
 
-pub const CHECK_ID: &str = "rdma.netns";
+pub const CHECK_ID: CheckId = CheckId::new("rdma.netns");
 pub const OWNER: &str = "rdma-netns";
 const PARAM: &str = "/sys/module/ib_core/parameters/netns_mode";
 /// MLNX_OFED's `ofed_info` is a shell script carrying its version as text,
