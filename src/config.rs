@@ -25,7 +25,7 @@ pub use sections::{
     DEFAULT_LISTEN, DaemonConfig, HttpConfig, KernelConfig, NfdConfig, SystemdConfig,
 };
 
-use section::Section;
+use section::{AnySection, Section};
 
 pub const DEFAULT_PATH: &str = "/etc/rdma-node-agent/config.toml";
 
@@ -96,6 +96,15 @@ impl Default for PodsConfig {
     }
 }
 
+impl Section for PodsConfig {
+    const NAME: &'static str = "pods";
+
+    // Both keys are enums: serde refuses any other value.
+    fn validate(&self) -> Result<(), (&'static str, String)> {
+        Ok(())
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
@@ -140,31 +149,41 @@ impl Config {
         Ok(cfg)
     }
 
+    /// Every `[section]` of the file, each once, in the file's order: the one
+    /// list validation iterates (a test holds it to the tables the parser
+    /// accepts, so a new section cannot go unvalidated).
+    pub fn sections(&self) -> [&dyn AnySection; 13] {
+        [
+            &self.containerd,
+            &self.systemd,
+            &self.pods,
+            &self.daemon,
+            &self.http,
+            &self.nfd,
+            &self.rdma,
+            &self.counters,
+            &self.gpudirect,
+            &self.pcie,
+            &self.kernel,
+            &self.kubelet,
+            &self.driver_health,
+        ]
+    }
+
     /// Every section's own checks, in the file's order of sections.
     fn validate(&self, text: &str, shown_path: &Path) -> Result<(), ConfigError> {
-        fn one<S: Section>(s: &S, text: &str, path: &Path) -> Result<(), ConfigError> {
-            s.validate().map_err(|(key, why)| {
-                let (line, column) = section::locate(text, S::NAME, key);
+        for s in self.sections() {
+            s.check().map_err(|(key, why)| {
+                let (line, column) = section::locate(text, s.name(), key);
                 ConfigError::Invalid {
-                    path: path.to_owned(),
+                    path: shown_path.to_owned(),
                     line,
                     column,
-                    message: format!("{key} under [{}]: {why}", S::NAME),
+                    message: format!("{key} under [{}]: {why}", s.name()),
                 }
-            })
+            })?;
         }
-        one(&self.containerd, text, shown_path)?;
-        one(&self.systemd, text, shown_path)?;
-        one(&self.daemon, text, shown_path)?;
-        one(&self.http, text, shown_path)?;
-        one(&self.nfd, text, shown_path)?;
-        one(&self.rdma, text, shown_path)?;
-        one(&self.counters, text, shown_path)?;
-        one(&self.gpudirect, text, shown_path)?;
-        one(&self.pcie, text, shown_path)?;
-        one(&self.kernel, text, shown_path)?;
-        one(&self.kubelet, text, shown_path)?;
-        one(&self.driver_health, text, shown_path)
+        Ok(())
     }
 
     /// Keys that said a second time what another says (and could disagree):
@@ -239,6 +258,7 @@ pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
 mod tests {
     use super::*;
     use crate::host::limit::Limit;
+    use std::collections::BTreeSet;
 
     #[test]
     fn limits_parse() {
@@ -253,6 +273,31 @@ mod tests {
         assert_eq!(Limit(4 << 20).to_string(), "4MiB");
         assert_eq!(Limit::UNLIMITED.to_string(), "unlimited");
         assert_eq!(Limit(1000).to_string(), "1000 bytes");
+    }
+
+    /// Every table the parser accepts (it names them when it refuses a key)
+    /// is a section that `sections()` lists, so validation reaches it.
+    #[test]
+    fn every_section_the_parser_accepts_is_validated() {
+        let e = Config::parse("probe_ = 0\n", Path::new("c.toml")).unwrap_err();
+        let e = e.to_string();
+        let expected = e.split_once("expected").expect("the fields it expects").1;
+        let tables: BTreeSet<&str> = expected
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|k| *k != "mode") // the one top-level key that is not a table
+            .collect();
+        let listed: BTreeSet<&str> = Config::default().sections().map(|s| s.name()).into();
+        assert_eq!(
+            tables, listed,
+            "a [section] that Config::sections() does not list"
+        );
+        assert_eq!(
+            listed.len(),
+            Config::default().sections().len(),
+            "a section twice"
+        );
     }
 
     #[test]

@@ -14,6 +14,22 @@ pub trait Section {
     fn validate(&self) -> Result<(), (&'static str, String)>;
 }
 
+/// A section as `Config::sections` lists it: its name and its checks.
+pub trait AnySection {
+    fn name(&self) -> &'static str;
+    fn check(&self) -> Result<(), (&'static str, String)>;
+}
+
+impl<S: Section> AnySection for S {
+    fn name(&self) -> &'static str {
+        S::NAME
+    }
+
+    fn check(&self) -> Result<(), (&'static str, String)> {
+        self.validate()
+    }
+}
+
 /// An absolute path, or why not.
 pub fn absolute(key: &'static str, p: &Path) -> Result<(), (&'static str, String)> {
     if p.is_absolute() {
