@@ -12,6 +12,7 @@ pub mod concerns;
 pub mod config;
 pub mod daemon;
 pub mod engine;
+pub mod exposition;
 pub mod fleet;
 pub mod fleetview;
 pub mod host;

@@ -5,6 +5,7 @@
 pub mod containerd;
 pub mod driver;
 pub mod fleet;
+pub mod fleet_metrics;
 pub mod gpudirect;
 pub mod kernel;
 pub mod nfd;

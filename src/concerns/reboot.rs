@@ -11,7 +11,7 @@ use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::engine::ledger::Ledger;
 use crate::engine::plan::FileChange;
 use crate::host::snapshot::Snapshot;
-use crate::observe::Observations;
+use crate::observe::{Observation, Observations};
 use crate::reason::Reason;
 
 pub const SENTINEL: &str = "/var/run/reboot-required";
@@ -131,6 +131,22 @@ impl Concern for Sentinel {
             ..Decision::default()
         }
     }
+}
+
+/// Its families (registered in `concerns::registry::METRICS`): a reboot
+/// needed, or held back.
+pub fn families(m: &mut crate::exposition::Families, seen: &[Observation]) {
+    let any = |f: fn(&Observation) -> bool| crate::exposition::bool01(seen.iter().any(f));
+    m.gauge(
+        "reboot_required",
+        "1 when only a reboot can apply what the agent set (e.g. the netns mode), 0 otherwise",
+        any(|o| matches!(o, Observation::RebootRequired(_))),
+    );
+    m.gauge(
+        "reboot_held_back",
+        "1 when a reboot now would lose RDMA (a newer installed kernel lacks its DKMS builds), 0 otherwise",
+        any(|o| matches!(o, Observation::RebootHeldBack(_))),
+    );
 }
 
 #[cfg(test)]

@@ -7,9 +7,35 @@ use std::fmt;
 
 use serde::de::{Deserialize, Deserializer, Error as _};
 
+use super::{containerd, driver, fleet_metrics, gpudirect, kernel, pcie, rdma, readiness, reboot};
 use crate::engine::check::CheckId;
 use crate::engine::concern::Run;
+use crate::exposition::Families;
+use crate::observe::Observation;
 use crate::reason::Reason;
+
+/// A concern's metric families, rendered from the cycle's observations (its
+/// folder's `metrics.rs`).
+pub type MetricFamilies = fn(&mut Families, &[Observation]);
+
+/// Every concern's metric families, in the exposition's order: `/metrics`
+/// renders them between the engine's check families and its reconcile
+/// counters (`outputs::metrics`), and `tests/metrics_golden.rs` holds the
+/// bytes. A concern with families adds its line here.
+pub static METRICS: &[MetricFamilies] = &[
+    rdma::devices::metrics::families,
+    rdma::netns::metrics::families,
+    kernel::metrics::families,
+    reboot::families,
+    readiness::metrics::families,
+    gpudirect::metrics::gpudirect,
+    pcie::metrics::aer,
+    driver::metrics::driver_health,
+    containerd::metrics::families,
+    fleet_metrics::families,
+    rdma::link::metrics::families,
+    rdma::counters::metrics::counters,
+];
 
 /// A list of concerns and what they declare. `Registry::of(ALL)` is the
 /// agent's; a test may build one with a concern of its own.

@@ -14,8 +14,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::json;
 
+use crate::exposition::Format;
 use crate::outputs::Cycle;
-use crate::outputs::exposition::Format;
 use crate::outputs::metrics::Rendered;
 
 /// What a reconcile publishes for the endpoint.

@@ -4,11 +4,13 @@
 //!
 //! Names follow Prometheus conventions: base units (`_seconds`,
 //! `_bytes_per_second`), `_total` counters, and a HELP on every family that says
-//! what its values mean. To add a family: one `families(..)` block below.
+//! what its values mean. A concern's families live in its folder's
+//! `metrics.rs`, listed in `concerns::registry::METRICS`; this file holds the
+//! engine's own (build, readiness, checks, reconciles).
 
-use crate::observe::{Observation, RdmaProblem};
+use crate::concerns::registry::{METRICS, MetricFamilies};
+use crate::exposition::{Families, Format, Kind, bool01};
 use crate::outputs::Cycle;
-use crate::outputs::exposition::{Families, Format, Kind};
 
 /// Counters that live across cycles.
 #[derive(Debug, Clone, Copy, Default)]
@@ -35,18 +37,16 @@ impl Rendered {
 }
 
 pub fn render(cycle: &Cycle, totals: Totals) -> Rendered {
-    let f = families(cycle, totals);
+    let f = families(cycle, totals, METRICS);
     Rendered {
         text: f.render(Format::Text),
         openmetrics: f.render(Format::OpenMetrics),
     }
 }
 
-fn bool01(b: bool) -> f64 {
-    f64::from(u8::from(b))
-}
-
-pub fn families(cycle: &Cycle, totals: Totals) -> Families {
+/// The exposition: the engine's families, each concern's (`metrics`, in
+/// order: `concerns::registry::METRICS` for the agent), then the counters.
+pub fn families(cycle: &Cycle, totals: Totals, metrics: &[MetricFamilies]) -> Families {
     let mut m = Families::new("rdma_node_agent");
     let seen = &cycle.observations;
 
@@ -94,87 +94,10 @@ pub fn families(cycle: &Cycle, totals: Totals) -> Families {
         }
     }
 
-    let ports: Vec<_> = seen
-        .iter()
-        .filter_map(|o| match o {
-            Observation::Port {
-                device,
-                port,
-                active,
-                rate_bytes_per_second,
-                link_layer,
-            } => Some((
-                vec![
-                    ("device", device.clone()),
-                    ("port", port.to_string()),
-                    ("link_layer", link_layer.unwrap_or("unknown").to_owned()),
-                ],
-                *active,
-                *rate_bytes_per_second,
-            )),
-            _ => None,
-        })
-        .collect();
-    let active = m.family(
-        "port_active",
-        Kind::Gauge,
-        "1 when the RDMA port's state is ACTIVE, 0 when the kernel names another state (DOWN, INIT, ARMED...); no series when the state cannot be read",
-    );
-    for (labels, a, _) in &ports {
-        if let Some(a) = a {
-            active.sample(labels.clone(), bool01(*a));
-        }
+    // Each concern's families, in the registry's order.
+    for families in metrics {
+        families(&mut m, seen);
     }
-    let rate = m.family(
-        "port_rate_bytes_per_second",
-        Kind::Gauge,
-        "RDMA port rate in bytes per second (sysfs rate x 10^9 / 8, as node_exporter's node_infiniband_rate_bytes_per_second); no series when unreadable",
-    );
-    for (labels, _, r) in &ports {
-        if let Some(r) = r {
-            rate.sample(labels.clone(), *r as f64);
-        }
-    }
-
-    let mode = m.family(
-        "netns_mode",
-        Kind::Gauge,
-        "1 for the RDMA subsystem's live network namespace mode (shared or exclusive), 0 for the other; no series when ib_core is not loaded",
-    );
-    let live = seen.iter().find_map(|o| match o {
-        Observation::NetnsMode(m) => *m,
-        _ => None,
-    });
-    if let Some(live) = live {
-        for s in ["shared", "exclusive"] {
-            mode.sample(vec![("mode", s.into())], bool01(live.as_str() == s));
-        }
-    }
-
-    let any = |f: fn(&Observation) -> bool| bool01(seen.iter().any(f));
-    m.gauge(
-        "kernel_changed",
-        "1 when the kernel changed at this boot or since the last run, 0 otherwise",
-        any(|o| matches!(o, Observation::KernelChanged { .. })),
-    );
-    m.gauge(
-        "reboot_required",
-        "1 when only a reboot can apply what the agent set (e.g. the netns mode), 0 otherwise",
-        any(|o| matches!(o, Observation::RebootRequired(_))),
-    );
-    m.gauge(
-        "reboot_held_back",
-        "1 when a reboot now would lose RDMA (a newer installed kernel lacks its DKMS builds), 0 otherwise",
-        any(|o| matches!(o, Observation::RebootHeldBack(_))),
-    );
-
-    readiness(&mut m, seen);
-    super::gpudirect_metrics::gpudirect(&mut m, seen);
-    super::aer_metrics::aer(&mut m, seen);
-    super::driver_health_metrics::driver_health(&mut m, seen);
-    nri(&mut m, seen);
-    super::fleet_metrics::fleet(&mut m, seen);
-    super::counters_metrics::counters(&mut m, seen);
 
     m.counter(
         "reconciles",
@@ -204,92 +127,12 @@ pub fn families(cycle: &Cycle, totals: Totals) -> Families {
     m
 }
 
-/// The daemon's NRI plugin (`containerd.nri`); no series where none runs
-/// (`memlock_via = "base-spec"`, or outside the daemon).
-fn nri(m: &mut Families, seen: &[Observation]) {
-    let Some((registered, adjusted, kept_lower)) = seen.iter().find_map(|o| match o {
-        Observation::Nri {
-            registered,
-            adjusted,
-            kept_lower,
-        } => Some((*registered, *adjusted, *kept_lower)),
-        _ => None,
-    }) else {
-        return;
-    };
-    m.gauge(
-        "nri_registered",
-        "1 when the agent's NRI plugin is registered with the running containerd, 0 otherwise",
-        bool01(registered),
-    );
-    m.counter(
-        "nri_adjusted_containers",
-        "Containers whose RLIMIT_MEMLOCK the NRI plugin raised since the daemon started",
-        adjusted,
-    );
-    m.counter(
-        "nri_kept_lower_containers",
-        "RDMA containers the NRI plugin left with their explicit lower RLIMIT_MEMLOCK since the daemon started",
-        kept_lower,
-    );
-}
-
-/// RDMA pod containers by problem (`none` for those that can register memory)
-/// and the kubelet's device-plugin resources, from `pods.rdma`'s and
-/// `kubelet.devices`' typed observations. Every problem value is always
-/// present, so an alert needs no `absent()`.
-fn readiness(m: &mut Families, seen: &[Observation]) {
-    let names: Vec<&'static str> = RdmaProblem::ALL
-        .map(RdmaProblem::as_str)
-        .into_iter()
-        .chain(["none"])
-        .collect();
-    let mut counts = vec![0u64; names.len()];
-    for o in seen {
-        if let Observation::RdmaContainer { problems, .. } = o {
-            if problems.is_empty() {
-                counts[names.len() - 1] += 1;
-            }
-            for p in problems {
-                if let Some(i) = names.iter().position(|n| *n == p.as_str()) {
-                    counts[i] += 1;
-                }
-            }
-        }
-    }
-    let containers = m.family(
-        "rdma_containers",
-        Kind::Gauge,
-        "Running pod containers with RDMA devices, by what keeps them from registering memory (no_ipc_lock, low_memlock...; none: nothing, they can)",
-    );
-    for (name, n) in names.iter().zip(counts) {
-        containers.sample(vec![("problem", (*name).to_owned())], n as f64);
-    }
-    let resources = m.family(
-        "kubelet_resource_devices",
-        Kind::Gauge,
-        "Healthy devices the kubelet has registered per device-plugin resource (from its checkpoint); rdma=\"true\" for RDMA resources",
-    );
-    for o in seen {
-        if let Observation::KubeletResource {
-            name,
-            devices,
-            rdma,
-        } = o
-        {
-            resources.sample(
-                vec![("resource", name.clone()), ("rdma", rdma.to_string())],
-                *devices as f64,
-            );
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::engine::check::Status;
     use crate::engine::check::{Check, Report};
+    use crate::observe::{Observation, RdmaProblem};
 
     fn cycle(observations: Vec<Observation>) -> Cycle {
         Cycle {

@@ -1,13 +1,7 @@
 //! What the daemon publishes after each reconcile, for the health outputs
 //! (HTTP, metrics) to render: they read this record, never the host.
 
-mod aer_metrics;
 pub mod assets;
-mod counters_metrics;
-mod driver_health_metrics;
-pub mod exposition;
-mod fleet_metrics;
-mod gpudirect_metrics;
 pub mod heap;
 pub mod http;
 pub mod listen;

@@ -19,6 +19,7 @@ mod gather;
 mod judge;
 pub mod k0s;
 pub mod layout;
+pub mod metrics;
 pub mod nri;
 pub mod rancher;
 pub mod reasons;

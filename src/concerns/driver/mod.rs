@@ -9,6 +9,7 @@
 //! goes out as a `Persist` fact and the daemon writes it after the reconcile,
 //! as `rdma.link` keeps its history.
 
+pub mod metrics;
 pub mod patterns;
 pub mod reasons;
 pub mod state;

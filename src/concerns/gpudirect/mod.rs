@@ -8,6 +8,7 @@ pub mod acs_fix;
 pub mod decide;
 pub mod gather;
 pub mod mechanism;
+pub mod metrics;
 pub mod pcie;
 pub mod reasons;
 pub mod topo;

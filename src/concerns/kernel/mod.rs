@@ -14,6 +14,7 @@ mod change;
 pub mod concern;
 mod dkms;
 mod gather;
+pub mod metrics;
 pub mod modinfo;
 mod modules;
 pub mod reasons;

@@ -12,6 +12,7 @@
 pub mod decide;
 pub mod gather;
 pub mod history;
+pub mod metrics;
 pub mod parse;
 pub mod reasons;
 #[cfg(test)]

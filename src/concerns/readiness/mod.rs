@@ -5,5 +5,6 @@
 
 pub mod checkpoint;
 pub mod kubelet;
+pub mod metrics;
 pub mod pods_rdma;
 pub mod reasons;

@@ -13,6 +13,7 @@ pub mod classes;
 pub mod decide;
 pub mod gather;
 pub mod history;
+pub mod metrics;
 pub mod reasons;
 
 use std::collections::BTreeSet;

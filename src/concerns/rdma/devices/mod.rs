@@ -7,6 +7,7 @@
 
 mod assess;
 mod gather;
+pub mod metrics;
 mod parse;
 pub mod reasons;
 #[cfg(test)]

@@ -11,6 +11,7 @@
 
 pub mod history;
 mod judge;
+pub mod metrics;
 pub mod reasons;
 
 use std::collections::BTreeMap;

@@ -96,6 +96,7 @@ pub mod effects;
 mod gather;
 mod initramfs;
 mod live;
+pub mod metrics;
 pub mod reasons;
 
 pub use decide::{Decision, decide};

@@ -3,10 +3,10 @@
 //! error state, a reporter with errors, a fatal driver message in the kernel
 //! log), so a healthy 8-NIC node spends 2 of its 150 series here.
 
+use crate::exposition::{Families, Kind};
 use crate::observe::Observation;
-use crate::outputs::exposition::{Families, Kind};
 
-pub(super) fn driver_health(m: &mut Families, seen: &[Observation]) {
+pub fn driver_health(m: &mut Families, seen: &[Observation]) {
     let Some((reporters, log_read, problems)) = seen.iter().find_map(|o| match o {
         Observation::DriverHealth {
             reporters,

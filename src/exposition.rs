@@ -53,6 +53,11 @@ impl Format {
 
 pub type Labels = Vec<(&'static str, String)>;
 
+/// A flag as a sample value: 1 or 0.
+pub fn bool01(b: bool) -> f64 {
+    f64::from(u8::from(b))
+}
+
 #[derive(Debug, Clone)]
 pub struct Family {
     /// Without `_total` for counters (both formats add it to the sample).

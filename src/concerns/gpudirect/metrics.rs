@@ -1,7 +1,7 @@
 //! The `gpudirect.path` families of the exposition (see `metrics`).
 
+use crate::exposition::{Families, Kind};
 use crate::observe::Observation;
-use crate::outputs::exposition::{Families, Kind};
 
 fn bool01(b: bool) -> f64 {
     f64::from(u8::from(b))
@@ -12,7 +12,7 @@ fn bool01(b: bool) -> f64 {
 /// for every pair, and a healthy 8-GPU node then spends no 48 series of zeros
 /// (the node's budget is 150 series). A pair whose readiness cannot be told
 /// has no `ready` series.
-pub(super) fn gpudirect(m: &mut Families, seen: &[Observation]) {
+pub fn gpudirect(m: &mut Families, seen: &[Observation]) {
     pairs(m, seen);
     links(m, seen);
 }

@@ -3,10 +3,10 @@
 //! node spends none of its 150-series budget on them (the check's own
 //! `check_status` series say it is ok).
 
+use crate::exposition::{Families, Kind};
 use crate::observe::Observation;
-use crate::outputs::exposition::{Families, Kind};
 
-pub(super) fn counters(m: &mut Families, seen: &[Observation]) {
+pub fn counters(m: &mut Families, seen: &[Observation]) {
     let rows: Vec<_> = seen
         .iter()
         .filter_map(|o| match o {

@@ -6,12 +6,12 @@
 //! AER error this boot, and a `pcie_link_retrained_down` series while its link
 //! runs below what it trained at earlier this boot.
 
+use crate::exposition::{Families, Kind};
 use crate::observe::Observation;
-use crate::outputs::exposition::{Families, Kind};
 
 const SEVERITIES: [&str; 3] = ["correctable", "nonfatal", "fatal"];
 
-pub(super) fn aer(m: &mut Families, seen: &[Observation]) {
+pub fn aer(m: &mut Families, seen: &[Observation]) {
     let watched: Vec<(&String, Option<[u64; 3]>, bool)> = seen
         .iter()
         .filter_map(|o| match o {
@@ -65,7 +65,7 @@ pub(super) fn aer(m: &mut Families, seen: &[Observation]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::outputs::exposition::Format;
+    use crate::exposition::Format;
 
     #[test]
     fn series_only_for_functions_with_errors_plus_the_summary() {
