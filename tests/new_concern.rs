@@ -1,8 +1,12 @@
 //! The worked example of DEVELOPMENT.md ("Adding a check"), compiled and run:
-//! a concern with a live action, written entirely outside the engine (here,
-//! outside the crate), planned by the unchanged engine and carried out by the
-//! unchanged executor. If adding a live action ever needs an edit to
-//! `src/engine/`, this file stops compiling.
+//! a concern with a live action, a reason code and a metric family, written
+//! entirely outside the engine (here, outside the crate), planned by the
+//! unchanged engine and carried out by the unchanged executor; its reason code
+//! and its families reach the registry (docs/reasons.md's table, JSON read
+//! back, `/metrics`) through its registration lines alone. If adding one ever
+//! needs an edit to `src/engine/` or another central list, this file stops
+//! compiling or fails. (A new config section still needs a field of `Config`
+//! and a line of `Config::sections()`: not shown here.)
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -17,10 +21,13 @@ use rdma_node_agent::engine::holds::Holds;
 use rdma_node_agent::engine::outcome::ActionStatus;
 use rdma_node_agent::engine::plan::{Action, ActionKind};
 use rdma_node_agent::engine::{Scope, assess};
+use rdma_node_agent::exposition::Families;
 use rdma_node_agent::host::Host;
 use rdma_node_agent::host::netlink::RdmaNetlink;
 use rdma_node_agent::host::snapshot::Snapshot;
 use rdma_node_agent::host::stop::Stop;
+use rdma_node_agent::observe::Observation;
+use rdma_node_agent::outputs::Cycle;
 use rdma_node_agent::reason::Reason;
 
 // ---- the concern's folder: src/concerns/kernel/numa.rs, say ----
@@ -219,4 +226,55 @@ fn its_reason_codes_come_with_its_registration_line() {
         Some(reasons::NUMA_BALANCING_ON)
     );
     assert_eq!(Registry::agent().reason("numa_balancing_on"), None);
+}
+
+// ---- its metric families: src/concerns/<area>/metrics.rs, and a line in
+// ---- concerns::registry::METRICS ----
+
+/// A family from a typed observation the engine already carries (the ports
+/// `rdma.devices` saw); a concern with facts of its own adds an `Observation`
+/// variant in src/observe.rs.
+fn demo_families(m: &mut Families, seen: &[Observation]) {
+    let ports = seen
+        .iter()
+        .filter(|o| matches!(o, Observation::Port { .. }))
+        .count();
+    m.gauge(
+        "demo_ports_seen",
+        "Ports the demo concern saw",
+        ports as f64,
+    );
+}
+
+/// The metric reaches `/metrics` through its registry line alone: the
+/// exposition renders the registered families, the engine's around them.
+#[test]
+fn its_metric_families_come_with_their_registry_line() {
+    use rdma_node_agent::concerns::registry::{METRICS, MetricFamilies};
+    use rdma_node_agent::exposition::Format;
+    use rdma_node_agent::outputs::metrics::{Totals, families};
+
+    let mut cycle = Cycle::failed("test".into(), "no report".into());
+    cycle.observations = vec![Observation::Port {
+        device: "mlx5_0".into(),
+        port: 1,
+        active: Some(true),
+        rate_bytes_per_second: None,
+        link_layer: Some("InfiniBand"),
+    }];
+    let mut list: Vec<MetricFamilies> = METRICS.to_vec();
+    list.push(demo_families);
+    let text = families(&cycle, Totals::default(), &list).render(Format::Text);
+    assert!(
+        text.contains(
+            "# TYPE rdma_node_agent_demo_ports_seen gauge\nrdma_node_agent_demo_ports_seen 1\n"
+        ),
+        "{text}"
+    );
+    // Between the concerns' families and the engine's reconcile counters.
+    let at = |name: &str| text.find(name).unwrap_or_else(|| panic!("{name}: {text}"));
+    assert!(at("rdma_node_agent_port_active") < at("rdma_node_agent_demo_ports_seen"));
+    assert!(at("rdma_node_agent_demo_ports_seen") < at("rdma_node_agent_reconciles_total"));
+    let agent = families(&cycle, Totals::default(), METRICS).render(Format::Text);
+    assert!(!agent.contains("demo_ports_seen"));
 }
