@@ -22,6 +22,7 @@ pub mod files;
 pub mod gunzip;
 pub mod http_client;
 pub mod kmsg;
+pub mod kmsg_helper;
 pub mod kubepods;
 pub mod limit;
 pub mod links;

@@ -231,6 +231,42 @@ impl ServiceManager for Dbus {
         self.transient(unit, argv, timeout, stop, sandbox)
     }
 
+    fn run_kernel_log_helper(
+        &self,
+        unit: &str,
+        argv: &[String],
+        timeout: Duration,
+        stop: &Stop,
+    ) -> Result<(), SystemdError> {
+        // Only what reading the log needs: CAP_SYSLOG (kernel.dmesg_restrict),
+        // /dev/kmsg readable and no other device, its answer's directory, no
+        // network, and no syslog(2), which could clear the buffer.
+        let sandbox = vec![
+            ("CapabilityBoundingSet", Variant::from(1u64 << 34)),
+            ("NoNewPrivileges", Variant::from(true)),
+            ("ProtectSystem", Variant::from("strict")),
+            (
+                "ReadWritePaths",
+                Variant::from(vec![super::kmsg_helper::OUT_DIR]),
+            ),
+            ("ProtectHome", Variant::from("yes")),
+            ("PrivateTmp", Variant::from(true)),
+            ("PrivateNetwork", Variant::from(true)),
+            ("DevicePolicy", Variant::from("closed")),
+            ("DeviceAllow", Variant::from(vec![("/dev/kmsg", "r")])),
+            ("ProtectKernelTunables", Variant::from(true)),
+            ("ProtectKernelModules", Variant::from(true)),
+            ("ProtectControlGroups", Variant::from(true)),
+            ("LockPersonality", Variant::from(true)),
+            ("MemoryDenyWriteExecute", Variant::from(true)),
+            ("RestrictRealtime", Variant::from(true)),
+            // A deny list (`false`: not an allow list).
+            ("SystemCallFilter", Variant::from((false, vec!["syslog"]))),
+            ("UMask", Variant::from(0o077u32)),
+        ];
+        self.transient(unit, argv, timeout, stop, sandbox)
+    }
+
     fn status(&self, unit: &str) -> Result<UnitStatus, SystemdError> {
         self.rt.block_on(async {
             let path = self.unit_path(unit).await?;

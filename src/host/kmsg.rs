@@ -31,7 +31,7 @@ pub struct Caps {
 }
 
 /// One record of the kernel log.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Record {
     pub seq: u64,
     /// The syslog level (0 emerg … 7 debug).
@@ -47,7 +47,7 @@ pub struct Record {
 }
 
 /// What one pass read.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct KernelLog {
     /// The records the filter kept, oldest first.
     pub records: Vec<Record>,
@@ -65,11 +65,14 @@ pub enum KmsgError {
     #[error("not read: the agent reads a tree under --root that has no {path}")]
     Absent { path: PathBuf },
     #[error(
-        "cannot read {path}: {source}: reading the kernel log needs CAP_SYSLOG where kernel.dmesg_restrict = 1 (Debian's default), and /dev/kmsg visible to the agent (the shipped unit grants both; a unit with ProtectKernelLogs=yes or without CAP_SYSLOG does not)"
+        "cannot read {path}: {source}: reading the kernel log needs CAP_SYSLOG where kernel.dmesg_restrict = 1 (Debian's default), and /dev/kmsg visible to the reader (under the shipped unit the daemon asks systemd to run its kernel-log helper, which has both, when there is a NIC to watch; run `check` as root from a shell)"
     )]
     Denied { path: PathBuf, source: io::Error },
     #[error("cannot read {path}: {source}")]
     Io { path: PathBuf, source: io::Error },
+    /// The privileged helper (`kernel-log`) could not read it for the daemon.
+    #[error("the kernel log, read by the agent's kernel-log helper: {message}")]
+    Helper { message: String },
     #[error(
         "{path} is not the kernel log (character device {major}:{minor}, not 1:11): a container's stand-in, so the kernel's messages cannot be read here"
     )]
@@ -160,6 +163,12 @@ pub fn read(
         nix::sys::stat::major(meta.rdev()),
         nix::sys::stat::minor(meta.rdev()),
     );
+    // systemd's stand-in for a hidden node (ProtectKernelLogs=, InaccessiblePaths=)
+    // is a 0:0 device nobody may open: a refusal, not another device.
+    if (major, minor) == (0, 0) {
+        let source = io::Error::from(io::ErrorKind::PermissionDenied);
+        return Err(KmsgError::Denied { path, source });
+    }
     if (major, minor) != (1, 11) {
         return Err(KmsgError::NotKmsg { path, major, minor });
     }

@@ -252,14 +252,14 @@ fn words(op: &str, token: &str, rest: Vec<String>) -> Vec<String> {
 
 /// This program, for systemd to start (an upgraded package leaves the running
 /// daemon's file "(deleted)": the new one at the same path is the helper).
-fn own_exe() -> Result<PathBuf, String> {
+pub(super) fn own_exe() -> Result<PathBuf, String> {
     let p = std::env::current_exe().map_err(|e| format!("cannot tell its own program: {e}"))?;
     let s = p.to_string_lossy();
     Ok(PathBuf::from(s.strip_suffix(" (deleted)").unwrap_or(&s)))
 }
 
 /// A random enough name for one run's answer.
-fn token() -> String {
+pub(super) fn token() -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())

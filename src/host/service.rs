@@ -139,4 +139,16 @@ pub trait ServiceManager: Send + Sync {
     ) -> Result<(), SystemdError> {
         self.run_transient(unit, argv, timeout, stop)
     }
+    /// `run_transient` for the agent's kernel-log helper: systemd runs it
+    /// sandboxed, with CAP_SYSLOG as its only capability and /dev/kmsg its
+    /// only device, read-only.
+    fn run_kernel_log_helper(
+        &self,
+        unit: &str,
+        argv: &[String],
+        timeout: Duration,
+        stop: &Stop,
+    ) -> Result<(), SystemdError> {
+        self.run_transient(unit, argv, timeout, stop)
+    }
 }

@@ -364,6 +364,16 @@ impl ServiceManager for Cached {
     ) -> Result<(), SystemdError> {
         self.inner.run_privileged_helper(unit, argv, timeout, stop)
     }
+
+    fn run_kernel_log_helper(
+        &self,
+        unit: &str,
+        argv: &[String],
+        timeout: std::time::Duration,
+        stop: &Stop,
+    ) -> Result<(), SystemdError> {
+        self.inner.run_kernel_log_helper(unit, argv, timeout, stop)
+    }
 }
 
 impl From<Host> for Snapshot {

@@ -20,7 +20,8 @@ use crate::config::Config;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::fleet::Fact;
 use crate::host::devlink::{DevlinkError, Reporter};
-use crate::host::kmsg::{self, Caps, KmsgError};
+use crate::host::kmsg::{Caps, KmsgError};
+use crate::host::kmsg_helper;
 use crate::host::snapshot::Snapshot;
 use crate::host::state::Record;
 use crate::observe::Observation;
@@ -81,18 +82,23 @@ impl Concern for Health {
             Err(DevlinkError::NoFamily) => Devlink::NoFamily,
             Err(e) => Devlink::Error(e.to_string()),
         };
+        let nics = nics(snap);
+        // The helper unit only where there is a NIC to watch: a node without
+        // one starts no unit each cycle to read a log it has no use for.
+        let watch =
+            nics.iter().any(|n| n.pci.is_some()) || !cfg.driver_health.also_watch.is_empty();
         let log = cfg.driver_health.kernel_log.then(|| {
             let after = state
                 .as_ref()
                 .ok()
                 .filter(|s| s.boot_id.is_some() && s.boot_id == boot_id)
                 .and_then(|s| s.kmsg_seq);
-            read_log(snap, after, cfg)
+            read_log(snap, after, watch, cfg)
         });
         Ok(Facts {
             state,
             boot_id,
-            nics: nics(snap),
+            nics,
             devlink,
             log: log.flatten(),
         })
@@ -169,13 +175,22 @@ fn nics(snap: &Snapshot) -> Vec<Nic> {
 fn read_log(
     snap: &Snapshot,
     after: Option<u64>,
+    helper: bool,
     cfg: &Config,
 ) -> Option<Result<LogReading, String>> {
     let caps = Caps {
         max_bytes: cfg.driver_health.kernel_log_max_bytes,
         max_records: cfg.driver_health.kernel_log_max_records,
     };
-    let log = match kmsg::read(snap, after, &patterns::is_driver_record, caps) {
+    let read = kmsg_helper::read(
+        snap,
+        snap.manager(),
+        helper,
+        after,
+        patterns::DRIVER_PREFIX,
+        caps,
+    );
+    let log = match read {
         Ok(l) => l,
         Err(KmsgError::Absent { .. }) => return None,
         Err(e) => return Some(Err(e.to_string())),
