@@ -7,10 +7,11 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::effect::{Effect, EffectKey, LiveCtx, LiveHost, Probe};
-use super::outcome::ActionStatus;
+use super::effect::{
+    CommandError, Effect, EffectError, EffectKey, LiveCtx, LiveHost, Probe, Ran, Unhealthy,
+};
 use crate::host::Host;
-use crate::host::netlink::RdmaNetlink;
+use crate::host::netlink::{NetlinkError, RdmaNetlink};
 use crate::host::service::{ServiceManager, SystemdError, UnitState, UnitStatus};
 use crate::host::stop::Stop;
 
@@ -118,7 +119,7 @@ impl ServiceManager for FakeManager {
 /// each run prints the next of `outputs`, then `stdout`; no RDMA netlink.
 pub struct FakeHost {
     pub host: Host,
-    pub outputs: Mutex<VecDeque<Result<Vec<u8>, String>>>,
+    pub outputs: Mutex<VecDeque<Result<Vec<u8>, CommandError>>>,
     pub stdout: Vec<u8>,
 }
 
@@ -136,17 +137,24 @@ impl LiveHost for FakeHost {
     fn host(&self) -> &Host {
         &self.host
     }
-    fn rdma_netlink(&self) -> Result<Box<dyn RdmaNetlink>, String> {
-        Err("no RDMA netlink in a fake".into())
+    fn rdma_netlink(&self) -> Result<Box<dyn RdmaNetlink>, NetlinkError> {
+        Err(NetlinkError::Unavailable(
+            nix::errno::Errno::EPROTONOSUPPORT,
+        ))
     }
     fn which(&self, program: &str) -> Option<PathBuf> {
         Some(PathBuf::from("/usr/sbin").join(program))
     }
-    fn run(&self, _argv: &[String]) -> Result<Vec<u8>, String> {
+    fn run(&self, _argv: &[String]) -> Result<Vec<u8>, CommandError> {
         let next = self.outputs.lock().unwrap().pop_front();
         next.unwrap_or_else(|| Ok(self.stdout.clone()))
     }
 }
+
+/// What a fake was told to answer, as an error.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Told(pub String);
 
 /// A restarted unit's health, answered as told, in order (then healthy).
 #[derive(Debug, Default)]
@@ -155,8 +163,9 @@ pub struct FakeProbe {
 }
 
 impl Probe for FakeProbe {
-    fn healthy(&self, _cx: &LiveCtx) -> Result<(), String> {
-        self.answers.lock().unwrap().pop_front().unwrap_or(Ok(()))
+    fn healthy(&self, _cx: &LiveCtx) -> Result<(), Unhealthy> {
+        let next = self.answers.lock().unwrap().pop_front();
+        next.unwrap_or(Ok(())).map_err(|e| Unhealthy::new(Told(e)))
     }
 }
 
@@ -171,7 +180,7 @@ impl Effect for FailingEffect {
     fn describe(&self) -> String {
         "switch something the kernel refuses".into()
     }
-    fn run(&self, _cx: &LiveCtx) -> (ActionStatus, String) {
-        (ActionStatus::Failed, "EBUSY".into())
+    fn run(&self, _cx: &LiveCtx) -> Result<Ran, EffectError> {
+        Err(EffectError::new(Told("EBUSY".into())))
     }
 }
