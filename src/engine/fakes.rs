@@ -12,7 +12,7 @@ use super::effect::{
 };
 use crate::host::Host;
 use crate::host::netlink::{NetlinkError, RdmaNetlink};
-use crate::host::service::{ServiceManager, SystemdError, UnitState, UnitStatus};
+use crate::host::service::{ServiceManager, SystemdError, UnitReader, UnitState, UnitStatus};
 use crate::host::stop::Stop;
 
 /// What the fake does with the next restart job.
@@ -53,6 +53,21 @@ impl FakeManager {
     }
 }
 
+impl UnitReader for FakeManager {
+    fn status(&self, _unit: &str) -> Result<UnitStatus, SystemdError> {
+        if self.stop_on_status {
+            self.stop.request();
+        }
+        let state = self.states.lock().unwrap().pop_front().unwrap_or("active");
+        Ok(UnitStatus {
+            active_state: UnitState::parse(state),
+            main_pid: 42,
+            limit_memlock: None,
+            started: None,
+        })
+    }
+}
+
 impl ServiceManager for FakeManager {
     fn reload(&self) -> Result<(), SystemdError> {
         self.calls.lock().unwrap().push("reload".into());
@@ -85,19 +100,6 @@ impl ServiceManager for FakeManager {
                 })
             }
         }
-    }
-
-    fn status(&self, _unit: &str) -> Result<UnitStatus, SystemdError> {
-        if self.stop_on_status {
-            self.stop.request();
-        }
-        let state = self.states.lock().unwrap().pop_front().unwrap_or("active");
-        Ok(UnitStatus {
-            active_state: UnitState::parse(state),
-            main_pid: 42,
-            limit_memlock: None,
-            started: None,
-        })
     }
 
     fn run_transient(

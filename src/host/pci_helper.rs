@@ -361,7 +361,7 @@ impl Snapshot {
     /// helper: `None` without systemd to run it (a `--root` tree, a host whose
     /// PID 1 is not systemd: there the agent reads what it may itself).
     pub fn pci_config_privileged(&self, bdfs: &[String]) -> Option<Result<Configs, String>> {
-        let manager = self.manager()?;
+        let manager = self.privileged_runner()?;
         let host = std::ops::Deref::deref(self).host();
         Some(Helper::new(manager, host).and_then(|h| h.read(bdfs)))
     }
@@ -407,7 +407,7 @@ pub mod testing {
     use std::time::Duration;
 
     use super::super::Host;
-    use super::super::service::{ServiceManager, SystemdError, UnitStatus};
+    use super::super::service::{ServiceManager, SystemdError, UnitReader, UnitStatus};
     use super::super::stop::Stop;
 
     /// The helper reads and writes PCI functions under `sys` (what a root
@@ -432,18 +432,21 @@ pub mod testing {
         }
     }
 
+    impl UnitReader for InProcess {
+        fn status(&self, unit: &str) -> Result<UnitStatus, SystemdError> {
+            Err(SystemdError::Call {
+                call: format!("status of {unit}"),
+                message: "not in this test".into(),
+            })
+        }
+    }
+
     impl ServiceManager for InProcess {
         fn reload(&self) -> Result<(), SystemdError> {
             Ok(())
         }
         fn restart(&self, _: &str, _: Duration, _: &Stop) -> Result<(), SystemdError> {
             Ok(())
-        }
-        fn status(&self, unit: &str) -> Result<UnitStatus, SystemdError> {
-            Err(SystemdError::Call {
-                call: format!("status of {unit}"),
-                message: "not in this test".into(),
-            })
         }
         fn run_transient(
             &self,

@@ -13,7 +13,7 @@ use super::{ConfigSet, ContainerdError, Facts, Started, validate, view};
 use crate::config::ContainerdConfig;
 use crate::host::procfs;
 use crate::host::runtime::{Discovery, RANCHERS};
-use crate::host::service::{ServiceManager, UnitState};
+use crate::host::service::{UnitReader, UnitState};
 use crate::host::snapshot::Snapshot;
 
 /// When containerd last read a file it reads: the newest modification time
@@ -28,7 +28,7 @@ type Specs = BTreeMap<PathBuf, Option<(String, u32)>>;
 pub fn gather(
     host: &Snapshot,
     cfg: &ContainerdConfig,
-    manager: Option<&dyn ServiceManager>,
+    manager: Option<&dyn UnitReader>,
     owned_specs: &BTreeSet<PathBuf>,
 ) -> Result<Facts, ContainerdError> {
     let found = match host.containerd(&cfg.hints()) {
@@ -300,7 +300,7 @@ fn template_spec(host: &Snapshot, ctr: Option<&Path>) -> (String, String) {
 /// else its process's start from /proc. Unknown is said, never "not running".
 fn started(
     host: &Snapshot,
-    manager: Option<&dyn ServiceManager>,
+    manager: Option<&dyn UnitReader>,
     unit: &str,
     pid: Option<u32>,
 ) -> Result<Option<Started>, String> {
