@@ -20,6 +20,7 @@ use rdma_node_agent::engine::outcome::ActionStatus;
 use rdma_node_agent::engine::plan::{Action, ActionKind};
 use rdma_node_agent::engine::{Scope, assess};
 use rdma_node_agent::host::Host;
+use rdma_node_agent::host::live_files::LiveFiles;
 use rdma_node_agent::host::netlink::{NetlinkError, RdmaNetlink};
 use rdma_node_agent::host::snapshot::Snapshot;
 use rdma_node_agent::host::stop::Stop;
@@ -106,8 +107,8 @@ struct Recorder {
 }
 
 impl LiveHost for Recorder {
-    fn host(&self) -> &Host {
-        unreachable!("the example reads nothing while acting")
+    fn files(&self) -> LiveFiles<'_> {
+        unreachable!("the example touches no file while acting")
     }
     fn rdma_netlink(&self) -> Result<Box<dyn RdmaNetlink>, NetlinkError> {
         Err(NetlinkError::Unavailable(

@@ -9,6 +9,7 @@ use crate::engine::effect::{CommandError, LiveHost};
 use crate::engine::executor::Live;
 use crate::host::Host;
 use crate::host::dbus::Dbus;
+use crate::host::live_files::LiveFiles;
 use crate::host::netlink::{self, NetlinkError, RdmaNetlink};
 use crate::host::service::ServiceManager;
 
@@ -102,8 +103,8 @@ impl Connection {
 }
 
 impl LiveHost for System {
-    fn host(&self) -> &Host {
-        &self.host
+    fn files(&self) -> LiveFiles<'_> {
+        LiveFiles::new(&self.host)
     }
 
     fn rdma_netlink(&self) -> Result<Box<dyn RdmaNetlink>, NetlinkError> {

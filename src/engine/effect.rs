@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use super::outcome::ActionStatus;
-use crate::host::Host;
+use crate::host::live_files::LiveFiles;
 use crate::host::netlink::{NetlinkError, RdmaNetlink};
 use crate::host::service::ServiceManager;
 use crate::host::stop::Stop;
@@ -45,12 +45,22 @@ impl fmt::Display for EffectKey {
     }
 }
 
-/// The live host's capabilities an effect may use. Generic on purpose: nothing
-/// here names a concern, so tests drive the executor with a fake.
+/// The live host's capabilities an effect may use, and no more: its files
+/// through `LiveFiles` (read, the agent's own state and journal, PCI config
+/// space), netlink, programs. Not the `Host`: files the agent manages change
+/// only through a plan and the ledger. Generic on purpose: nothing here names
+/// a concern, so tests drive the executor with a fake.
+///
+/// ```compile_fail
+/// # use rdma_node_agent::engine::effect::LiveCtx;
+/// // An effect cannot reach the whole host (to write a managed file aside).
+/// fn run(cx: &LiveCtx) {
+///     let _ = cx.host.host();
+/// }
+/// ```
 pub trait LiveHost: Send + Sync {
-    /// The host's files, for a fact read fresh at the moment of acting (who
-    /// keeps the kernel from switching a mode).
-    fn host(&self) -> &Host;
+    /// The host's files as an effect may touch them.
+    fn files(&self) -> LiveFiles<'_>;
     /// A fresh RDMA netlink socket.
     fn rdma_netlink(&self) -> Result<Box<dyn RdmaNetlink>, NetlinkError>;
     /// The absolute path of a host program, if installed.

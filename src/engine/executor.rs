@@ -18,6 +18,7 @@ use crate::engine::ledger::{Ledger, LedgerError, LegacyReaders, RevertOutcome};
 use crate::engine::plan::{Action, ActionKind, Plan};
 use crate::host::lock::{self, LockError};
 use crate::host::service::{ServiceManager, SystemdError, UnitState};
+use crate::host::state_writer::{Access, StateWriter};
 use crate::host::stop::Stop;
 use crate::host::{Host, HostError};
 
@@ -198,8 +199,7 @@ impl Executor<'_> {
         // The run converged: record the agent's own state (what it last saw).
         let mut notes = plan.notes.clone();
         for r in &plan.records {
-            // The agent's own state: never through a link (see host::state).
-            self.host.state_write(&r.path, &r.bytes, 0o644)?;
+            StateWriter::new(self.host).keep(r, Access::Public)?;
             notes.extend(r.note.clone());
         }
         Ok(ApplyOutcome {

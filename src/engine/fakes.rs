@@ -11,6 +11,7 @@ use super::effect::{
     CommandError, Effect, EffectError, EffectKey, LiveCtx, LiveHost, Probe, Ran, Unhealthy,
 };
 use crate::host::Host;
+use crate::host::live_files::LiveFiles;
 use crate::host::netlink::{NetlinkError, RdmaNetlink};
 use crate::host::service::{ServiceManager, SystemdError, UnitReader, UnitState, UnitStatus};
 use crate::host::stop::Stop;
@@ -136,8 +137,8 @@ impl Default for FakeHost {
 }
 
 impl LiveHost for FakeHost {
-    fn host(&self) -> &Host {
-        &self.host
+    fn files(&self) -> LiveFiles<'_> {
+        LiveFiles::new(&self.host)
     }
     fn rdma_netlink(&self) -> Result<Box<dyn RdmaNetlink>, NetlinkError> {
         Err(NetlinkError::Unavailable(

@@ -92,7 +92,7 @@ impl CriProbe {
             .filter(|p| cx.host.which(&p.to_string_lossy()).is_some())
             .or_else(|| cx.host.which("ctr"));
         let Some(ctr) = ctr else {
-            return match cx.host.host().cri_config(&self.grpc_address) {
+            return match cx.host.files().reader().cri_config(&self.grpc_address) {
                 Ok(_) => Ok(()),
                 Err(message) => Err(CriUnhealthy::CriSilent { address, message }),
             };

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use crate::host::HostError;
-use crate::host::pci_config::PciConfigError;
+use crate::host::live_files::PciAccessError;
 
 /// The record's bytes do not hold a record.
 #[derive(Debug, thiserror::Error)]
@@ -41,20 +41,6 @@ pub enum SaveError {
     Write(#[from] HostError),
 }
 
-/// Config space could not be reached, read or written.
-#[derive(Debug, thiserror::Error)]
-pub enum AccessError {
-    #[error(
-        "writing PCI config space needs CAP_SYS_ADMIN, and there is no systemd to run the agent's helper: run it as root"
-    )]
-    NoPrivilege,
-    #[error(transparent)]
-    Direct(#[from] PciConfigError),
-    /// What the privileged helper's run said (its unit, its answer).
-    #[error("{0}")]
-    Helper(String),
-}
-
 /// Why an ACS effect failed, on which bridge.
 #[derive(Debug, thiserror::Error)]
 pub enum AcsError {
@@ -62,13 +48,13 @@ pub enum AcsError {
     Record {
         bdf: String,
         #[source]
-        source: RecordError,
+        source: Box<RecordError>,
     },
     #[error("{bdf}: {source}")]
     Access {
         bdf: String,
         #[source]
-        source: AccessError,
+        source: PciAccessError,
     },
     #[error(
         "{bdf}: cannot record ACSCtl {ctl:#06x} for revert in {}: {source}; nothing written",
@@ -79,28 +65,28 @@ pub enum AcsError {
         ctl: u16,
         path: PathBuf,
         #[source]
-        source: SaveError,
+        source: Box<SaveError>,
     },
     /// The identity-checked write itself (its error names the bridge).
     #[error("{source}")]
     Write {
         bdf: String,
         #[source]
-        source: AccessError,
+        source: PciAccessError,
     },
     /// Restored, but the record could not be brought up to date.
     #[error("{done}; {source}")]
     RecordAfter {
         done: String,
         #[source]
-        source: RecordError,
+        source: Box<RecordError>,
     },
     #[error("{done}; cannot update {}: {source}", .path.display())]
     NotUpdated {
         done: String,
         path: PathBuf,
         #[source]
-        source: SaveError,
+        source: Box<SaveError>,
     },
     /// `revert` facing a record it cannot read (why, as it was found).
     #[error("{0}")]

@@ -25,18 +25,18 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::acs_error::{AccessError, AcsError, ParseError, RecordError, SaveError};
+use super::acs_error::{AcsError, ParseError, RecordError, SaveError};
 use super::decide::{Pair, View};
 use super::pcie::{self, Acs};
 use super::topo::Distance;
 use crate::engine::effect::{Effect, EffectError, EffectKey, LiveCtx, Ran};
 use crate::engine::ledger;
-use crate::host::Host;
-use crate::host::pci_config::{AcsRequest, AcsWrite, PciIdentity};
-use crate::host::pci_helper::{self, Helper};
+use crate::host::live_files::{LiveFiles, PciAccess};
+use crate::host::pci_config::{AcsRequest, PciIdentity};
 use crate::host::read::ReadHost;
 use crate::host::snapshot::BOOT_ID;
 use crate::host::state::STATE_DIR;
+use crate::host::state_writer::Access;
 
 /// Who the journal names as the writer.
 const OWNER: &str = "gpudirect.path";
@@ -170,59 +170,24 @@ pub fn parse_record(bytes: &[u8]) -> Result<Record, ParseError> {
     Ok(r)
 }
 
-fn save(host: &Host, r: &Record) -> Result<(), SaveError> {
+fn save(host: &LiveFiles, r: &Record) -> Result<(), SaveError> {
     if r.ports.is_empty() {
-        return Ok(host.state_remove(&record_path())?);
+        return Ok(host.state().remove(&record_path())?);
     }
-    let bytes = serde_json::to_vec_pretty(r)?;
-    Ok(host.state_write(&record_path(), &bytes, 0o644)?)
+    let kept = crate::host::state::Record {
+        path: record_path(),
+        bytes: serde_json::to_vec_pretty(r)?,
+        note: None,
+    };
+    Ok(host.state().keep(&kept, Access::Public)?)
 }
 
-fn boot_id(host: &Host) -> String {
+fn boot_id(host: &ReadHost) -> String {
     host.read_string(Path::new(BOOT_ID))
         .ok()
         .flatten()
         .map(|s| s.trim().to_owned())
         .unwrap_or_default()
-}
-
-/// How config space is reached: by this process (root with CAP_SYS_ADMIN, or
-/// a tree), or by the privileged helper systemd runs (under the agent's unit).
-enum Access<'a> {
-    Direct(&'a Host),
-    Helper(Helper<'a>),
-}
-
-fn access<'a>(cx: &'a LiveCtx) -> Result<Access<'a>, AccessError> {
-    let host = cx.host.host();
-    // A manager on a tree is a test's systemd: it runs the helper on the tree.
-    let helper = !pci_helper::has_cap_sys_admin() || !host.is_live();
-    match cx.manager {
-        Some(m) if helper => Helper::new(m, host)
-            .map(Access::Helper)
-            .map_err(AccessError::Helper),
-        _ if pci_helper::has_cap_sys_admin() || !host.is_live() => Ok(Access::Direct(host)),
-        _ => Err(AccessError::NoPrivilege),
-    }
-}
-
-impl Access<'_> {
-    fn read(&self, bdf: &str) -> Result<Vec<u8>, AccessError> {
-        match self {
-            Access::Direct(h) => Ok(h.pci_config_of(bdf)?),
-            Access::Helper(h) => h
-                .read(&[bdf.to_owned()])
-                .and_then(|mut c| c.remove(bdf).unwrap_or_else(|| Err("no answer".into())))
-                .map_err(AccessError::Helper),
-        }
-    }
-
-    fn write(&self, r: &AcsRequest) -> Result<AcsWrite, AccessError> {
-        match self {
-            Access::Direct(h) => Ok(h.write_acs_checked(r)?),
-            Access::Helper(h) => h.write_acs(r).map_err(AccessError::Helper),
-        }
-    }
 }
 
 fn config_path(bdf: &str) -> PathBuf {
@@ -259,15 +224,19 @@ impl Effect for ClearAcs {
 
 impl ClearAcs {
     fn clear(&self, cx: &LiveCtx) -> Result<Ran, AcsError> {
-        let host = cx.host.host();
+        let files = cx.host.files();
         let t = &self.target;
         let bdf = || t.bdf.clone();
-        let mut rec =
-            load(&host.reader()).map_err(|source| AcsError::Record { bdf: bdf(), source })?;
-        let access = access(cx).map_err(|source| AcsError::Access { bdf: bdf(), source })?;
+        let mut rec = load(&files.reader()).map_err(|source| AcsError::Record {
+            bdf: bdf(),
+            source: Box::new(source),
+        })?;
+        let access = files
+            .pci(cx.manager)
+            .map_err(|source| AcsError::Access { bdf: bdf(), source })?;
         // Recorded before the write: revert can always put back what was found.
         // The first value found in a boot is the firmware's (ACS is reset at boot).
-        let boot = boot_id(host);
+        let boot = boot_id(&files.reader());
         let before = rec
             .ports
             .get(&t.bdf)
@@ -288,11 +257,11 @@ impl ClearAcs {
                 identity: Some(t.identity),
             },
         );
-        save(host, &rec).map_err(|source| AcsError::NotRecorded {
+        save(&files, &rec).map_err(|source| AcsError::NotRecorded {
             bdf: bdf(),
             ctl: t.ctl,
             path: record_path(),
-            source,
+            source: Box::new(source),
         })?;
         let request = AcsRequest {
             bdf: t.bdf.clone(),
@@ -302,7 +271,7 @@ impl ClearAcs {
             value: 0,
         };
         let w = access
-            .write(&request)
+            .write_acs(&request)
             .map_err(|source| AcsError::Write { bdf: bdf(), source })?;
         let what = format!(
             "ACSCtl {:#06x} → {:#06x} at 0x{:03x} ({})",
@@ -311,7 +280,13 @@ impl ClearAcs {
             t.offset + 6,
             t.identity.text()
         );
-        ledger::journal(host, "acs_clear", &config_path(&t.bdf), OWNER, &what);
+        ledger::journal(
+            &files.state(),
+            "acs_clear",
+            &config_path(&t.bdf),
+            OWNER,
+            &what,
+        );
         Ok(Ran::done(format!(
             "{}: ACSCtl {:#06x} → 0x0000 (recorded for revert){}",
             t.bdf,
@@ -353,30 +328,30 @@ impl Effect for RestoreAcs {
 impl RestoreAcs {
     /// Restores, then drops the bridge from the record.
     fn restore_recorded(&self, cx: &LiveCtx) -> Result<Ran, AcsError> {
-        let host = cx.host.host();
-        let access = access(cx).map_err(|source| AcsError::Access {
+        let files = cx.host.files();
+        let access = files.pci(cx.manager).map_err(|source| AcsError::Access {
             bdf: self.bdf.clone(),
             source,
         })?;
-        let ran = self.restore(host, &access)?;
+        let ran = self.restore(&files, &access)?;
         let done = || ran.detail().to_owned();
-        let mut rec = load(&host.reader()).map_err(|source| AcsError::RecordAfter {
+        let mut rec = load(&files.reader()).map_err(|source| AcsError::RecordAfter {
             done: done(),
-            source,
+            source: Box::new(source),
         })?;
         rec.ports.remove(&self.bdf);
-        save(host, &rec).map_err(|source| AcsError::NotUpdated {
+        save(&files, &rec).map_err(|source| AcsError::NotUpdated {
             done: done(),
             path: record_path(),
-            source,
+            source: Box::new(source),
         })?;
         Ok(ran)
     }
 
-    fn restore(&self, host: &Host, access: &Access) -> Result<Ran, AcsError> {
+    fn restore(&self, files: &LiveFiles, access: &PciAccess) -> Result<Ran, AcsError> {
         let (bdf, p) = (&self.bdf, &self.port);
         let skipped = |m: String| Ok(Ran::skipped(format!("{bdf}: {m}")));
-        let boot = boot_id(host);
+        let boot = boot_id(&files.reader());
         if p.boot_id != boot {
             return skipped(format!(
                 "ACS was reset by a reboot since the agent cleared it (recorded in boot {}, this is {boot}): nothing to restore",
@@ -426,10 +401,12 @@ impl RestoreAcs {
             expect: p.written,
             value: p.original,
         };
-        let w = access.write(&request).map_err(|source| AcsError::Write {
-            bdf: bdf.clone(),
-            source,
-        })?;
+        let w = access
+            .write_acs(&request)
+            .map_err(|source| AcsError::Write {
+                bdf: bdf.clone(),
+                source,
+            })?;
         let what = format!(
             "ACSCtl {:#06x} → {:#06x} at 0x{:03x} ({})",
             w.old,
@@ -437,7 +414,13 @@ impl RestoreAcs {
             p.offset + 6,
             recorded.text()
         );
-        ledger::journal(host, "acs_restore", &config_path(bdf), OWNER, &what);
+        ledger::journal(
+            &files.state(),
+            "acs_restore",
+            &config_path(bdf),
+            OWNER,
+            &what,
+        );
         Ok(Ran::done(format!(
             "{bdf}: ACSCtl {:#06x} → {:#06x}",
             w.old, w.new

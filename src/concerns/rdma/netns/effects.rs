@@ -33,7 +33,7 @@ impl Effect for SetMode {
     fn run(&self, cx: &LiveCtx) -> Result<Ran, EffectError> {
         let mut nl = cx.host.rdma_netlink().map_err(EffectError::new)?;
         // A fresh snapshot: on EBUSY it names what holds a namespace now.
-        let snap = Snapshot::new(cx.host.host().clone());
+        let snap = cx.host.files().snapshot();
         set_live(&snap, &self.cfg, nl.as_mut(), self.mode).map_err(EffectError::new)
     }
 }
