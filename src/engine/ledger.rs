@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::engine::plan::{FileChange, Plan};
+use crate::host::FileData;
 use crate::host::files::Ownership;
 use crate::host::read::ReadHost;
 use crate::host::stage::Staged;
@@ -357,40 +358,7 @@ impl Ledger {
                 continue;
             }
             if orig.existed {
-                let backup = backup_path(&path);
-                let bytes =
-                    host.state_read(&backup)?
-                        .ok_or_else(|| LedgerError::MissingOriginal {
-                            path: path.clone(),
-                            backup: host.path(&backup),
-                        })?;
-                // A link goes back as the link, its target gets the original bytes.
-                if let Some(target) = &orig.link {
-                    host.restore_link(&path, target)?;
-                }
-                // Ledgers from before owners were recorded: keep the current ones.
-                let (uid, gid) = match (orig.uid, orig.gid, &current) {
-                    (Some(uid), Some(gid), _) => (uid, gid),
-                    (_, _, Some(d)) => (d.uid, d.gid),
-                    _ => (
-                        nix::unistd::geteuid().as_raw(),
-                        nix::unistd::getegid().as_raw(),
-                    ),
-                };
-                let own = Ownership {
-                    mode: orig.mode,
-                    uid,
-                    gid,
-                };
-                host.write_exact(&path, &bytes, &own)?;
-                StateWriter::new(host).remove(&backup)?;
-                journal(
-                    &StateWriter::new(host),
-                    "restore",
-                    &path,
-                    &orig.owner,
-                    "revert",
-                );
+                restore_original(host, &path, &orig, current.as_ref())?;
                 out.restored.push(path);
             } else {
                 host.remove(&path)?;
@@ -418,6 +386,46 @@ impl Ledger {
         }
         Ok(out)
     }
+}
+
+/// Puts one changed file's original back (its bytes, owner, mode, and the link
+/// it was), then drops the kept copy.
+fn restore_original(
+    host: &Host,
+    path: &Path,
+    orig: &Original,
+    current: Option<&FileData>,
+) -> Result<(), LedgerError> {
+    let backup = backup_path(path);
+    let bytes = host
+        .state_read(&backup)?
+        .ok_or_else(|| LedgerError::MissingOriginal {
+            path: path.to_owned(),
+            backup: host.path(&backup),
+        })?;
+    // A link goes back as the link, its target gets the original bytes.
+    if let Some(target) = &orig.link {
+        host.restore_link(path, target)?;
+    }
+    // Ledgers from before owners were recorded: keep the current ones.
+    let (uid, gid) = match (orig.uid, orig.gid, current) {
+        (Some(uid), Some(gid), _) => (uid, gid),
+        (_, _, Some(d)) => (d.uid, d.gid),
+        _ => (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        ),
+    };
+    let own = Ownership {
+        mode: orig.mode,
+        uid,
+        gid,
+    };
+    host.write_exact(path, &bytes, &own)?;
+    let w = StateWriter::new(host);
+    w.remove(&backup)?;
+    journal(&w, "restore", path, &orig.owner, "revert");
+    Ok(())
 }
 
 #[cfg(test)]
