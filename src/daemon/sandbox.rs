@@ -30,6 +30,7 @@ use crate::host::lock;
 use crate::host::sandbox::{granted, own_unit};
 use crate::host::service::{ServiceManager, UnitState};
 use crate::host::state::STATE_DIR;
+use crate::host::state_writer::{Access, StateWriter};
 
 /// The drop-in that grants the agent's unit its layout's directories.
 pub const DROPIN: &str = "50-rdma-node-agent-paths.conf";
@@ -165,7 +166,13 @@ pub(super) fn settle(agent: &Agent, plan: &Plan) -> Result<String, String> {
     let mut dirs = record.dirs;
     dirs.extend(read_only);
     let bytes = serde_json::to_vec(&Record { boot_id, dirs }).expect("record serializes");
-    host.state_write(&record_path, &bytes, 0o600)
+    let kept = crate::host::state::Record {
+        path: record_path,
+        bytes,
+        note: None,
+    };
+    StateWriter::new(host)
+        .keep(&kept, Access::Private)
         .map_err(|e| e.to_string())?;
     // The unit as it is on disk now (a drop-in just written, or one not yet loaded).
     m.reload().map_err(|e| e.to_string())?;

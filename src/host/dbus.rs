@@ -6,7 +6,7 @@ use futures_util::StreamExt;
 use zbus::proxy::CacheProperties;
 use zbus::{Connection, OwnedObjectPath, Variant, proxy};
 
-use super::service::{ServiceManager, SystemdError, UnitState, UnitStatus};
+use super::service::{ServiceManager, SystemdError, UnitReader, UnitState, UnitStatus};
 use super::stop::{self, Stop};
 
 #[proxy(
@@ -142,6 +142,47 @@ impl Dbus {
     }
 }
 
+impl UnitReader for Dbus {
+    fn status(&self, unit: &str) -> Result<UnitStatus, SystemdError> {
+        self.rt.block_on(async {
+            let path = self.unit_path(unit).await?;
+            let u = UnitProxy::builder(&self.conn())
+                .path(path.clone())
+                .cache_properties(CacheProperties::No)
+                .build()
+                .await
+                .map_err(call("Unit"))?;
+            let active_state = u.active_state().await.map_err(call("ActiveState"))?;
+            let s = ServiceProxy::builder(&self.conn())
+                .path(path)
+                .cache_properties(CacheProperties::No)
+                .build()
+                .await
+                .map_err(call("Service"))?;
+            // A unit that is not a service has none of these: not an error. A
+            // service's MainPID that cannot be read is one (0 would read as "none").
+            let main_pid = match s.main_pid().await {
+                Ok(pid) => pid,
+                Err(_) if !unit.ends_with(".service") => 0,
+                Err(e) => return Err(call("MainPID")(e)),
+            };
+            let limit_memlock = s.limit_memlock().await.ok();
+            let started = s
+                .exec_main_start_timestamp()
+                .await
+                .ok()
+                .filter(|us| *us > 0)
+                .map(|us| UNIX_EPOCH + Duration::from_micros(us));
+            Ok(UnitStatus {
+                active_state: UnitState::parse(&active_state),
+                main_pid,
+                limit_memlock,
+                started,
+            })
+        })
+    }
+}
+
 impl ServiceManager for Dbus {
     fn reload(&self) -> Result<(), SystemdError> {
         self.rt.block_on(async {
@@ -265,45 +306,6 @@ impl ServiceManager for Dbus {
             ("UMask", Variant::from(0o077u32)),
         ];
         self.transient(unit, argv, timeout, stop, sandbox)
-    }
-
-    fn status(&self, unit: &str) -> Result<UnitStatus, SystemdError> {
-        self.rt.block_on(async {
-            let path = self.unit_path(unit).await?;
-            let u = UnitProxy::builder(&self.conn())
-                .path(path.clone())
-                .cache_properties(CacheProperties::No)
-                .build()
-                .await
-                .map_err(call("Unit"))?;
-            let active_state = u.active_state().await.map_err(call("ActiveState"))?;
-            let s = ServiceProxy::builder(&self.conn())
-                .path(path)
-                .cache_properties(CacheProperties::No)
-                .build()
-                .await
-                .map_err(call("Service"))?;
-            // A unit that is not a service has none of these: not an error. A
-            // service's MainPID that cannot be read is one (0 would read as "none").
-            let main_pid = match s.main_pid().await {
-                Ok(pid) => pid,
-                Err(_) if !unit.ends_with(".service") => 0,
-                Err(e) => return Err(call("MainPID")(e)),
-            };
-            let limit_memlock = s.limit_memlock().await.ok();
-            let started = s
-                .exec_main_start_timestamp()
-                .await
-                .ok()
-                .filter(|us| *us > 0)
-                .map(|us| UNIX_EPOCH + Duration::from_micros(us));
-            Ok(UnitStatus {
-                active_state: UnitState::parse(&active_state),
-                main_pid,
-                limit_memlock,
-                started,
-            })
-        })
     }
 }
 

@@ -27,6 +27,7 @@ use super::kmsg::{self, Caps, KernelLog, KmsgError};
 use super::pci_helper::{own_exe, token};
 use super::read::ReadHost;
 use super::service::ServiceManager;
+use super::snapshot::Snapshot;
 use super::stop::Stop;
 
 /// Where the helper leaves its answers (in the daemon's runtime directory).
@@ -104,6 +105,26 @@ pub fn execute(sys: &ReadHost, out: &Host, args: &Args) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
+/// A helper run's argument words (after the program), as a unit test's
+/// systemd runs them.
+#[cfg(test)]
+pub(crate) fn execute_words(sys: &Host, out: &Host, argv: &[String]) -> Result<(), String> {
+    use clap::Parser;
+    #[derive(clap::Parser)]
+    struct Words {
+        #[command(flatten)]
+        args: Args,
+    }
+    let rest = argv
+        .iter()
+        .skip_while(|w| *w != "kernel-log")
+        .skip(1)
+        .cloned();
+    let w = Words::try_parse_from(std::iter::once("kernel-log".to_owned()).chain(rest))
+        .map_err(|e| e.to_string())?;
+    execute(&ReadHost::new(sys.clone()), out, &w.args)
+}
+
 /// `rdma-node-agent [--root DIR] kernel-log …`.
 pub fn main(root: &Path, args: &Args) -> std::process::ExitCode {
     let host = Host::new(root);
@@ -120,6 +141,16 @@ pub fn main(root: &Path, args: &Args) -> std::process::ExitCode {
 /// directly, or (refused, on the live host, with systemd to ask) through the
 /// helper when `helper` allows it.
 pub fn read(
+    snap: &Snapshot,
+    helper: bool,
+    after: Option<u64>,
+    prefix: &str,
+    caps: Caps,
+) -> Result<KernelLog, KmsgError> {
+    read_with(snap, snap.privileged_runner(), helper, after, prefix, caps)
+}
+
+fn read_with(
     host: &ReadHost,
     manager: Option<&dyn ServiceManager>,
     helper: bool,

@@ -1,11 +1,7 @@
 use std::fs;
-use std::sync::Mutex;
-use std::time::Duration;
-
-use clap::Parser;
 
 use super::*;
-use crate::host::service::{SystemdError, UnitStatus};
+use crate::host::pci_helper::testing::InProcess;
 
 const LOG: &str = "\
 3,100,5000,-;mlx5_core 0000:41:00.0: poll_health:1:(pid 0): device's health compromised - reached miss count
@@ -28,72 +24,19 @@ fn tree() -> tempfile::TempDir {
     t
 }
 
-#[derive(clap::Parser)]
-struct Words {
-    #[command(flatten)]
-    args: Args,
-}
-
-fn args(words: &[&str]) -> Args {
-    Words::try_parse_from(std::iter::once("kernel-log").chain(words.iter().copied()))
-        .unwrap()
-        .args
-}
-
-/// What the daemon sees: systemd runs the helper (here, in this process on
-/// the tree) and the answer comes back through its directory.
-struct InProcess {
-    sys: Host,
-    runs: Mutex<Vec<Vec<String>>>,
-}
-
-impl ServiceManager for InProcess {
-    fn reload(&self) -> Result<(), SystemdError> {
-        Ok(())
-    }
-    fn restart(&self, _: &str, _: Duration, _: &Stop) -> Result<(), SystemdError> {
-        Ok(())
-    }
-    fn status(&self, unit: &str) -> Result<UnitStatus, SystemdError> {
-        Err(SystemdError::Call {
-            call: format!("status of {unit}"),
-            message: "not in this test".into(),
-        })
-    }
-    fn run_transient(
-        &self,
-        unit: &str,
-        _: &[String],
-        _: Duration,
-        _: &Stop,
-    ) -> Result<(), SystemdError> {
-        panic!("{unit}: the kernel-log helper runs sandboxed, never as a plain transient unit")
-    }
-    fn run_kernel_log_helper(
-        &self,
-        unit: &str,
-        argv: &[String],
-        _: Duration,
-        _: &Stop,
-    ) -> Result<(), SystemdError> {
-        assert!(unit.starts_with(UNIT_PREFIX), "{unit}");
-        assert_eq!(argv[1], "kernel-log");
-        self.runs.lock().unwrap().push(argv[1..].to_vec());
-        let words: Vec<&str> = argv[2..].iter().map(String::as_str).collect();
-        let host = ReadHost::new(self.sys.clone());
-        execute(&host, &self.sys, &args(&words)).map_err(|e| SystemdError::JobFailed {
-            unit: unit.to_owned(),
-            job: "start",
-            result: format!("failed ({e})"),
-        })
-    }
+fn words(w: &[&str]) -> Vec<String> {
+    ["rdma-node-agent", "kernel-log"]
+        .iter()
+        .chain(w)
+        .map(|s| (*s).to_owned())
+        .collect()
 }
 
 #[test]
 fn the_helper_keeps_the_kernels_own_records_of_the_prefix_only() {
     let t = tree();
     let host = Host::new(t.path());
-    let a = args(&[
+    let argv = words(&[
         "--token",
         "abc1",
         "--prefix",
@@ -105,7 +48,7 @@ fn the_helper_keeps_the_kernels_own_records_of_the_prefix_only() {
         "--max-records",
         "100",
     ]);
-    execute(&ReadHost::new(host.clone()), &host, &a).unwrap();
+    execute_words(&host, &host, &argv).unwrap();
     let bytes = fs::read(t.path().join("run/rdma-node-agent/kernel-log/abc1.json")).unwrap();
     let answer: Answer = serde_json::from_slice(&bytes).unwrap();
     let log = answer.result.unwrap();
@@ -120,14 +63,14 @@ fn the_helper_keeps_the_kernels_own_records_of_the_prefix_only() {
 fn bad_arguments_are_refused_and_write_nothing() {
     let t = tree();
     let host = Host::new(t.path());
-    for (words, says) in [
+    for (w, says) in [
         (["--token", "../x", "--prefix", "mlx5_core "], "--token"),
         (["--token", "ab", "--prefix", ""], "--prefix"),
         (["--token", "ab", "--prefix", "mlx5\ncore"], "--prefix"),
     ] {
-        let mut w = words.to_vec();
+        let mut w = w.to_vec();
         w.extend(["--max-bytes", "10", "--max-records", "10"]);
-        let e = execute(&ReadHost::new(host.clone()), &host, &args(&w)).unwrap_err();
+        let e = execute_words(&host, &host, &words(&w)).unwrap_err();
         assert!(e.contains(says), "{e}");
     }
     assert!(!t.path().join("run").exists());
@@ -136,20 +79,14 @@ fn bad_arguments_are_refused_and_write_nothing() {
 #[test]
 fn the_daemon_reads_through_the_helper_and_leaves_no_answer_behind() {
     let t = tree();
-    let m = InProcess {
-        sys: Host::new(t.path()),
-        runs: Mutex::default(),
-    };
+    let m = InProcess::new(t.path(), t.path());
     let host = ReadHost::new(Host::new(t.path()));
     let log = through_helper(&m, &host, Some(100), "mlx5_core ", CAPS).unwrap();
     assert_eq!(log.records.len(), 1);
     assert_eq!(log.records[0].device, None);
-    let runs = m.runs.lock().unwrap().clone();
+    let runs = m.runs();
     assert_eq!(runs.len(), 1);
-    assert!(
-        runs[0].windows(2).any(|w| w == ["--after", "100"]),
-        "{runs:?}"
-    );
+    assert!(runs[0].contains("--after 100"), "{runs:?}");
     let dir = t.path().join("run/rdma-node-agent/kernel-log");
     assert_eq!(fs::read_dir(dir).unwrap().count(), 0);
 }
@@ -159,10 +96,7 @@ fn a_log_the_helper_cannot_read_is_its_error_not_an_empty_log() {
     let t = tree();
     fs::remove_file(t.path().join("dev/kmsg")).unwrap();
     fs::create_dir(t.path().join("dev/kmsg")).unwrap();
-    let m = InProcess {
-        sys: Host::new(t.path()),
-        runs: Mutex::default(),
-    };
+    let m = InProcess::new(t.path(), t.path());
     let host = ReadHost::new(Host::new(t.path()));
     let e = through_helper(&m, &host, None, "mlx5_core ", CAPS).unwrap_err();
     assert!(matches!(e, KmsgError::Helper { .. }), "{e}");
@@ -172,12 +106,9 @@ fn a_log_the_helper_cannot_read_is_its_error_not_an_empty_log() {
 #[test]
 fn a_tree_is_read_directly_even_when_the_helper_is_allowed() {
     let t = tree();
-    let m = InProcess {
-        sys: Host::new(t.path()),
-        runs: Mutex::default(),
-    };
+    let m = InProcess::new(t.path(), t.path());
     let host = ReadHost::new(Host::new(t.path()));
-    let log = read(&host, Some(&m), true, None, "mlx5_core ", CAPS).unwrap();
+    let log = read_with(&host, Some(&m), true, None, "mlx5_core ", CAPS).unwrap();
     assert_eq!(log.records.len(), 2);
-    assert!(m.runs.lock().unwrap().is_empty());
+    assert!(m.runs().is_empty());
 }

@@ -361,7 +361,7 @@ impl Snapshot {
     /// helper: `None` without systemd to run it (a `--root` tree, a host whose
     /// PID 1 is not systemd: there the agent reads what it may itself).
     pub fn pci_config_privileged(&self, bdfs: &[String]) -> Option<Result<Configs, String>> {
-        let manager = self.manager()?;
+        let manager = self.privileged_runner()?;
         let host = std::ops::Deref::deref(self).host();
         Some(Helper::new(manager, host).and_then(|h| h.read(bdfs)))
     }
@@ -400,14 +400,15 @@ pub fn execute_words(sys: &Host, out: &Host, argv: &[String]) -> Result<(), Stri
     execute(sys, out, &Args { op: w.op })
 }
 
-/// systemd for unit tests: runs the helper in this process, on trees.
+/// systemd for unit tests: runs the helpers (pci-config, kernel-log) in this
+/// process, on trees.
 #[cfg(test)]
 pub mod testing {
     use std::sync::Mutex;
     use std::time::Duration;
 
     use super::super::Host;
-    use super::super::service::{ServiceManager, SystemdError, UnitStatus};
+    use super::super::service::{ServiceManager, SystemdError, UnitReader, UnitStatus};
     use super::super::stop::Stop;
 
     /// The helper reads and writes PCI functions under `sys` (what a root
@@ -432,18 +433,21 @@ pub mod testing {
         }
     }
 
+    impl UnitReader for InProcess {
+        fn status(&self, unit: &str) -> Result<UnitStatus, SystemdError> {
+            Err(SystemdError::Call {
+                call: format!("status of {unit}"),
+                message: "not in this test".into(),
+            })
+        }
+    }
+
     impl ServiceManager for InProcess {
         fn reload(&self) -> Result<(), SystemdError> {
             Ok(())
         }
         fn restart(&self, _: &str, _: Duration, _: &Stop) -> Result<(), SystemdError> {
             Ok(())
-        }
-        fn status(&self, unit: &str) -> Result<UnitStatus, SystemdError> {
-            Err(SystemdError::Call {
-                call: format!("status of {unit}"),
-                message: "not in this test".into(),
-            })
         }
         fn run_transient(
             &self,
@@ -455,6 +459,26 @@ pub mod testing {
             Err(SystemdError::Call {
                 call: format!("StartTransientUnit {unit}"),
                 message: "unsandboxed transient units are not used for the helper".into(),
+            })
+        }
+        fn run_kernel_log_helper(
+            &self,
+            unit: &str,
+            argv: &[String],
+            _: Duration,
+            _: &Stop,
+        ) -> Result<(), SystemdError> {
+            assert!(
+                unit.starts_with(super::super::kmsg_helper::UNIT_PREFIX),
+                "{unit}"
+            );
+            self.runs.lock().unwrap().push(argv[1..].join(" "));
+            super::super::kmsg_helper::execute_words(&self.sys, &self.out, argv).map_err(|e| {
+                SystemdError::JobFailed {
+                    unit: unit.to_owned(),
+                    job: "start",
+                    result: format!("failed ({e})"),
+                }
             })
         }
         fn run_privileged_helper(

@@ -103,13 +103,19 @@ pub struct UnitStatus {
     pub started: Option<SystemTime>,
 }
 
-/// The live actions on systemd, kept narrow so the orchestration is testable.
-pub trait ServiceManager: Send + Sync {
+/// systemd as a gather may see it: what units are, never an action on them.
+/// The snapshot hands concerns only this.
+pub trait UnitReader: Send + Sync {
+    fn status(&self, unit: &str) -> Result<UnitStatus, SystemdError>;
+}
+
+/// The live actions on systemd, kept narrow so the orchestration is testable:
+/// only the executor, the effects it runs and the daemon hold one.
+pub trait ServiceManager: UnitReader {
     fn reload(&self) -> Result<(), SystemdError>;
     /// Restarts a unit and waits for its job to finish with result `done`; gives
     /// up (cancelling the job while it is still queued) when `stop` is requested.
     fn restart(&self, unit: &str, timeout: Duration, stop: &Stop) -> Result<(), SystemdError>;
-    fn status(&self, unit: &str) -> Result<UnitStatus, SystemdError>;
     /// Queues a restart of `unit` and returns without waiting for it: how the
     /// agent restarts its own unit (the job stops this very process).
     fn queue_restart(&self, unit: &str) -> Result<(), SystemdError> {

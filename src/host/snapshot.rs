@@ -11,8 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use super::devlink::{DevlinkError, Reporter};
 use super::netlink::restrack::{self, Holders, Unavailable};
 use super::read::ReadHost;
-use super::service::{ServiceManager, SystemdError, UnitStatus};
-use super::stop::Stop;
+use super::service::{ServiceManager, SystemdError, UnitReader, UnitStatus};
 use super::{Host, HostError};
 
 /// Files under /proc of one process that the agent reads.
@@ -207,9 +206,24 @@ impl Snapshot {
         self.manager_error.as_deref()
     }
 
-    /// systemd, when the agent acts on the live host and its bus answered.
-    pub fn manager(&self) -> Option<&dyn ServiceManager> {
-        self.manager.as_ref().map(|m| m as &dyn ServiceManager)
+    /// systemd's view of units, when the agent acts on the live host and its
+    /// bus answered: status only, so a gather cannot restart or start anything:
+    ///
+    /// ```compile_fail
+    /// # use rdma_node_agent::host::{snapshot::Snapshot, stop::Stop};
+    /// fn gather(snap: &Snapshot) {
+    ///     let m = snap.manager().unwrap();
+    ///     m.restart("containerd.service", std::time::Duration::ZERO, &Stop::new());
+    /// }
+    /// ```
+    pub fn manager(&self) -> Option<&dyn UnitReader> {
+        self.manager.as_ref().map(|m| m as &dyn UnitReader)
+    }
+
+    /// The full manager, for the host layer's own privileged reads (the PCI
+    /// helper runs as a transient unit); no concern can name it.
+    pub(in crate::host) fn privileged_runner(&self) -> Option<&dyn ServiceManager> {
+        self.manager.as_ref().map(|m| m.inner.as_ref())
     }
 
     /// Which containerd runs here (its unit, the config it reads, its process),
@@ -320,20 +334,7 @@ struct Cached {
     status: Mutex<HashMap<String, Result<UnitStatus, String>>>,
 }
 
-impl ServiceManager for Cached {
-    fn reload(&self) -> Result<(), SystemdError> {
-        self.inner.reload()
-    }
-
-    fn restart(
-        &self,
-        unit: &str,
-        timeout: std::time::Duration,
-        stop: &Stop,
-    ) -> Result<(), SystemdError> {
-        self.inner.restart(unit, timeout, stop)
-    }
-
+impl UnitReader for Cached {
     fn status(&self, unit: &str) -> Result<UnitStatus, SystemdError> {
         let mut m = self.status.lock().expect("snapshot lock");
         m.entry(unit.to_owned())
@@ -343,36 +344,6 @@ impl ServiceManager for Cached {
                 call: format!("status of {unit}"),
                 message,
             })
-    }
-
-    fn run_transient(
-        &self,
-        unit: &str,
-        argv: &[String],
-        timeout: std::time::Duration,
-        stop: &Stop,
-    ) -> Result<(), SystemdError> {
-        self.inner.run_transient(unit, argv, timeout, stop)
-    }
-
-    fn run_privileged_helper(
-        &self,
-        unit: &str,
-        argv: &[String],
-        timeout: std::time::Duration,
-        stop: &Stop,
-    ) -> Result<(), SystemdError> {
-        self.inner.run_privileged_helper(unit, argv, timeout, stop)
-    }
-
-    fn run_kernel_log_helper(
-        &self,
-        unit: &str,
-        argv: &[String],
-        timeout: std::time::Duration,
-        stop: &Stop,
-    ) -> Result<(), SystemdError> {
-        self.inner.run_kernel_log_helper(unit, argv, timeout, stop)
     }
 }
 

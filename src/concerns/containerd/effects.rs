@@ -3,9 +3,43 @@
 
 use std::path::PathBuf;
 
+use super::ContainerdError;
 use super::toml::Version;
 use super::validate::{self, Validation};
-use crate::engine::effect::{LiveCtx, Preflight, Probe};
+use crate::engine::effect::{CommandError, LiveCtx, Preflight, Probe, Rejected, Unhealthy};
+
+/// Why containerd's own parser refused the edited config set.
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    /// The files as they are fail too: the node is broken, not the edit.
+    #[error(
+        "containerd cannot read the current config either: {current}; fix it first, nothing was written"
+    )]
+    CurrentBroken {
+        current: String,
+        #[source]
+        candidate: ContainerdError,
+    },
+    #[error(transparent)]
+    Candidate(ContainerdError),
+}
+
+/// Why containerd is not healthy after its restart, and which socket said so.
+#[derive(Debug, thiserror::Error)]
+pub enum CriUnhealthy {
+    #[error("containerd's CRI does not answer on {} (no ctr to ask besides): {message}", .address.display())]
+    CriSilent { address: PathBuf, message: String },
+    #[error("socket {} does not answer: {source}", .address.display())]
+    SocketSilent {
+        address: PathBuf,
+        #[source]
+        source: CommandError,
+    },
+    #[error(
+        "containerd runs but its CRI plugin is {state:?}: kubelet cannot start pods (see journalctl -u containerd)"
+    )]
+    PluginNotLoaded { address: PathBuf, state: String },
+}
 
 /// containerd's own parser (`containerd config dump`) on the edited set, main
 /// file first; `current` is the set as it is, to tell whose fault it is.
@@ -18,15 +52,15 @@ pub struct ConfigPreflight {
 }
 
 impl Preflight for ConfigPreflight {
-    fn check(&self) -> Result<String, String> {
+    fn check(&self) -> Result<String, Rejected> {
         match validate::validate(&self.binary, &self.candidate, self.version) {
             Ok(Validation::Passed(m)) | Ok(Validation::Skipped(m)) => Ok(m),
-            Err(e) => Err(match validate::current_fails(&self.binary, &self.current) {
-                Some(m) => format!(
-                    "containerd cannot read the current config either: {m}; fix it first, nothing was written"
-                ),
-                None => e.to_string(),
-            }),
+            Err(candidate) => Err(Rejected::new(
+                match validate::current_fails(&self.binary, &self.current) {
+                    Some(current) => Refused::CurrentBroken { current, candidate },
+                    None => Refused::Candidate(candidate),
+                },
+            )),
         }
     }
 }
@@ -44,44 +78,42 @@ pub struct CriProbe {
 }
 
 impl Probe for CriProbe {
-    fn healthy(&self, cx: &LiveCtx) -> Result<(), String> {
-        let address = self.grpc_address.display().to_string();
+    fn healthy(&self, cx: &LiveCtx) -> Result<(), Unhealthy> {
+        self.ask(cx).map_err(Unhealthy::new)
+    }
+}
+
+impl CriProbe {
+    fn ask(&self, cx: &LiveCtx) -> Result<(), CriUnhealthy> {
+        let address = self.grpc_address.clone();
         let ctr = self
             .ctr
             .clone()
             .filter(|p| cx.host.which(&p.to_string_lossy()).is_some())
             .or_else(|| cx.host.which("ctr"));
         let Some(ctr) = ctr else {
-            return cx
-                .host
-                .host()
-                .cri_config(&self.grpc_address)
-                .map(|_| ())
-                .map_err(|e| {
-                    format!(
-                        "containerd's CRI does not answer on {address} (no ctr to ask besides): {e}"
-                    )
-                });
+            return match cx.host.files().reader().cri_config(&self.grpc_address) {
+                Ok(_) => Ok(()),
+                Err(message) => Err(CriUnhealthy::CriSilent { address, message }),
+            };
         };
         let argv = [
             ctr.to_string_lossy().into_owned(),
             "--address".into(),
-            address.clone(),
+            address.display().to_string(),
             "plugins".into(),
             "ls".into(),
         ];
-        let out = cx
-            .host
-            .run(&argv)
-            .map_err(|e| format!("socket {address} does not answer: {e}"))?;
-        let cri = super::cri_status(&String::from_utf8_lossy(&out))
+        let out = match cx.host.run(&argv) {
+            Ok(out) => out,
+            Err(source) => return Err(CriUnhealthy::SocketSilent { address, source }),
+        };
+        let state = super::cri_status(&String::from_utf8_lossy(&out))
             .unwrap_or_else(|| "not listed".into());
-        if cri == "ok" {
+        if state == "ok" {
             Ok(())
         } else {
-            Err(format!(
-                "containerd runs but its CRI plugin is {cri:?}: kubelet cannot start pods (see journalctl -u containerd)"
-            ))
+            Err(CriUnhealthy::PluginNotLoaded { address, state })
         }
     }
 }

@@ -182,14 +182,7 @@ fn read_log(
         max_bytes: cfg.driver_health.kernel_log_max_bytes,
         max_records: cfg.driver_health.kernel_log_max_records,
     };
-    let read = kmsg_helper::read(
-        snap,
-        snap.manager(),
-        helper,
-        after,
-        patterns::DRIVER_PREFIX,
-        caps,
-    );
+    let read = kmsg_helper::read(snap, helper, after, patterns::DRIVER_PREFIX, caps);
     let log = match read {
         Ok(l) => l,
         Err(KmsgError::Absent { .. }) => return None,
