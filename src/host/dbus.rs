@@ -6,7 +6,9 @@ use futures_util::StreamExt;
 use zbus::proxy::CacheProperties;
 use zbus::{Connection, OwnedObjectPath, Variant, proxy};
 
-use super::service::{ServiceManager, SystemdError, UnitReader, UnitState, UnitStatus};
+use super::service::{
+    PrivilegedHelper, ServiceManager, SystemdError, UnitReader, UnitState, UnitStatus,
+};
 use super::stop::{self, Stop};
 
 #[proxy(
@@ -242,26 +244,19 @@ impl ServiceManager for Dbus {
 
     fn run_privileged_helper(
         &self,
+        helper: PrivilegedHelper,
         unit: &str,
         argv: &[String],
         timeout: Duration,
         stop: &Stop,
     ) -> Result<(), SystemdError> {
-        // Only what config space needs: CAP_SYS_ADMIN (the kernel's rule for
-        // reading past 64 bytes and for writing), /sys writable (it is, under
-        // ProtectSystem=strict), its answer's directory, no network.
-        let sandbox = vec![
-            ("CapabilityBoundingSet", Variant::from(1u64 << 21)),
+        // Each its one capability, its answer's directory, no network.
+        let mut sandbox = vec![
             ("NoNewPrivileges", Variant::from(true)),
             ("ProtectSystem", Variant::from("strict")),
-            (
-                "ReadWritePaths",
-                Variant::from(vec![super::pci_helper::OUT_DIR]),
-            ),
             ("ProtectHome", Variant::from("yes")),
             ("PrivateTmp", Variant::from(true)),
             ("PrivateNetwork", Variant::from(true)),
-            ("PrivateDevices", Variant::from(true)),
             ("ProtectKernelModules", Variant::from(true)),
             ("ProtectControlGroups", Variant::from(true)),
             ("LockPersonality", Variant::from(true)),
@@ -269,42 +264,32 @@ impl ServiceManager for Dbus {
             ("RestrictRealtime", Variant::from(true)),
             ("UMask", Variant::from(0o077u32)),
         ];
-        self.transient(unit, argv, timeout, stop, sandbox)
-    }
-
-    fn run_kernel_log_helper(
-        &self,
-        unit: &str,
-        argv: &[String],
-        timeout: Duration,
-        stop: &Stop,
-    ) -> Result<(), SystemdError> {
-        // Only what reading the log needs: CAP_SYSLOG (kernel.dmesg_restrict),
-        // /dev/kmsg readable and no other device, its answer's directory, no
-        // network, and no syslog(2), which could clear the buffer.
-        let sandbox = vec![
-            ("CapabilityBoundingSet", Variant::from(1u64 << 34)),
-            ("NoNewPrivileges", Variant::from(true)),
-            ("ProtectSystem", Variant::from("strict")),
-            (
-                "ReadWritePaths",
-                Variant::from(vec![super::kmsg_helper::OUT_DIR]),
-            ),
-            ("ProtectHome", Variant::from("yes")),
-            ("PrivateTmp", Variant::from(true)),
-            ("PrivateNetwork", Variant::from(true)),
-            ("DevicePolicy", Variant::from("closed")),
-            ("DeviceAllow", Variant::from(vec![("/dev/kmsg", "r")])),
-            ("ProtectKernelTunables", Variant::from(true)),
-            ("ProtectKernelModules", Variant::from(true)),
-            ("ProtectControlGroups", Variant::from(true)),
-            ("LockPersonality", Variant::from(true)),
-            ("MemoryDenyWriteExecute", Variant::from(true)),
-            ("RestrictRealtime", Variant::from(true)),
-            // A deny list (`false`: not an allow list).
-            ("SystemCallFilter", Variant::from((false, vec!["syslog"]))),
-            ("UMask", Variant::from(0o077u32)),
-        ];
+        sandbox.extend(match helper {
+            // CAP_SYS_ADMIN: the kernel's rule for reading config space past
+            // 64 bytes and for writing; /sys is writable under ProtectSystem=strict.
+            PrivilegedHelper::PciConfig => vec![
+                ("CapabilityBoundingSet", Variant::from(1u64 << 21)),
+                (
+                    "ReadWritePaths",
+                    Variant::from(vec![super::pci_helper::OUT_DIR]),
+                ),
+                ("PrivateDevices", Variant::from(true)),
+            ],
+            // CAP_SYSLOG (kernel.dmesg_restrict), /dev/kmsg readable and no other
+            // device, and no syslog(2), which could clear the buffer.
+            PrivilegedHelper::KernelLog => vec![
+                ("CapabilityBoundingSet", Variant::from(1u64 << 34)),
+                (
+                    "ReadWritePaths",
+                    Variant::from(vec![super::kmsg_helper::OUT_DIR]),
+                ),
+                ("DevicePolicy", Variant::from("closed")),
+                ("DeviceAllow", Variant::from(vec![("/dev/kmsg", "r")])),
+                ("ProtectKernelTunables", Variant::from(true)),
+                // A deny list (`false`: not an allow list).
+                ("SystemCallFilter", Variant::from((false, vec!["syslog"]))),
+            ],
+        });
         self.transient(unit, argv, timeout, stop, sandbox)
     }
 }

@@ -24,9 +24,9 @@ use serde::{Deserialize, Serialize};
 
 use super::Host;
 use super::kmsg::{self, Caps, KernelLog, KmsgError};
-use super::pci_helper::{own_exe, token};
+use super::pci_helper::{answer_path, is_token, own_exe, token};
 use super::read::ReadHost;
-use super::service::ServiceManager;
+use super::service::{PrivilegedHelper, ServiceManager};
 use super::snapshot::Snapshot;
 use super::stop::Stop;
 
@@ -61,14 +61,8 @@ pub struct Answer {
     pub result: Result<KernelLog, String>,
 }
 
-fn is_token(t: &str) -> bool {
-    (1..=32).contains(&t.len())
-        && t.bytes()
-            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
-}
-
 fn out_path(token: &str) -> PathBuf {
-    Path::new(OUT_DIR).join(format!("{token}.json"))
+    answer_path(OUT_DIR, token)
 }
 
 /// The kernel's own records starting with `prefix` (the filter both paths use).
@@ -199,7 +193,13 @@ fn through_helper(
         .mode(0o700)
         .create(&dir)
         .map_err(|e| helper(format!("cannot create {}: {e}", dir.display())))?;
-    let ran = manager.run_kernel_log_helper(&unit, &argv, TIMEOUT, &Stop::new());
+    let ran = manager.run_privileged_helper(
+        PrivilegedHelper::KernelLog,
+        &unit,
+        &argv,
+        TIMEOUT,
+        &Stop::new(),
+    );
     let path = out_path(&token);
     let answer = host.state_read(&path);
     // Read once: gone, so answers never pile up in /run.

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Host;
 use super::pci_config::{self, AcsRequest, AcsWrite};
-use super::service::ServiceManager;
+use super::service::{PrivilegedHelper, ServiceManager};
 use super::snapshot::Snapshot;
 use super::stop::Stop;
 
@@ -96,14 +96,20 @@ pub struct WriteAnswer {
     pub result: Result<AcsWrite, String>,
 }
 
-fn is_token(t: &str) -> bool {
+/// An answer's name: a helper run's token (hex, at most 32 digits).
+pub(super) fn is_token(t: &str) -> bool {
     (1..=32).contains(&t.len())
         && t.bytes()
             .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
 }
 
 fn out_path(token: &str) -> PathBuf {
-    Path::new(OUT_DIR).join(format!("{token}.json"))
+    answer_path(OUT_DIR, token)
+}
+
+/// Where a helper run leaves its answer: `DIR/TOKEN.json`.
+pub(super) fn answer_path(dir: &str, token: &str) -> PathBuf {
+    Path::new(dir).join(format!("{token}.json"))
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -299,9 +305,13 @@ impl<'a> Helper<'a> {
         {
             return Err(format!("cannot create {}: {e}", dir.display()));
         }
-        let ran = self
-            .manager
-            .run_privileged_helper(&unit, &argv, TIMEOUT, &Stop::new());
+        let ran = self.manager.run_privileged_helper(
+            PrivilegedHelper::PciConfig,
+            &unit,
+            &argv,
+            TIMEOUT,
+            &Stop::new(),
+        );
         let path = out_path(&token);
         let answer = self.host.state_read(&path);
         let _ = self.host.state_remove(&path);
@@ -408,7 +418,9 @@ pub mod testing {
     use std::time::Duration;
 
     use super::super::Host;
-    use super::super::service::{ServiceManager, SystemdError, UnitReader, UnitStatus};
+    use super::super::service::{
+        PrivilegedHelper, ServiceManager, SystemdError, UnitReader, UnitStatus,
+    };
     use super::super::stop::Stop;
 
     /// The helper reads and writes PCI functions under `sys` (what a root
@@ -432,6 +444,9 @@ pub mod testing {
             self.runs.lock().unwrap().clone()
         }
     }
+
+    /// A helper's `execute_words`: what the helper binary does with its argv.
+    type RunWords = fn(&Host, &Host, &[String]) -> Result<(), String>;
 
     impl UnitReader for InProcess {
         fn status(&self, unit: &str) -> Result<UnitStatus, SystemdError> {
@@ -461,36 +476,24 @@ pub mod testing {
                 message: "unsandboxed transient units are not used for the helper".into(),
             })
         }
-        fn run_kernel_log_helper(
-            &self,
-            unit: &str,
-            argv: &[String],
-            _: Duration,
-            _: &Stop,
-        ) -> Result<(), SystemdError> {
-            assert!(
-                unit.starts_with(super::super::kmsg_helper::UNIT_PREFIX),
-                "{unit}"
-            );
-            self.runs.lock().unwrap().push(argv[1..].join(" "));
-            super::super::kmsg_helper::execute_words(&self.sys, &self.out, argv).map_err(|e| {
-                SystemdError::JobFailed {
-                    unit: unit.to_owned(),
-                    job: "start",
-                    result: format!("failed ({e})"),
-                }
-            })
-        }
         fn run_privileged_helper(
             &self,
+            helper: PrivilegedHelper,
             unit: &str,
             argv: &[String],
             _: Duration,
             _: &Stop,
         ) -> Result<(), SystemdError> {
-            assert!(unit.starts_with(super::UNIT_PREFIX), "{unit}");
+            let (prefix, run): (_, RunWords) = match helper {
+                PrivilegedHelper::PciConfig => (super::UNIT_PREFIX, super::execute_words),
+                PrivilegedHelper::KernelLog => (
+                    super::super::kmsg_helper::UNIT_PREFIX,
+                    super::super::kmsg_helper::execute_words,
+                ),
+            };
+            assert!(unit.starts_with(prefix), "{unit}");
             self.runs.lock().unwrap().push(argv[1..].join(" "));
-            super::execute_words(&self.sys, &self.out, argv).map_err(|e| SystemdError::JobFailed {
+            run(&self.sys, &self.out, argv).map_err(|e| SystemdError::JobFailed {
                 unit: unit.to_owned(),
                 job: "start",
                 result: format!("failed ({e})"),

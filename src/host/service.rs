@@ -105,6 +105,16 @@ pub struct UnitStatus {
 
 /// systemd as a gather may see it: what units are, never an action on them.
 /// The snapshot hands concerns only this.
+/// The agent's privileged helpers, each a transient unit with only what its
+/// job needs (`src/host/dbus.rs` has their sandboxes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrivilegedHelper {
+    /// `pci-config`: CAP_SYS_ADMIN, for PCI config space past 64 bytes and ACS writes.
+    PciConfig,
+    /// `kernel-log`: CAP_SYSLOG and /dev/kmsg, read-only.
+    KernelLog,
+}
+
 pub trait UnitReader: Send + Sync {
     fn status(&self, unit: &str) -> Result<UnitStatus, SystemdError>;
 }
@@ -134,27 +144,17 @@ pub trait ServiceManager: UnitReader {
         timeout: Duration,
         stop: &Stop,
     ) -> Result<(), SystemdError>;
-    /// `run_transient` for the agent's own privileged helper (`pci-config`):
-    /// systemd runs it sandboxed, with CAP_SYS_ADMIN as its only capability.
+    /// `run_transient` for one of the agent's own privileged helpers: systemd
+    /// runs it sandboxed, with the one capability and device its job needs.
     fn run_privileged_helper(
         &self,
+        helper: PrivilegedHelper,
         unit: &str,
         argv: &[String],
         timeout: Duration,
         stop: &Stop,
     ) -> Result<(), SystemdError> {
-        self.run_transient(unit, argv, timeout, stop)
-    }
-    /// `run_transient` for the agent's kernel-log helper: systemd runs it
-    /// sandboxed, with CAP_SYSLOG as its only capability and /dev/kmsg its
-    /// only device, read-only.
-    fn run_kernel_log_helper(
-        &self,
-        unit: &str,
-        argv: &[String],
-        timeout: Duration,
-        stop: &Stop,
-    ) -> Result<(), SystemdError> {
+        let _ = helper;
         self.run_transient(unit, argv, timeout, stop)
     }
 }
