@@ -50,6 +50,9 @@ pub mod state;
 pub mod stop;
 pub mod trust;
 pub mod units;
+/// What the host layer listed or opened by path, for tests that count walks.
+#[cfg(test)]
+pub(crate) mod walks;
 
 pub use dir::Dir;
 
@@ -368,33 +371,6 @@ fn read_text(mut f: File, real: impl FnOnce() -> PathBuf) -> Result<String> {
         }
     }
     String::from_utf8(bytes).map_err(|_| HostError::NotUtf8 { path: real() })
-}
-
-/// Every directory the host layer lists or opens by path, for tests that
-/// count walks of one (`host::inventory`'s test: one walk of the RDMA class).
-#[cfg(test)]
-pub(crate) mod walks {
-    use std::path::{Path, PathBuf};
-    use std::sync::Mutex;
-
-    static SEEN: Mutex<Vec<(&'static str, PathBuf)>> = Mutex::new(Vec::new());
-
-    pub fn record(what: &'static str, real: &Path) {
-        SEEN.lock().unwrap().push((what, real.to_owned()));
-    }
-
-    /// What was listed or opened under `dir` (a real path), each as
-    /// `list <path>` or `open <path>`, the path relative to `dir`.
-    pub fn under(dir: &Path) -> Vec<String> {
-        SEEN.lock()
-            .unwrap()
-            .iter()
-            .filter_map(|(what, p)| {
-                let rel = p.strip_prefix(dir).ok()?;
-                Some(format!("{what} {}", rel.display()))
-            })
-            .collect()
-    }
 }
 
 pub(crate) fn missing(e: &io::Error) -> bool {
