@@ -134,8 +134,9 @@ fn class_walks(node: &str, only: &[&str]) -> Vec<String> {
 }
 
 /// One walk of /sys/class/infiniband per cycle: the class listed once and
-/// opened once, no device's directory listed by path, whichever concerns
-/// read RDMA devices (rdma.devices, rdma.link, rdma.counters, the fleet
+/// opened once, nothing under it reached by path (listed, stat'ed, its link
+/// read or resolved: the walk reads each device relative to the class
+/// directory's descriptor), whichever concerns read RDMA devices (rdma.devices, rdma.link, rdma.counters, the fleet
 /// facts, gpudirect.path, pcie.aer, driver.health, pods.rdma). Before the
 /// inventory each of them listed it again.
 #[test]
