@@ -50,7 +50,6 @@ pub mod state;
 pub mod stop;
 pub mod trust;
 pub mod units;
-/// What the host layer reached by path, for tests that count walks.
 pub(crate) mod walks;
 
 pub use dir::Dir;
