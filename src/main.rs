@@ -373,7 +373,8 @@ fn selftest(
     let host = Host::new(&cli.root);
     cli.check_config_exists(&host)?;
     let config = Config::load(&host, &cli.config_path()).context("invalid agent config")?;
-    let devs: Vec<devices::Device> = devices::gather(&host.reader())
+    let snap = rdma_node_agent::host::snapshot::Snapshot::new(host.clone());
+    let devs: Vec<devices::Device> = devices::gather(&snap)
         .context("cannot read the RDMA devices")?
         .into_iter()
         .map(devices::parse)

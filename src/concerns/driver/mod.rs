@@ -20,6 +20,7 @@ use crate::config::Config;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::fleet::Fact;
 use crate::host::devlink::{DevlinkError, Reporter};
+use crate::host::inventory::{CLASS, DeviceLink};
 use crate::host::kmsg::{Caps, KmsgError};
 use crate::host::kmsg_helper;
 use crate::host::snapshot::Snapshot;
@@ -29,7 +30,6 @@ use state::{LogReading, State};
 
 pub const CHECK_ID: &str = "driver.health";
 pub const STATE_PATH: &str = "/var/lib/rdma-node-agent/driver-health.json";
-const CLASS: &str = "/sys/class/infiniband";
 
 /// An RDMA device and the PCI function under it (`None`: a software device
 /// such as rxe, or a link that could not be read: `why` says which).
@@ -142,17 +142,19 @@ impl Concern for Health {
     }
 }
 
-/// Each RDMA device and the PCI address its `device` link names.
+/// Each RDMA device and the PCI address its `device` link names (from the
+/// cycle's RDMA inventory).
 fn nics(snap: &Snapshot) -> Vec<Nic> {
-    let Ok(devices) = snap.list_dir(Path::new(CLASS)) else {
+    let Ok(inventory) = snap.rdma_inventory() else {
         return Vec::new();
     };
-    devices
-        .into_iter()
-        .map(|name| {
-            let link = Path::new(CLASS).join(&name).join("device");
-            let (pci, why) = match snap.read_link(&link) {
-                Ok(Some(t)) => {
+    inventory
+        .devices
+        .iter()
+        .map(|d| {
+            let name = d.name.clone();
+            let (pci, why) = match &d.function {
+                DeviceLink::Real(t) | DeviceLink::Dangling(t) => {
                     let last = t.file_name().and_then(|n| n.to_str()).unwrap_or_default();
                     if crate::host::pci_config::is_bdf(last) {
                         (Some(last.to_owned()), None)
@@ -163,8 +165,11 @@ fn nics(snap: &Snapshot) -> Vec<Nic> {
                         )
                     }
                 }
-                Ok(None) => (None, Some("no PCI device (a software RDMA device)".into())),
-                Err(e) => (None, Some(format!("{}: {e}", link.display()))),
+                DeviceLink::None => (None, Some("no PCI device (a software RDMA device)".into())),
+                DeviceLink::Error(e) => {
+                    let link = Path::new(CLASS).join(&name).join("device");
+                    (None, Some(format!("{}: {e}", link.display())))
+                }
             };
             Nic { name, pci, why }
         })
