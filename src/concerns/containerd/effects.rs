@@ -7,6 +7,7 @@ use super::ContainerdError;
 use super::toml::Version;
 use super::validate::{self, Validation};
 use crate::engine::effect::{CommandError, LiveCtx, Preflight, Probe, Rejected, Unhealthy};
+use crate::host::cri::CriError;
 
 /// Why containerd's own parser refused the edited config set.
 #[derive(Debug, thiserror::Error)]
@@ -27,8 +28,12 @@ pub enum Refused {
 /// Why containerd is not healthy after its restart, and which socket said so.
 #[derive(Debug, thiserror::Error)]
 pub enum CriUnhealthy {
-    #[error("containerd's CRI does not answer on {} (no ctr to ask besides): {message}", .address.display())]
-    CriSilent { address: PathBuf, message: String },
+    #[error("containerd's CRI does not answer on {} (no ctr to ask besides): {source}", .address.display())]
+    CriSilent {
+        address: PathBuf,
+        #[source]
+        source: CriError,
+    },
     #[error("socket {} does not answer: {source}", .address.display())]
     SocketSilent {
         address: PathBuf,
@@ -94,7 +99,7 @@ impl CriProbe {
         let Some(ctr) = ctr else {
             return match cx.host.files().reader().cri_config(&self.grpc_address) {
                 Ok(_) => Ok(()),
-                Err(message) => Err(CriUnhealthy::CriSilent { address, message }),
+                Err(source) => Err(CriUnhealthy::CriSilent { address, source }),
             };
         };
         let argv = [
