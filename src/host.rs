@@ -20,6 +20,7 @@ mod dir;
 mod fdlinks;
 pub mod files;
 pub mod gunzip;
+pub mod helper_error;
 pub mod http_client;
 pub mod inventory;
 pub mod kmsg;

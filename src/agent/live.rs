@@ -9,6 +9,7 @@ use crate::engine::effect::{CommandError, LiveHost};
 use crate::engine::executor::Live;
 use crate::host::Host;
 use crate::host::dbus::Dbus;
+use crate::host::files::ChownError;
 use crate::host::live_files::LiveFiles;
 use crate::host::netlink::{self, NetlinkError, RdmaNetlink};
 use crate::host::service::ServiceManager;
@@ -27,7 +28,7 @@ pub struct SystemdChown {
 pub const CHOWN_UNIT: &str = "rdma-node-agent-chown.service";
 
 impl crate::host::files::Chown for SystemdChown {
-    fn chown(&self, path: &Path, uid: u32, gid: u32) -> Result<(), String> {
+    fn chown(&self, path: &Path, uid: u32, gid: u32) -> Result<(), ChownError> {
         let argv = vec![
             self.chown.display().to_string(),
             "-h".to_owned(),
@@ -41,7 +42,10 @@ impl crate::host::files::Chown for SystemdChown {
                 std::time::Duration::from_secs(30),
                 &crate::host::stop::Stop::new(),
             )
-            .map_err(|e| format!("{e} (see `journalctl -u {CHOWN_UNIT}`)"))
+            .map_err(|source| ChownError {
+                unit: CHOWN_UNIT.to_owned(),
+                source,
+            })
     }
 }
 

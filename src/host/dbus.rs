@@ -108,7 +108,7 @@ impl Dbus {
 
     /// Connects to the system bus (`DBUS_SYSTEM_BUS_ADDRESS` or the default socket).
     pub fn system() -> Result<Dbus, SystemdError> {
-        let rt = super::rt::shared().map_err(SystemdError::Connect)?;
+        let rt = super::rt::shared().map_err(|e| SystemdError::Connect(e.to_string()))?;
         let conn = rt
             .block_on(Connection::system())
             .map_err(|e| SystemdError::Connect(e.to_string()))?;

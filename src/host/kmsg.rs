@@ -139,23 +139,7 @@ pub fn read(
         }
     };
     if !meta.file_type().is_char_device() {
-        let mut text = String::new();
-        let f = File::open(&path).map_err(|e| open_error(path.clone(), e))?;
-        f.take(caps.max_bytes)
-            .read_to_string(&mut text)
-            .map_err(|e| KmsgError::Io {
-                path: path.clone(),
-                source: e,
-            })?;
-        for (count, raw) in split_records(&text).enumerate() {
-            if count as u64 >= caps.max_records {
-                log.truncated = true;
-                break;
-            }
-            take(raw, &mut log);
-        }
-        log.truncated |= text.len() as u64 >= caps.max_bytes;
-        return Ok(log);
+        return read_file(&path, caps, log, &take);
     }
     // A container's /dev/kmsg may be /dev/null (systemd-nspawn): it reads as an
     // empty log, which must not pass for a clean one.
@@ -197,6 +181,33 @@ pub fn read(
             Err(e) => return Err(KmsgError::Io { path, source: e }),
         }
     }
+}
+
+/// A plain file in place of the device (a recording, a test's tree): its
+/// records up to the caps.
+fn read_file(
+    path: &std::path::Path,
+    caps: Caps,
+    mut log: KernelLog,
+    take: &dyn Fn(&str, &mut KernelLog),
+) -> Result<KernelLog, KmsgError> {
+    let mut text = String::new();
+    let f = File::open(path).map_err(|e| open_error(path.to_owned(), e))?;
+    f.take(caps.max_bytes)
+        .read_to_string(&mut text)
+        .map_err(|e| KmsgError::Io {
+            path: path.to_owned(),
+            source: e,
+        })?;
+    for (count, raw) in split_records(&text).enumerate() {
+        if count as u64 >= caps.max_records {
+            log.truncated = true;
+            break;
+        }
+        take(raw, &mut log);
+    }
+    log.truncated |= text.len() as u64 >= caps.max_bytes;
+    Ok(log)
 }
 
 /// Records of a file: a record starts at each line that is not a dictionary line.

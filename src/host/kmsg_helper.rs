@@ -172,7 +172,10 @@ fn through_helper(
     let token = token();
     let unit = format!("{UNIT_PREFIX}-{token}.service");
     let mut argv = vec![
-        own_exe().map_err(helper)?.display().to_string(),
+        own_exe()
+            .map_err(|e| helper(e.to_string()))?
+            .display()
+            .to_string(),
         "kernel-log".into(),
         "--token".into(),
         token.clone(),

@@ -5,6 +5,7 @@
 //! anything else the host layer can.
 
 use super::Host;
+use super::helper_error::HelperError;
 use super::pci_config::{AcsRequest, AcsWrite, PciConfigError};
 use super::pci_helper::{self, Helper};
 use super::read::ReadHost;
@@ -66,9 +67,8 @@ pub enum PciAccessError {
     NoPrivilege,
     #[error(transparent)]
     Direct(#[from] PciConfigError),
-    /// What the privileged helper's run said (its unit, its answer).
-    #[error("{0}")]
-    Helper(String),
+    #[error(transparent)]
+    Helper(#[from] HelperError),
 }
 
 /// How config space is reached.
@@ -82,10 +82,10 @@ impl PciAccess<'_> {
     pub fn read(&self, bdf: &str) -> std::result::Result<Vec<u8>, PciAccessError> {
         match self {
             PciAccess::Direct(h) => Ok(h.pci_config_of(bdf)?),
-            PciAccess::Helper(h) => h
-                .read(&[bdf.to_owned()])
-                .and_then(|mut c| c.remove(bdf).unwrap_or_else(|| Err("no answer".into())))
-                .map_err(PciAccessError::Helper),
+            PciAccess::Helper(h) => h.read(&[bdf.to_owned()])?.remove(bdf).map_or_else(
+                || Err(HelperError::Refused("no answer".into()).into()),
+                |one| one.map_err(|e| HelperError::Refused(e).into()),
+            ),
         }
     }
 
@@ -93,7 +93,7 @@ impl PciAccess<'_> {
     pub fn write_acs(&self, r: &AcsRequest) -> std::result::Result<AcsWrite, PciAccessError> {
         match self {
             PciAccess::Direct(h) => Ok(h.write_acs_checked(r)?),
-            PciAccess::Helper(h) => h.write_acs(r).map_err(PciAccessError::Helper),
+            PciAccess::Helper(h) => Ok(h.write_acs(r)?),
         }
     }
 }

@@ -26,6 +26,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::Host;
+use super::helper_error::HelperError;
 use super::pci_config::{self, AcsRequest, AcsWrite};
 use super::service::{PrivilegedHelper, ServiceManager};
 use super::snapshot::Snapshot;
@@ -258,8 +259,8 @@ fn words(op: &str, token: &str, rest: Vec<String>) -> Vec<String> {
 
 /// This program, for systemd to start (an upgraded package leaves the running
 /// daemon's file "(deleted)": the new one at the same path is the helper).
-pub(super) fn own_exe() -> Result<PathBuf, String> {
-    let p = std::env::current_exe().map_err(|e| format!("cannot tell its own program: {e}"))?;
+pub(super) fn own_exe() -> Result<PathBuf, HelperError> {
+    let p = std::env::current_exe().map_err(HelperError::OwnExe)?;
     let s = p.to_string_lossy();
     Ok(PathBuf::from(s.strip_suffix(" (deleted)").unwrap_or(&s)))
 }
@@ -283,7 +284,7 @@ pub struct Helper<'a> {
 }
 
 impl<'a> Helper<'a> {
-    pub fn new(manager: &'a dyn ServiceManager, host: &'a Host) -> Result<Self, String> {
+    pub fn new(manager: &'a dyn ServiceManager, host: &'a Host) -> Result<Self, HelperError> {
         Ok(Helper {
             manager,
             host,
@@ -291,19 +292,19 @@ impl<'a> Helper<'a> {
         })
     }
 
-    fn run(&self, op: &str, rest: Vec<String>) -> Result<Vec<u8>, String> {
+    fn run(&self, op: &str, rest: Vec<String>) -> Result<Vec<u8>, HelperError> {
         let token = token();
         let unit = format!("{UNIT_PREFIX}-{token}.service");
         let mut argv = vec![self.exe.display().to_string()];
         argv.extend(words(op, &token, rest));
         // Its answer's directory, root's alone, must exist for the sandbox.
         let dir = self.host.path(Path::new(OUT_DIR));
-        if let Err(e) = std::fs::DirBuilder::new()
+        if let Err(source) = std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(&dir)
         {
-            return Err(format!("cannot create {}: {e}", dir.display()));
+            return Err(HelperError::AnswerDir { dir, source });
         }
         let ran = self.manager.run_privileged_helper(
             PrivilegedHelper::PciConfig,
@@ -317,19 +318,16 @@ impl<'a> Helper<'a> {
         let _ = self.host.state_remove(&path);
         match (answer, ran) {
             (Ok(Some(b)), _) => Ok(b),
-            (Ok(None), Err(e)) => Err(format!(
-                "the helper unit {unit} failed: {e} (see `journalctl -u {unit}`)"
-            )),
-            (Ok(None), Ok(())) => Err(format!("the helper unit {unit} left no answer")),
-            (Err(e), _) => Err(format!("cannot read the helper's answer: {e}")),
+            (Ok(None), Err(source)) => Err(HelperError::Unit { unit, source }),
+            (Ok(None), Ok(())) => Err(HelperError::NoAnswer { unit }),
+            (Err(e), _) => Err(HelperError::Unreadable(e)),
         }
     }
 
     /// The whole config space of each bridge, or why not.
-    pub fn read(&self, bdfs: &[String]) -> Result<Configs, String> {
+    pub fn read(&self, bdfs: &[String]) -> Result<Configs, HelperError> {
         let bytes = self.run("read", bdfs.to_vec())?;
-        let a: ReadAnswer = serde_json::from_slice(&bytes)
-            .map_err(|e| format!("the helper's answer does not parse: {e}"))?;
+        let a: ReadAnswer = serde_json::from_slice(&bytes).map_err(HelperError::Garbled)?;
         Ok(bdfs
             .iter()
             .map(|b| {
@@ -344,7 +342,7 @@ impl<'a> Helper<'a> {
     }
 
     /// One identity-checked ACSCtl write.
-    pub fn write_acs(&self, r: &AcsRequest) -> Result<AcsWrite, String> {
+    pub fn write_acs(&self, r: &AcsRequest) -> Result<AcsWrite, HelperError> {
         let i = &r.identity;
         let rest = vec![
             r.bdf.clone(),
@@ -360,9 +358,8 @@ impl<'a> Helper<'a> {
             format!("--value={:#06x}", r.value),
         ];
         let bytes = self.run("write-acs", rest)?;
-        let a: WriteAnswer = serde_json::from_slice(&bytes)
-            .map_err(|e| format!("the helper's answer does not parse: {e}"))?;
-        a.result
+        let a: WriteAnswer = serde_json::from_slice(&bytes).map_err(HelperError::Garbled)?;
+        a.result.map_err(HelperError::Refused)
     }
 }
 
@@ -370,7 +367,7 @@ impl Snapshot {
     /// The whole config space of the bridges `bdfs`, read by the privileged
     /// helper: `None` without systemd to run it (a `--root` tree, a host whose
     /// PID 1 is not systemd: there the agent reads what it may itself).
-    pub fn pci_config_privileged(&self, bdfs: &[String]) -> Option<Result<Configs, String>> {
+    pub fn pci_config_privileged(&self, bdfs: &[String]) -> Option<Result<Configs, HelperError>> {
         let manager = self.privileged_runner()?;
         let host = std::ops::Deref::deref(self).host();
         Some(Helper::new(manager, host).and_then(|h| h.read(bdfs)))

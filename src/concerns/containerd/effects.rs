@@ -7,6 +7,7 @@ use super::ContainerdError;
 use super::toml::Version;
 use super::validate::{self, Validation};
 use crate::engine::effect::{CommandError, LiveCtx, Preflight, Probe, Rejected, Unhealthy};
+use crate::host::cri::CriError;
 
 /// Why containerd's own parser refused the edited config set.
 #[derive(Debug, thiserror::Error)]
@@ -27,8 +28,12 @@ pub enum Refused {
 /// Why containerd is not healthy after its restart, and which socket said so.
 #[derive(Debug, thiserror::Error)]
 pub enum CriUnhealthy {
-    #[error("containerd's CRI does not answer on {} (no ctr to ask besides): {message}", .address.display())]
-    CriSilent { address: PathBuf, message: String },
+    #[error("containerd's CRI does not answer on {} (no ctr to ask besides): {source}", .address.display())]
+    CriSilent {
+        address: PathBuf,
+        #[source]
+        source: CriError,
+    },
     #[error("socket {} does not answer: {source}", .address.display())]
     SocketSilent {
         address: PathBuf,
@@ -94,7 +99,7 @@ impl CriProbe {
         let Some(ctr) = ctr else {
             return match cx.host.files().reader().cri_config(&self.grpc_address) {
                 Ok(_) => Ok(()),
-                Err(message) => Err(CriUnhealthy::CriSilent { address, message }),
+                Err(source) => Err(CriUnhealthy::CriSilent { address, source }),
             };
         };
         let argv = [
@@ -115,5 +120,74 @@ impl CriProbe {
         } else {
             Err(CriUnhealthy::PluginNotLoaded { address, state })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::fakes::FakeHost;
+    use crate::host::stop::Stop;
+
+    fn ask(host: &FakeHost) -> Result<(), Unhealthy> {
+        let stop = Stop::new();
+        let cx = LiveCtx {
+            host,
+            manager: None,
+            stop: &stop,
+        };
+        CriProbe {
+            grpc_address: "/run/containerd/containerd.sock".into(),
+            ctr: None,
+        }
+        .healthy(&cx)
+    }
+
+    /// The probe's error is typed: which socket, and what `ctr` said or what
+    /// the CRI plugin's state is; its text is the one `apply` prints.
+    #[test]
+    fn an_unhealthy_containerd_says_which_socket_and_why() {
+        let silent = FakeHost::default();
+        *silent.outputs.lock().unwrap() = [Err(CommandError::Failed {
+            program: "/usr/sbin/ctr".into(),
+            code: Some(1),
+            stderr: "connection refused".into(),
+        })]
+        .into();
+        let e = ask(&silent).unwrap_err();
+        match e.cause().downcast_ref::<CriUnhealthy>() {
+            Some(CriUnhealthy::SocketSilent { address, source }) => {
+                assert_eq!(
+                    address,
+                    std::path::Path::new("/run/containerd/containerd.sock")
+                );
+                assert!(matches!(source, CommandError::Failed { code: Some(1), .. }));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            e.to_string(),
+            "socket /run/containerd/containerd.sock does not answer: failed: connection refused"
+        );
+
+        let broken = FakeHost {
+            stdout: b"io.containerd.grpc.v1  cri  linux/amd64  error\n".to_vec(),
+            ..FakeHost::default()
+        };
+        let e = ask(&broken).unwrap_err();
+        assert!(
+            matches!(
+                e.cause().downcast_ref::<CriUnhealthy>(),
+                Some(CriUnhealthy::PluginNotLoaded { state, .. }) if state == "error"
+            ),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("CRI plugin is \"error\""), "{e}");
+
+        let ok = FakeHost {
+            stdout: b"io.containerd.grpc.v1  cri  linux/amd64  ok\n".to_vec(),
+            ..FakeHost::default()
+        };
+        assert!(ask(&ok).is_ok());
     }
 }

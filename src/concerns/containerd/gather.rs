@@ -146,6 +146,7 @@ fn cri_view(
     match (started, host.is_live()) {
         (Ok(Some(_)), true) => Some(
             host.cri_config(address)
+                .map_err(|e| e.to_string())
                 .and_then(|c| view::from_cri_status(&c)),
         ),
         _ => None,

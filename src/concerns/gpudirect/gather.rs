@@ -350,7 +350,10 @@ fn bridge_configs(
                     }
                 }
             }
-            Some(Err(e)) => helper_errors.extend(short.iter().map(|b| (b.clone(), e.clone()))),
+            Some(Err(e)) => {
+                let e = e.to_string();
+                helper_errors.extend(short.iter().map(|b| (b.clone(), e.clone())))
+            }
         }
     }
     (configs, helper_errors)
