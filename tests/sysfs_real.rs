@@ -9,9 +9,9 @@ mod support;
 
 use std::path::Path;
 
-use rdma_node_agent::concerns::rdma::devices::{
-    self, LinkLayer, PhysState, PortState, parse_link_layer, parse_phys_state, parse_rate,
-    parse_state,
+use rdma_node_agent::concerns::rdma::devices;
+use rdma_node_agent::host::inventory::port::{
+    LinkLayer, PhysState, PortState, parse_link_layer, parse_phys_state, parse_rate, parse_state,
 };
 use serde_json::Value;
 use support::*;

@@ -10,6 +10,7 @@
 //! follows RDMA work), once per port per cycle.
 
 mod counters;
+pub mod port;
 #[cfg(test)]
 mod tests;
 mod walk;

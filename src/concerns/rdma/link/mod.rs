@@ -162,11 +162,8 @@ fn read_port(
     events: Option<&Events>,
 ) -> (Reading, Option<String>) {
     let state = &port.state;
-    let active = state
-        .as_ref()
-        .ok()
-        .and_then(Option::as_ref)
-        .and_then(|t| crate::concerns::rdma::devices::parse_state(t).ok())
+    let active = port
+        .state_value()
         .filter(|s| s.is_named())
         .map(|s| s.is_active());
     let unreadable = match (active, state) {
