@@ -95,6 +95,9 @@ enum Command {
     /// The privileged helper systemd runs for the daemon (PCI config space).
     #[command(hide = true)]
     PciConfig(rdma_node_agent::host::pci_helper::Args),
+    /// The privileged helper systemd runs for the daemon (the kernel log).
+    #[command(hide = true)]
+    KernelLog(rdma_node_agent::host::kmsg_helper::Args),
     /// Write the man page and shell completions generated from this CLI into DIR (for packaging).
     #[command(hide = true)]
     GenerateAssets {
@@ -175,6 +178,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Fleet(args) => Ok(ExitCode::from(rdma_node_agent::fleetview::cli::run(args))),
         Command::PciConfig(args) => Ok(rdma_node_agent::host::pci_helper::main(&cli.root, args)),
+        Command::KernelLog(args) => Ok(rdma_node_agent::host::kmsg_helper::main(&cli.root, args)),
         Command::Status { json, listen } => status(&cli, *json, listen.as_deref()),
         Command::Selftest {
             device,
@@ -369,7 +373,8 @@ fn selftest(
     let host = Host::new(&cli.root);
     cli.check_config_exists(&host)?;
     let config = Config::load(&host, &cli.config_path()).context("invalid agent config")?;
-    let devs: Vec<devices::Device> = devices::gather(&host.reader())
+    let snap = rdma_node_agent::host::snapshot::Snapshot::new(host.clone());
+    let devs: Vec<devices::Device> = devices::gather(&snap)
         .context("cannot read the RDMA devices")?
         .into_iter()
         .map(devices::parse)

@@ -361,12 +361,16 @@ fn the_walk_resolves_paths_as_the_compiler_does() {
     );
     assert!(resolve(&m, &none, &["std".to_owned(), "fs".to_owned()]).is_none());
     let c = Crate::read(&src());
-    // rdma.link reads a port state through its sibling devices module: seen, within one concern.
-    assert!(c.edges.iter().any(|e| {
-        e.from == m
-            && e.to
-                .starts_with(&["concerns".into(), "rdma".into(), "devices".into()])
-    }));
+    // A path in an expression, inside a closure: driver.health names the PCI
+    // address check inline (`crate::host::pci_config::is_bdf(last)`). (It was
+    // rdma.link's inline call into rdma.devices, which now reads the port
+    // state from the RDMA inventory.)
+    let driver: Vec<String> = ["concerns", "driver"].map(String::from).to_vec();
+    assert!(
+        c.edges.iter().any(|e| {
+            e.from == driver && e.to.starts_with(&["host".into(), "pci_config".into()])
+        })
+    );
     // Test modules are not walked.
     assert!(
         !c.modules

@@ -4,9 +4,6 @@
 //! answer laid out as the kernel's devlink_nl_health_reporter_fill() lays it
 //! out (bus and device name, then the reporter nest), decoded by the agent.
 
-use std::path::Path;
-use std::process::Command;
-
 use rdma_node_agent::host::devlink;
 
 const PROGRAM: &str = r#"
@@ -102,43 +99,12 @@ int main(void) {
 "#;
 
 fn uapi() -> std::collections::HashMap<String, String> {
-    assert!(
-        Path::new("/usr/include/linux/devlink.h").exists(),
-        "/usr/include/linux/devlink.h is missing: install the kernel's uapi headers (Debian: apt-get install linux-libc-dev)"
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let (src, bin) = (dir.path().join("g.c"), dir.path().join("g"));
-    std::fs::write(&src, PROGRAM).unwrap();
-    let cc = Command::new("cc")
-        .arg("-o")
-        .arg(&bin)
-        .arg(&src)
-        .output()
-        .expect("cc");
-    assert!(
-        cc.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
-    let out = Command::new(&bin).output().unwrap();
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.split_once(' '))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
+    uapi::run("/usr/include/linux/devlink.h", PROGRAM)
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
+#[path = "support/uapi.rs"]
+mod uapi;
+use uapi::{hex, unhex};
 
 #[test]
 fn constants_are_the_kernel_headers() {

@@ -7,11 +7,7 @@
 
 mod support;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
-use std::process::Command;
-use std::time::{Duration, Instant};
 
 use support::serve::Serve;
 use support::*;
@@ -27,85 +23,13 @@ fn serve(root: &Path) -> Serve {
     s
 }
 
-/// What these tests ask of the daemon besides starting it.
-trait Daemon {
-    fn metrics(&self) -> String;
-    fn reconciles(&self) -> u64;
-    fn wait_reconciles(&self, n: u64);
-    fn reconcile(&self);
-    fn flaps(&self) -> u64;
-}
-
-impl Daemon for Serve {
-    fn metrics(&self) -> String {
-        get(&self.addr, "/metrics")
-    }
-
-    fn reconciles(&self) -> u64 {
-        sample(&self.metrics(), "rdma_node_agent_reconciles_total ").unwrap_or(0)
-    }
-
-    fn wait_reconciles(&self, n: u64) {
-        let start = Instant::now();
-        while self.reconciles() < n {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "no reconcile {n}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// SIGHUP, and wait until that reconcile is published (one the daemon
-    /// started on its own, for new watches, may come first).
-    fn reconcile(&self) {
-        let before = self.reconciles();
-        let ok = Command::new("kill")
-            .args(["-HUP", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(ok.success());
-        let start = Instant::now();
-        loop {
-            let n = self.reconciles();
-            let status: serde_json::Value =
-                serde_json::from_str(&get(&self.addr, "/status")).unwrap_or_default();
-            if n > before && status["trigger"] == "SIGHUP" && n == self.reconciles() {
-                return;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "no SIGHUP reconcile"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn flaps(&self) -> u64 {
-        sample(
-            &self.metrics(),
-            "rdma_node_agent_port_flaps_total{device=\"mlx5_0\",port=\"1\"} ",
-        )
-        .expect("a flaps series for mlx5_0/1")
-    }
-}
-
-fn get(addr: &str, path: &str) -> String {
-    // Not listening yet: nothing to read.
-    let Ok(mut s) = TcpStream::connect(addr) else {
-        return String::new();
-    };
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+/// The flaps of mlx5_0/1 in /metrics.
+fn flaps(s: &Serve) -> u64 {
+    sample(
+        &s.get("/metrics"),
+        "rdma_node_agent_port_flaps_total{device=\"mlx5_0\",port=\"1\"} ",
     )
-    .unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out.split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default()
+    .expect("a flaps series for mlx5_0/1")
 }
 
 /// The value of the sample line starting with `prefix`.
@@ -136,8 +60,8 @@ fn flaps_are_counted_kept_across_restarts_and_reboots() {
     set(root, DOWNED, "5\n");
     let s = serve(root);
     // The first reading is the baseline: a counter already at 5 is no flap.
-    assert_eq!(s.flaps(), 0);
-    let m = s.metrics();
+    assert_eq!(flaps(&s), 0);
+    let m = s.get("/metrics");
     assert!(
         m.contains("rdma_node_agent_port_link_downed_total{device=\"mlx5_0\",port=\"1\"} 0\n"),
         "{m}"
@@ -148,20 +72,20 @@ fn flaps_are_counted_kept_across_restarts_and_reboots() {
     // same flap seen twice, counted once.
     set(root, STATE, "1: DOWN\n");
     s.reconcile();
-    assert_eq!(s.flaps(), 1);
+    assert_eq!(flaps(&s), 1);
     set(root, STATE, "4: ACTIVE\n");
     s.reconcile();
-    assert_eq!(s.flaps(), 1);
+    assert_eq!(flaps(&s), 1);
     set(root, STATE, "1: DOWN\n");
     set(root, DOWNED, "6\n");
     s.reconcile();
-    assert_eq!(s.flaps(), 2);
+    assert_eq!(flaps(&s), 2);
     // ACTIVE at both reconciles, yet the kernel counted two more downs between them.
     set(root, STATE, "4: ACTIVE\n");
     set(root, DOWNED, "8\n");
     s.reconcile();
-    assert_eq!(s.flaps(), 4);
-    let m = s.metrics();
+    assert_eq!(flaps(&s), 4);
+    let m = s.get("/metrics");
     assert!(
         m.contains("rdma_node_agent_port_link_downed_total{device=\"mlx5_0\",port=\"1\"} 3\n"),
         "{m}"
@@ -175,7 +99,7 @@ fn flaps_are_counted_kept_across_restarts_and_reboots() {
         ),
         "{m}"
     );
-    let status: serde_json::Value = serde_json::from_str(&get(&s.addr, "/status")).unwrap();
+    let status: serde_json::Value = serde_json::from_str(&s.get("/status")).unwrap();
     let link = check_in(&status, "rdma.link");
     assert_eq!(link["status"], "warn", "{link}");
     assert_eq!(link["reason"], "link_flapping");
@@ -190,7 +114,7 @@ fn flaps_are_counted_kept_across_restarts_and_reboots() {
     // A restarted daemon reads the history: no flap at its first poll.
     drop(s);
     let s = serve(root);
-    assert_eq!(s.flaps(), 4);
+    assert_eq!(flaps(&s), 4);
     // `check` reads the same history (and writes nothing).
     let history = read(root, "/var/lib/rdma-node-agent/link-history.json");
     let c = check_in(&json(&agent(root, &["check", "--json"])), "rdma.link");
@@ -205,13 +129,13 @@ fn flaps_are_counted_kept_across_restarts_and_reboots() {
     set(root, BOOT_ID, "1b5a3c0e-0000-4000-8000-000000000002\n");
     set(root, DOWNED, "1\n");
     let s = serve(root);
-    assert_eq!(s.flaps(), 4);
+    assert_eq!(flaps(&s), 4);
     // The new boot's counter counts from its own baseline.
     set(root, DOWNED, "2\n");
     s.reconcile();
-    assert_eq!(s.flaps(), 5);
+    assert_eq!(flaps(&s), 5);
     assert!(
-        s.metrics()
+        s.get("/metrics")
             .contains("rdma_node_agent_port_link_downed_total{device=\"mlx5_0\",port=\"1\"} 4\n")
     );
 }
@@ -247,7 +171,7 @@ fn a_gpu_node_with_eight_ports_exports_at_most_150_series() {
         "mode = \"report\"\n[daemon]\ninterval_secs = 3600\n",
     );
     let s = serve(root);
-    let text = s.metrics();
+    let text = s.get("/metrics");
     let by = series_by_family(&text);
     let total: usize = by.values().sum();
     let ports = by

@@ -3,7 +3,6 @@
 //! test time: the constants are the header's, not copied from memory.
 
 use std::path::Path;
-use std::process::Command;
 
 use rdma_node_agent::host::netlink::restrack::{self, Step};
 use rdma_node_agent::host::netlink::{self, NetnsMode, Reply};
@@ -154,45 +153,12 @@ int main(void) {
 "#;
 
 fn uapi() -> std::collections::HashMap<String, String> {
-    assert!(
-        Path::new(HEADER).exists(),
-        "{HEADER} is missing: install linux-libc-dev (apt-get install linux-libc-dev)"
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("golden.c");
-    let bin = dir.path().join("golden");
-    std::fs::write(&src, PROGRAM).unwrap();
-    // cc is present wherever cargo links Rust on Linux.
-    let cc = Command::new("cc")
-        .arg("-o")
-        .arg(&bin)
-        .arg(&src)
-        .output()
-        .expect("cc (the C compiler cargo links with)");
-    assert!(
-        cc.status.success(),
-        "compiling the uapi program failed: {}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
-    let out = Command::new(&bin).output().unwrap();
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.split_once(' '))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
+    uapi::run(HEADER, PROGRAM)
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
+#[path = "support/uapi.rs"]
+mod uapi;
+use uapi::{hex, unhex};
 
 #[test]
 fn constants_are_the_kernel_headers() {

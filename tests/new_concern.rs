@@ -15,7 +15,9 @@ use std::time::Duration;
 use rdma_node_agent::config::Config;
 use rdma_node_agent::engine::check::{Check, CheckId, Status};
 use rdma_node_agent::engine::concern::{Concern, Ctx, Decision, GatherError, Run};
-use rdma_node_agent::engine::effect::{Effect, EffectKey, LiveCtx, LiveHost};
+use rdma_node_agent::engine::effect::{
+    CommandError, Effect, EffectError, EffectKey, LiveCtx, LiveHost, Ran,
+};
 use rdma_node_agent::engine::executor::{Executor, Live};
 use rdma_node_agent::engine::holds::Holds;
 use rdma_node_agent::engine::outcome::ActionStatus;
@@ -23,7 +25,8 @@ use rdma_node_agent::engine::plan::{Action, ActionKind};
 use rdma_node_agent::engine::{Scope, assess};
 use rdma_node_agent::exposition::Families;
 use rdma_node_agent::host::Host;
-use rdma_node_agent::host::netlink::RdmaNetlink;
+use rdma_node_agent::host::live_files::LiveFiles;
+use rdma_node_agent::host::netlink::{NetlinkError, RdmaNetlink};
 use rdma_node_agent::host::snapshot::Snapshot;
 use rdma_node_agent::host::stop::Stop;
 use rdma_node_agent::observe::Observation;
@@ -109,12 +112,10 @@ impl Effect for TurnOff {
         "turn automatic NUMA balancing off".into()
     }
 
-    fn run(&self, cx: &LiveCtx) -> (ActionStatus, String) {
+    fn run(&self, cx: &LiveCtx) -> Result<Ran, EffectError> {
         let argv = ["sysctl", "-w", "kernel.numa_balancing=0"].map(str::to_owned);
-        match cx.host.run(&argv) {
-            Ok(_) => (ActionStatus::Done, "kernel.numa_balancing = 0".into()),
-            Err(e) => (ActionStatus::Failed, format!("sysctl: {e}")),
-        }
+        cx.host.run(&argv).map_err(EffectError::new)?;
+        Ok(Ran::done("kernel.numa_balancing = 0"))
     }
 }
 
@@ -131,16 +132,18 @@ struct Recorder {
 }
 
 impl LiveHost for Recorder {
-    fn host(&self) -> &Host {
-        unreachable!("the example reads nothing while acting")
+    fn files(&self) -> LiveFiles<'_> {
+        unreachable!("the example touches no file while acting")
     }
-    fn rdma_netlink(&self) -> Result<Box<dyn RdmaNetlink>, String> {
-        Err("none".into())
+    fn rdma_netlink(&self) -> Result<Box<dyn RdmaNetlink>, NetlinkError> {
+        Err(NetlinkError::Unavailable(
+            nix::errno::Errno::EPROTONOSUPPORT,
+        ))
     }
     fn which(&self, program: &str) -> Option<PathBuf> {
         Some(Path::new("/usr/sbin").join(program))
     }
-    fn run(&self, argv: &[String]) -> Result<Vec<u8>, String> {
+    fn run(&self, argv: &[String]) -> Result<Vec<u8>, CommandError> {
         self.ran.lock().unwrap().push(argv.join(" "));
         Ok(Vec::new())
     }

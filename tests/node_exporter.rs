@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rdma_node_agent::concerns::rdma::devices::{PhysState, PortState};
+use rdma_node_agent::host::inventory::port::{PhysState, PortState};
 use serde_json::Value;
 use support::*;
 

@@ -326,11 +326,13 @@ fn a_thousand_sriov_devices() {
     eprintln!("generated the tree in {:?}", start.elapsed());
     let host = rdma_node_agent::host::Host::new(t.path());
     let start = Instant::now();
-    let devices: Vec<_> = rdma_node_agent::concerns::rdma::devices::gather(&host.reader())
-        .unwrap()
-        .into_iter()
-        .map(rdma_node_agent::concerns::rdma::devices::parse)
-        .collect();
+    let devices: Vec<_> = rdma_node_agent::concerns::rdma::devices::gather(
+        &rdma_node_agent::host::snapshot::Snapshot::new(host.clone()),
+    )
+    .unwrap()
+    .into_iter()
+    .map(rdma_node_agent::concerns::rdma::devices::parse)
+    .collect();
     eprintln!(
         "inventory of {} devices (gather + parse): {:?}",
         devices.len(),

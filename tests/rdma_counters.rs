@@ -8,11 +8,7 @@
 
 mod support;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::serve::Serve;
@@ -103,64 +99,15 @@ fn tree() -> tempfile::TempDir {
     t
 }
 
-fn get(addr: &str, path: &str) -> String {
-    let Ok(mut s) = TcpStream::connect(addr) else {
-        return String::new();
-    };
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out.split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default()
-}
-
-fn reconciles(s: &Serve) -> u64 {
-    get(&s.addr, "/metrics")
-        .lines()
-        .find_map(|l| l.strip_prefix("rdma_node_agent_reconciles_total "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
-}
-
 fn serve(root: &Path) -> Serve {
     let s = Serve::start(root);
-    let start = Instant::now();
-    while reconciles(&s) < 1 {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "no first reconcile"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    s.wait_reconciles(1);
     s
 }
 
 /// SIGHUP, then rdma.counters as that reconcile's /status has it.
 fn reconcile(s: &Serve) -> Value {
-    let before = reconciles(s);
-    let hup = Command::new("kill")
-        .args(["-HUP", &s.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(hup.success());
-    let start = Instant::now();
-    loop {
-        let status: Value = serde_json::from_str(&get(&s.addr, "/status")).unwrap_or_default();
-        if reconciles(s) > before && status["trigger"] == "SIGHUP" {
-            return check_in(&status, "rdma.counters");
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "no SIGHUP reconcile"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    check_in(&s.reconcile(), "rdma.counters")
 }
 
 fn message(c: &Value) -> &str {
@@ -224,7 +171,7 @@ fn rises_are_judged_and_resets_reboots_renames_and_the_management_nic_are_not() 
     set(root, &sym("mlx5_1"), "40000\n");
     let s = serve(root);
     let c = check_in(
-        &serde_json::from_str(&get(&s.addr, "/status")).unwrap(),
+        &serde_json::from_str(&s.get("/status")).unwrap(),
         "rdma.counters",
     );
     assert_eq!(c["status"], "ok", "{c}");
@@ -239,7 +186,7 @@ fn rises_are_judged_and_resets_reboots_renames_and_the_management_nic_are_not() 
             .starts_with("mlx5_0/1 symbol_errors: 200 in the last 1h (counters/symbol_error +200;"),
         "{c}"
     );
-    let m = get(&s.addr, "/metrics");
+    let m = s.get("/metrics");
     assert!(
         m.contains("rdma_node_agent_port_errors_total{device=\"mlx5_0\",port=\"1\",class=\"symbol_errors\"} 200\n"),
         "{m}"

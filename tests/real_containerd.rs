@@ -270,7 +270,12 @@ fn the_agent_reads_containerds_cri_view_as_a_cri_client_does() {
     let e = rdma_node_agent::host::Host::new("/")
         .cri_config(&c.dir.path().join("nothing.sock"))
         .unwrap_err();
-    assert!(e.contains("nothing.sock"), "{e}");
+    // The typed error names the socket it could not ask.
+    assert!(e.to_string().contains("nothing.sock"), "{e}");
+    assert!(
+        matches!(&e, rdma_node_agent::host::cri::CriError::NotAsked { socket, .. } if socket.ends_with("nothing.sock")),
+        "{e:?}"
+    );
 }
 
 /// containerd started with `--config` at a non-default path, as a unit passing

@@ -9,9 +9,9 @@ mod support;
 
 use std::path::Path;
 
-use rdma_node_agent::concerns::rdma::devices::{
-    self, LinkLayer, PhysState, PortState, parse_link_layer, parse_phys_state, parse_rate,
-    parse_state,
+use rdma_node_agent::concerns::rdma::devices;
+use rdma_node_agent::host::inventory::port::{
+    LinkLayer, PhysState, PortState, parse_link_layer, parse_phys_state, parse_rate, parse_state,
 };
 use serde_json::Value;
 use support::*;
@@ -261,11 +261,13 @@ fn no_rdma_device_at_all_is_skipped_or_fails_when_expected() {
 #[test]
 fn the_library_reads_the_same_tree() {
     let host = rdma_node_agent::host::Host::new(fixtures().join("sysfs/procfs"));
-    let devices: Vec<_> = devices::gather(&host.reader())
-        .unwrap()
-        .into_iter()
-        .map(devices::parse)
-        .collect();
+    let devices: Vec<_> = devices::gather(&rdma_node_agent::host::snapshot::Snapshot::new(
+        host.clone(),
+    ))
+    .unwrap()
+    .into_iter()
+    .map(devices::parse)
+    .collect();
     let mlx4 = &devices[1];
     assert_eq!(mlx4.ports[1].rate_bytes_per_second(), Some(5_000_000_000));
     assert_eq!(mlx4.ports[1].active(), Some(true));

@@ -5,25 +5,26 @@
 use libfuzzer_sys::fuzz_target;
 use rdma_node_agent::concerns::kernel::{DkmsState, parse_dkms_status};
 use rdma_node_agent::concerns::rdma::{devices, netns};
+use rdma_node_agent::host::inventory::port;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    if let Ok(rate) = devices::parse_rate(text) {
+    if let Ok(rate) = port::parse_rate(text) {
         assert!(rate.is_finite() && rate >= 0.0);
     }
     // The number before the colon decides (the kernel's ABI): text other than
     // the kernel's spelling for that number is always noted, never silently taken.
-    if let Ok(state) = devices::parse_state(text) {
+    if let Ok(state) = port::parse_state(text) {
         let printed = format!("{}: {}", state.0, state.name());
-        assert!(text.trim_end_matches('\n') == printed || devices::state_note(text).is_some());
+        assert!(text.trim_end_matches('\n') == printed || port::state_note(text).is_some());
     }
-    if let Ok(state) = devices::parse_phys_state(text) {
+    if let Ok(state) = port::parse_phys_state(text) {
         let printed = format!("{}: {}", state.0, state.name());
-        assert!(text.trim_end_matches('\n') == printed || devices::phys_state_note(text).is_some());
+        assert!(text.trim_end_matches('\n') == printed || port::phys_state_note(text).is_some());
     }
-    let _ = devices::parse_link_layer(text);
+    let _ = port::parse_link_layer(text);
     let _ = devices::parse_guid(text);
     let _ = devices::parse_text(text);
     // One entry per non-empty line; a known state always names its module.

@@ -31,6 +31,9 @@ _rdma__node__agent() {
             rdma__node__agent,help)
                 cmd="rdma__node__agent__subcmd__help"
                 ;;
+            rdma__node__agent,kernel-log)
+                cmd="rdma__node__agent__subcmd__kernel__subcmd__log"
+                ;;
             rdma__node__agent,pci-config)
                 cmd="rdma__node__agent__subcmd__pci__subcmd__config"
                 ;;
@@ -63,6 +66,9 @@ _rdma__node__agent() {
                 ;;
             rdma__node__agent__subcmd__help,help)
                 cmd="rdma__node__agent__subcmd__help__subcmd__help"
+                ;;
+            rdma__node__agent__subcmd__help,kernel-log)
+                cmd="rdma__node__agent__subcmd__help__subcmd__kernel__subcmd__log"
                 ;;
             rdma__node__agent__subcmd__help,pci-config)
                 cmd="rdma__node__agent__subcmd__help__subcmd__pci__subcmd__config"
@@ -113,7 +119,7 @@ _rdma__node__agent() {
 
     case "${cmd}" in
         rdma__node__agent)
-            opts="-h -V --root --config --help --version check plan apply serve status selftest fleet pci-config generate-assets revert help"
+            opts="-h -V --root --config --help --version check plan apply serve status selftest fleet pci-config kernel-log generate-assets revert help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -267,7 +273,7 @@ _rdma__node__agent() {
             return 0
             ;;
         rdma__subcmd__node__subcmd__agent__subcmd__help)
-            opts="check plan apply serve status selftest fleet pci-config generate-assets revert help"
+            opts="check plan apply serve status selftest fleet pci-config kernel-log generate-assets revert help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -337,6 +343,20 @@ _rdma__node__agent() {
             return 0
             ;;
         rdma__subcmd__node__subcmd__agent__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        rdma__subcmd__node__subcmd__agent__subcmd__help__subcmd__kernel__subcmd__log)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -455,6 +475,48 @@ _rdma__node__agent() {
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        rdma__subcmd__node__subcmd__agent__subcmd__kernel__subcmd__log)
+            opts="-h --token --prefix --after --max-bytes --max-records --root --config --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --token)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --prefix)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --after)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-bytes)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-records)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --root)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;

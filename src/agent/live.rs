@@ -5,11 +5,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::engine::effect::LiveHost;
+use crate::engine::effect::{CommandError, LiveHost};
 use crate::engine::executor::Live;
 use crate::host::Host;
 use crate::host::dbus::Dbus;
-use crate::host::netlink::{self, RdmaNetlink};
+use crate::host::files::ChownError;
+use crate::host::live_files::LiveFiles;
+use crate::host::netlink::{self, NetlinkError, RdmaNetlink};
 use crate::host::service::ServiceManager;
 
 struct System {
@@ -26,7 +28,7 @@ pub struct SystemdChown {
 pub const CHOWN_UNIT: &str = "rdma-node-agent-chown.service";
 
 impl crate::host::files::Chown for SystemdChown {
-    fn chown(&self, path: &Path, uid: u32, gid: u32) -> Result<(), String> {
+    fn chown(&self, path: &Path, uid: u32, gid: u32) -> Result<(), ChownError> {
         let argv = vec![
             self.chown.display().to_string(),
             "-h".to_owned(),
@@ -40,7 +42,10 @@ impl crate::host::files::Chown for SystemdChown {
                 std::time::Duration::from_secs(30),
                 &crate::host::stop::Stop::new(),
             )
-            .map_err(|e| format!("{e} (see `journalctl -u {CHOWN_UNIT}`)"))
+            .map_err(|source| ChownError {
+                unit: CHOWN_UNIT.to_owned(),
+                source,
+            })
     }
 }
 
@@ -102,33 +107,33 @@ impl Connection {
 }
 
 impl LiveHost for System {
-    fn host(&self) -> &Host {
-        &self.host
+    fn files(&self) -> LiveFiles<'_> {
+        LiveFiles::new(&self.host)
     }
 
-    fn rdma_netlink(&self) -> Result<Box<dyn RdmaNetlink>, String> {
-        netlink::Socket::open()
-            .map(|s| Box::new(s) as Box<dyn RdmaNetlink>)
-            .map_err(|e| e.to_string())
+    fn rdma_netlink(&self) -> Result<Box<dyn RdmaNetlink>, NetlinkError> {
+        netlink::Socket::open().map(|s| Box::new(s) as Box<dyn RdmaNetlink>)
     }
 
     fn which(&self, program: &str) -> Option<PathBuf> {
         self.host.which(program)
     }
 
-    fn run(&self, argv: &[String]) -> Result<Vec<u8>, String> {
+    fn run(&self, argv: &[String]) -> Result<Vec<u8>, CommandError> {
         let Some((program, args)) = argv.split_first() else {
-            return Err("no command".into());
+            return Err(CommandError::Empty);
         };
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        match self.host.run(program, &args) {
+        let program = program.clone();
+        match self.host.run(&program, &args) {
             Some(Ok(o)) if o.status.success() => Ok(o.stdout),
-            Some(Ok(o)) => Err(format!(
-                "failed: {}",
-                String::from_utf8_lossy(&o.stderr).trim()
-            )),
-            Some(Err(e)) => Err(e.to_string()),
-            None => Err(format!("{program} is not installed")),
+            Some(Ok(o)) => Err(CommandError::Failed {
+                program,
+                code: o.status.code(),
+                stderr: String::from_utf8_lossy(&o.stderr).trim().to_owned(),
+            }),
+            Some(Err(source)) => Err(CommandError::Spawn { program, source }),
+            None => Err(CommandError::NotInstalled { program }),
         }
     }
 }

@@ -12,11 +12,10 @@ use crate::config::nri::MemlockVia;
 use crate::engine::check::CheckId;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::fleet::Fact;
+use crate::host::inventory::{Device, Port, Read};
 use crate::host::snapshot::Snapshot;
 use crate::observe::{Observation, Observations};
 use crate::reason::Reason;
-
-const CLASS: &str = "/sys/class/infiniband";
 
 pub struct Facts {
     devices: Vec<Fact>,
@@ -50,24 +49,16 @@ impl Concern for Export {
         let routes = text(host, Path::new("/proc/net/route"));
         let mut devices = Vec::new();
         let mut ports = Vec::new();
-        for dev in host
-            .list_dir(Path::new(CLASS))
-            .map_err(GatherError::unknown)?
-        {
-            let base = Path::new(CLASS).join(&dev);
-            // SR-IOV VFs share their PF's firmware, board and link: a node with
-            // a thousand of them would export a thousand series saying so.
-            if host.exists(&base.join("device/physfn")) {
-                continue;
-            }
-            devices.push(device(host, &dev, &base));
-            let parent = text(host, &base.join("parent"));
-            for port in host.list_dir(&base.join("ports")).unwrap_or_default() {
-                let Ok(number) = port.parse::<u32>() else {
+        let inventory = snap.rdma_inventory().map_err(GatherError::unknown)?;
+        // SR-IOV VFs share their PF's firmware, board and link: a node with
+        // a thousand of them would export a thousand series saying so.
+        for dev in inventory.physical() {
+            devices.push(device(host, dev));
+            for port in &dev.ports {
+                let Ok(number) = port.name.parse::<u32>() else {
                     continue;
                 };
-                let dir = base.join("ports").join(&port);
-                ports.push(self::port(host, &dev, number, &dir, &parent, &routes));
+                ports.push(self::port(host, dev, number, port, &routes));
             }
         }
         Ok(Facts {
@@ -115,42 +106,48 @@ fn text(host: &Snapshot, p: &Path) -> String {
         .unwrap_or_default()
 }
 
-/// A device's firmware, board, driver (with its OFED module version) and GUID.
-fn device(host: &Snapshot, dev: &str, base: &Path) -> Fact {
-    let driver = host
-        .read_link(&base.join("device/driver"))
+/// A sysfs file's text as the inventory read it, trimmed; empty when it
+/// could not be read.
+fn value(read: &Read) -> String {
+    read.as_ref()
         .ok()
-        .flatten()
-        .and_then(|l| l.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .unwrap_or_default();
+        .and_then(Option::as_deref)
+        .map(|t| t.trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// A device's firmware, board, driver (with its OFED module version) and GUID.
+fn device(host: &Snapshot, dev: &Device) -> Fact {
+    let driver = dev.driver.clone().unwrap_or_default();
     // MLNX_OFED and DOCA-OFED modules carry a version; in-tree ones do not.
     let version = text(
         host,
         &Path::new("/sys/module").join(&driver).join("version"),
     );
     Fact::Device {
-        device: dev.to_owned(),
-        fw_ver: text(host, &base.join("fw_ver")),
-        board_id: text(host, &base.join("board_id")),
+        device: dev.name.clone(),
+        fw_ver: value(&dev.fw_ver),
+        board_id: value(&dev.board_id),
         driver: if driver.is_empty() || version.is_empty() {
             driver
         } else {
             format!("{driver} {version}")
         },
-        node_guid: text(host, &base.join("node_guid")),
+        node_guid: value(&dev.node_guid),
     }
 }
 
 /// A port's link, its netdev and MTUs, and its fabric (the GID subnet
 /// prefix on InfiniBand, the netdev's IPv4 subnet on RoCE).
-fn port(host: &Snapshot, dev: &str, number: u32, dir: &Path, parent: &str, routes: &str) -> Fact {
-    let link_layer = match text(host, &dir.join("link_layer")).as_str() {
+fn port(host: &Snapshot, dev: &Device, number: u32, p: &Port, routes: &str) -> Fact {
+    let link_layer = match value(&p.link_layer).as_str() {
         "" => "unknown".to_owned(),
         l => l.to_owned(),
     };
-    let (rate, width) = rate_width(&text(host, &dir.join("rate")));
-    let netdev = Some(text(host, &dir.join("gid_attrs/ndevs/0")))
-        .filter(|n| !n.is_empty())
+    let (rate, width) = rate_width(&value(&p.rate));
+    let parent = value(&dev.parent);
+    let netdev = p
+        .netdev()
         .or_else(|| parent.split_whitespace().next().map(str::to_owned))
         .unwrap_or_default();
     let netdev_mtu = if netdev.is_empty() {
@@ -168,12 +165,12 @@ fn port(host: &Snapshot, dev: &str, number: u32, dir: &Path, parent: &str, route
             .map(|s| format!("roce:{s}"))
             .unwrap_or_default()
     } else {
-        ib_prefix(&text(host, &dir.join("gids/0")))
+        ib_prefix(&value(&p.gid0))
             .map(|p| format!("ib:{p}"))
             .unwrap_or_default()
     };
     Fact::Port {
-        device: dev.to_owned(),
+        device: dev.name.clone(),
         port: number,
         link_layer,
         rate,

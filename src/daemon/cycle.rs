@@ -88,7 +88,7 @@ pub(super) fn reconcile_once(
     let host = Host::new(&root);
     let written_back = match write_back_state(life.state, &host) {
         Ok(w) => w,
-        Err(what) => return stale_mounts(trigger, what, holds),
+        Err(StaleMounts(what)) => return stale_mounts(trigger, what, holds),
     };
     let mut watch = vec![config_path.clone()];
     let (config, config_error) = match load_config(&host, &config_path, life.last_good) {
@@ -179,16 +179,19 @@ fn finish(
     (Some(report), observations)
 }
 
-/// Writes back a removed state directory. `Ok` with what was restored, if
-/// anything; `Err` when only a restart of the service can (its mounts are stale).
-fn write_back_state(state: &StateCopy, host: &Host) -> Result<Option<String>, String> {
+/// The state directory was written back as the host sees it, but only a
+/// restart of the service gives it the new one (its mounts are stale): what.
+struct StaleMounts(String);
+
+/// Writes back a removed state directory: what was restored, if anything.
+fn write_back_state(state: &StateCopy, host: &Host) -> Result<Option<String>, StaleMounts> {
     match state.write_back(host) {
         WriteBack::Nothing => Ok(None),
         WriteBack::Restored(what) => {
             tracing::warn!("{what}");
             Ok(Some(what))
         }
-        WriteBack::RestartNeeded(what) => Err(what),
+        WriteBack::RestartNeeded(what) => Err(StaleMounts(what)),
     }
 }
 

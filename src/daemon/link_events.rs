@@ -21,6 +21,8 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::concerns::rdma::link::{EVENTS_PATH, Events};
 use crate::host::Host;
 use crate::host::rtnetlink::{Change, LinkEvents};
+use crate::host::state::Record;
+use crate::host::state_writer::{Access, StateWriter};
 
 /// The least time between two writes of the tally (and two wakes): a down
 /// after a quiet spell is written at once, the rest of its burst gathered.
@@ -121,10 +123,19 @@ fn due(first: Instant, last_write: Instant) -> Instant {
     first.max(last_write + MIN_INTERVAL)
 }
 
-fn write(host: &Host, events: &Events) -> bool {
+/// The tally as the record `rdma.link` reads.
+pub fn record(events: &Events) -> Record {
     let mut bytes = serde_json::to_vec(events).expect("events serialize");
     bytes.push(b'\n');
-    match host.state_write(Path::new(EVENTS_PATH), &bytes, 0o644) {
+    Record {
+        path: EVENTS_PATH.into(),
+        bytes,
+        note: None,
+    }
+}
+
+fn write(host: &Host, events: &Events) -> bool {
+    match StateWriter::new(host).keep(&record(events), Access::Public) {
         Ok(()) => true,
         Err(e) => {
             tracing::warn!(

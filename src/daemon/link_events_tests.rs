@@ -190,3 +190,36 @@ fn pod_veth_churn_never_drives_the_tally_or_reconciles() {
     );
     assert!(after_delete.downs.is_empty(), "{after_delete:?}");
 }
+
+/// The tally reaches the state directory only as the record `rdma.link`
+/// reads: after downs are folded and written, the agent's run directory holds
+/// that one file, byte for byte the record, readable by the check.
+#[test]
+fn the_tally_is_written_as_its_record_and_nothing_beside_it() {
+    let t = tempfile::tempdir().unwrap();
+    let host = Host::new(t.path());
+    let mut tally = Tally::new("42-1".into());
+    let rdma = || BTreeSet::from(["eth0".to_owned()]);
+    let folded = tally.fold(
+        vec![down("eth0"), down("veth1"), down("eth0")],
+        Instant::now(),
+        &mut || rdma(),
+    );
+    assert_eq!(folded.downs, 2);
+    assert!(write(&host, &tally.events));
+    let dir = t.path().join("run/rdma-node-agent");
+    let names: Vec<String> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["link-events.json"]);
+    let r = record(&tally.events);
+    assert_eq!(fs::read(dir.join("link-events.json")).unwrap(), r.bytes);
+    assert_eq!(
+        host.reader().state_read(Path::new(EVENTS_PATH)).unwrap(),
+        Some(r.bytes)
+    );
+    let back: Events =
+        serde_json::from_slice(&fs::read(dir.join("link-events.json")).unwrap()).unwrap();
+    assert_eq!(back.downs.get("eth0"), Some(&2));
+}

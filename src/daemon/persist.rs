@@ -6,6 +6,7 @@
 use crate::engine::check::{Check, Status};
 use crate::fleet::Fact;
 use crate::host::Host;
+use crate::host::state_writer::{Access, StateWriter};
 use crate::observe::Observation;
 use crate::reason::Reason;
 
@@ -14,8 +15,7 @@ pub(super) fn persist(host: &Host, observations: &[Observation], checks: &mut [C
         let Observation::Fleet(Fact::Persist { record, check }) = o else {
             continue;
         };
-        // The agent's own state: never through a link (see host::state).
-        if let Err(e) = host.state_write(&record.path, &record.bytes, 0o644) {
+        if let Err(e) = StateWriter::new(host).keep(record, Access::Public) {
             tracing::warn!(path = %record.path.display(), "cannot keep the agent's state: {e}");
             for c in checks.iter_mut().filter(|c| c.id == *check) {
                 c.status = Status::Unknown;

@@ -23,13 +23,14 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::agent::Agent;
-use crate::engine::ledger::Ledger;
+use crate::engine::ledger::{Ledger, LedgerError};
 use crate::engine::plan::{FileChange, Plan};
-use crate::host::Host;
 use crate::host::lock;
 use crate::host::sandbox::{granted, own_unit};
-use crate::host::service::{ServiceManager, UnitState};
+use crate::host::service::{ServiceManager, SystemdError, UnitState};
 use crate::host::state::STATE_DIR;
+use crate::host::state_writer::{Access, StateWriter};
+use crate::host::{Host, HostError};
 
 /// The drop-in that grants the agent's unit its layout's directories.
 pub const DROPIN: &str = "50-rdma-node-agent-paths.conf";
@@ -126,10 +127,31 @@ struct Record {
     dirs: Vec<PathBuf>,
 }
 
+/// Why the remedy could not be carried out (said after "cannot restart this
+/// service: ").
+#[derive(Debug, thiserror::Error)]
+pub(super) enum SettleError {
+    #[error(transparent)]
+    Lock(#[from] lock::LockError),
+    #[error("cannot write {}: {source}", .path.display())]
+    Grant {
+        path: PathBuf,
+        #[source]
+        source: LedgerError,
+    },
+    #[error("systemd is not reachable over D-Bus")]
+    NoSystemd,
+    /// The record of this boot's restarts (so one is not repeated).
+    #[error(transparent)]
+    Record(#[from] HostError),
+    #[error(transparent)]
+    Reload(#[from] SystemdError),
+}
+
 /// Carries out the remedy for the plan's files that are read-only here.
 /// Returns what to say; `Err` when there is no systemd to ask (the caller
 /// falls back to exiting for `Restart=on-failure`, once).
-pub(super) fn settle(agent: &Agent, plan: &Plan) -> Result<String, String> {
+pub(super) fn settle(agent: &Agent, plan: &Plan) -> Result<String, SettleError> {
     let host = &agent.host;
     let files: Vec<PathBuf> = plan.changes.iter().map(|c| c.path.clone()).collect();
     let mut read_only = host.read_only_dirs(&files);
@@ -161,14 +183,18 @@ pub(super) fn settle(agent: &Agent, plan: &Plan) -> Result<String, String> {
         ),
         Remedy::Grant(dirs) => grant(host, &unit, &dirs)?,
     };
-    let m = manager.ok_or("systemd is not reachable over D-Bus")?;
+    let m = manager.ok_or(SettleError::NoSystemd)?;
     let mut dirs = record.dirs;
     dirs.extend(read_only);
     let bytes = serde_json::to_vec(&Record { boot_id, dirs }).expect("record serializes");
-    host.state_write(&record_path, &bytes, 0o600)
-        .map_err(|e| e.to_string())?;
+    let kept = crate::host::state::Record {
+        path: record_path,
+        bytes,
+        note: None,
+    };
+    StateWriter::new(host).keep(&kept, Access::Private)?;
     // The unit as it is on disk now (a drop-in just written, or one not yet loaded).
-    m.reload().map_err(|e| e.to_string())?;
+    m.reload()?;
     restart_when_active(m, unit);
     Ok(what)
 }
@@ -195,7 +221,7 @@ fn this_boots_record(host: &Host, record_path: &Path, boot_id: &str) -> Record {
 
 /// Grants the unit these directories in the agent's drop-in (through the
 /// ledger, so `revert` removes it). Returns what to say.
-fn grant(host: &Host, unit: &str, dirs: &[PathBuf]) -> Result<String, String> {
+fn grant(host: &Host, unit: &str, dirs: &[PathBuf]) -> Result<String, SettleError> {
     let path = Path::new("/etc/systemd/system")
         .join(format!("{unit}.d"))
         .join(DROPIN);
@@ -215,11 +241,13 @@ fn grant(host: &Host, unit: &str, dirs: &[PathBuf]) -> Result<String, String> {
         changes: vec![change],
         ..Plan::default()
     };
-    let _lock = lock::acquire(host, Path::new(lock::LOCK_PATH), Duration::from_secs(10))
-        .map_err(|e| e.to_string())?;
+    let _lock = lock::acquire(host, Path::new(lock::LOCK_PATH), Duration::from_secs(10))?;
     Ledger::load(&host.reader())
         .and_then(|mut l| l.apply(host, &one))
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        .map_err(|source| SettleError::Grant {
+            path: path.clone(),
+            source,
+        })?;
     Ok(format!(
         "{} not granted by {unit}: granted in {} (ReadWritePaths=), restarting",
         list_dirs(dirs),

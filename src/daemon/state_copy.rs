@@ -2,15 +2,15 @@
 //! the daemon's memory too, so that a state directory removed while the daemon
 //! runs (by hand, by a cleanup job) is written back rather than lost.
 
-use std::path::PathBuf;
 use std::sync::Mutex;
 
 use crate::host::Host;
-use crate::host::state::{AGENT_DIRS, StateDir};
+use crate::host::state::{AGENT_DIRS, Record, StateDir};
+use crate::host::state_writer::{Access, StateWriter};
 
-/// The files of the state directory as last seen: (path, bytes, mode).
+/// The files of the state directory as last seen, as records to write back.
 #[derive(Default)]
-pub struct StateCopy(Mutex<Vec<(PathBuf, Vec<u8>, u32)>>);
+pub struct StateCopy(Mutex<Vec<(Record, Access)>>);
 
 /// What a write-back did.
 pub enum WriteBack {
@@ -30,7 +30,19 @@ impl StateCopy {
             return;
         }
         match host.state_files() {
-            Ok(files) => *self.0.lock().expect("state copy") = files,
+            Ok(files) => {
+                *self.0.lock().expect("state copy") = files
+                    .into_iter()
+                    .map(|(path, bytes, mode)| {
+                        let r = Record {
+                            path,
+                            bytes,
+                            note: None,
+                        };
+                        (r, Access::of_mode(mode))
+                    })
+                    .collect()
+            }
             Err(e) => tracing::warn!("cannot keep a copy of the agent's state: {e}"),
         }
     }
@@ -44,9 +56,8 @@ impl StateCopy {
         }
         let dir = AGENT_DIRS[0];
         let write = |target: &Host| {
-            files
-                .iter()
-                .try_for_each(|(p, bytes, mode)| target.state_write(p, bytes, *mode))
+            let w = StateWriter::new(target);
+            files.iter().try_for_each(|(r, access)| w.keep(r, *access))
         };
         let what = format!(
             "the agent's state directory {dir} was removed while it ran; its {} file(s) (the ledger and the originals `revert` restores) were written back from memory",
@@ -86,8 +97,17 @@ mod tests {
         let host = Host::new(t.path());
         let ledger = Path::new("/var/lib/rdma-node-agent/ledger.json");
         let original = Path::new("/var/lib/rdma-node-agent/originals/etc_x");
-        host.state_write(ledger, b"{}", 0o600).unwrap();
-        host.state_write(original, b"old", 0o600).unwrap();
+        let w = StateWriter::new(&host);
+        let keep = |p: &Path, b: &[u8]| {
+            let r = Record {
+                path: p.into(),
+                bytes: b.to_vec(),
+                note: None,
+            };
+            w.keep(&r, Access::Private).unwrap()
+        };
+        keep(ledger, b"{}");
+        keep(original, b"old");
         let copy = StateCopy::default();
         copy.refresh(&host);
         assert!(matches!(copy.write_back(&host), WriteBack::Nothing));

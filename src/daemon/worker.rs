@@ -12,6 +12,16 @@ use std::sync::mpsc;
 
 type Job = Box<dyn FnOnce() + Send>;
 
+/// Why a job handed to the worker gave no result.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WorkerError {
+    /// The job panicked (its message); the thread lives on.
+    #[error("{0}")]
+    Panicked(String),
+    #[error("the reconcile thread is gone")]
+    Gone,
+}
+
 pub struct Worker {
     jobs: mpsc::Sender<Job>,
 }
@@ -34,20 +44,21 @@ impl Worker {
     pub async fn run<T: Send + 'static>(
         &self,
         f: impl FnOnce() -> T + Send + 'static,
-    ) -> Result<T, String> {
+    ) -> Result<T, WorkerError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let job: Job = Box::new(move || {
             let out = std::panic::catch_unwind(AssertUnwindSafe(f)).map_err(|p| {
-                p.downcast_ref::<&str>()
-                    .map(|s| (*s).to_owned())
-                    .or_else(|| p.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "a panic without a message".to_owned())
+                WorkerError::Panicked(
+                    p.downcast_ref::<&str>()
+                        .map(|s| (*s).to_owned())
+                        .or_else(|| p.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "a panic without a message".to_owned()),
+                )
             });
             let _ = tx.send(out);
         });
-        let gone = || "the reconcile thread is gone".to_owned();
-        self.jobs.send(job).map_err(|_| gone())?;
-        rx.await.unwrap_or_else(|_| Err(gone()))
+        self.jobs.send(job).map_err(|_| WorkerError::Gone)?;
+        rx.await.unwrap_or(Err(WorkerError::Gone))
     }
 }
 
@@ -65,7 +76,7 @@ mod tests {
         let first = w.run(thread_id).await.unwrap();
         assert_ne!(first, thread_id());
         let err = w.run(|| -> u8 { panic!("boom") }).await.unwrap_err();
-        assert_eq!(err, "boom");
+        assert_eq!(err, WorkerError::Panicked("boom".into()));
         let name = w
             .run(|| std::thread::current().name().map(str::to_owned))
             .await

@@ -11,13 +11,14 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
 
-use super::effect::{Effect, LiveCtx, LiveHost, Probe};
+use super::effect::{Effect, LiveCtx, LiveHost, Probe, settle};
 use super::holds::Holds;
 use super::outcome::{ActionOutcome, ActionStatus};
 use crate::engine::ledger::{Ledger, LedgerError, LegacyReaders, RevertOutcome};
 use crate::engine::plan::{Action, ActionKind, Plan};
 use crate::host::lock::{self, LockError};
 use crate::host::service::{ServiceManager, SystemdError, UnitState};
+use crate::host::state_writer::{Access, StateWriter};
 use crate::host::stop::Stop;
 use crate::host::{Host, HostError};
 
@@ -198,8 +199,7 @@ impl Executor<'_> {
         // The run converged: record the agent's own state (what it last saw).
         let mut notes = plan.notes.clone();
         for r in &plan.records {
-            // The agent's own state: never through a link (see host::state).
-            self.host.state_write(&r.path, &r.bytes, 0o644)?;
+            StateWriter::new(self.host).keep(r, Access::Public)?;
             notes.extend(r.note.clone());
         }
         Ok(ApplyOutcome {
@@ -282,7 +282,7 @@ impl Executor<'_> {
             .map(|e| {
                 let (status, detail) = match self.live {
                     None => (ActionStatus::Skipped, "not the live host".to_owned()),
-                    Some(live) => e.run(&live.ctx(self.stop)),
+                    Some(live) => settle(e.run(&live.ctx(self.stop))),
                 };
                 ActionOutcome::new(e.describe(), status, detail).keyed(e.key())
             })
@@ -319,7 +319,7 @@ impl Executor<'_> {
             return (ActionStatus::Skipped, self.not_live(&a.reason));
         };
         match &a.kind {
-            ActionKind::Effect(e) => e.run(&live.ctx(self.stop)),
+            ActionKind::Effect(e) => settle(e.run(&live.ctx(self.stop))),
             ActionKind::RestartUnit { .. } => unreachable!("restarts are handled by apply"),
         }
     }
@@ -343,7 +343,10 @@ impl Executor<'_> {
         loop {
             let problem = match manager.status(unit) {
                 Ok(s) if s.active_state == UnitState::Active => match (verify, self.live) {
-                    (Some(probe), Some(live)) => probe.healthy(&live.ctx(self.stop)).err(),
+                    (Some(probe), Some(live)) => probe
+                        .healthy(&live.ctx(self.stop))
+                        .err()
+                        .map(|e| e.to_string()),
                     _ => None,
                 },
                 Ok(s) => Some(format!(

@@ -7,11 +7,13 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::effect::{Effect, EffectKey, LiveCtx, LiveHost, Probe};
-use super::outcome::ActionStatus;
+use super::effect::{
+    CommandError, Effect, EffectError, EffectKey, LiveCtx, LiveHost, Probe, Ran, Unhealthy,
+};
 use crate::host::Host;
-use crate::host::netlink::RdmaNetlink;
-use crate::host::service::{ServiceManager, SystemdError, UnitState, UnitStatus};
+use crate::host::live_files::LiveFiles;
+use crate::host::netlink::{NetlinkError, RdmaNetlink};
+use crate::host::service::{ServiceManager, SystemdError, UnitReader, UnitState, UnitStatus};
 use crate::host::stop::Stop;
 
 /// What the fake does with the next restart job.
@@ -52,6 +54,21 @@ impl FakeManager {
     }
 }
 
+impl UnitReader for FakeManager {
+    fn status(&self, _unit: &str) -> Result<UnitStatus, SystemdError> {
+        if self.stop_on_status {
+            self.stop.request();
+        }
+        let state = self.states.lock().unwrap().pop_front().unwrap_or("active");
+        Ok(UnitStatus {
+            active_state: UnitState::parse(state),
+            main_pid: 42,
+            limit_memlock: None,
+            started: None,
+        })
+    }
+}
+
 impl ServiceManager for FakeManager {
     fn reload(&self) -> Result<(), SystemdError> {
         self.calls.lock().unwrap().push("reload".into());
@@ -86,19 +103,6 @@ impl ServiceManager for FakeManager {
         }
     }
 
-    fn status(&self, _unit: &str) -> Result<UnitStatus, SystemdError> {
-        if self.stop_on_status {
-            self.stop.request();
-        }
-        let state = self.states.lock().unwrap().pop_front().unwrap_or("active");
-        Ok(UnitStatus {
-            active_state: UnitState::parse(state),
-            main_pid: 42,
-            limit_memlock: None,
-            started: None,
-        })
-    }
-
     fn run_transient(
         &self,
         unit: &str,
@@ -118,7 +122,7 @@ impl ServiceManager for FakeManager {
 /// each run prints the next of `outputs`, then `stdout`; no RDMA netlink.
 pub struct FakeHost {
     pub host: Host,
-    pub outputs: Mutex<VecDeque<Result<Vec<u8>, String>>>,
+    pub outputs: Mutex<VecDeque<Result<Vec<u8>, CommandError>>>,
     pub stdout: Vec<u8>,
 }
 
@@ -133,20 +137,27 @@ impl Default for FakeHost {
 }
 
 impl LiveHost for FakeHost {
-    fn host(&self) -> &Host {
-        &self.host
+    fn files(&self) -> LiveFiles<'_> {
+        LiveFiles::new(&self.host)
     }
-    fn rdma_netlink(&self) -> Result<Box<dyn RdmaNetlink>, String> {
-        Err("no RDMA netlink in a fake".into())
+    fn rdma_netlink(&self) -> Result<Box<dyn RdmaNetlink>, NetlinkError> {
+        Err(NetlinkError::Unavailable(
+            nix::errno::Errno::EPROTONOSUPPORT,
+        ))
     }
     fn which(&self, program: &str) -> Option<PathBuf> {
         Some(PathBuf::from("/usr/sbin").join(program))
     }
-    fn run(&self, _argv: &[String]) -> Result<Vec<u8>, String> {
+    fn run(&self, _argv: &[String]) -> Result<Vec<u8>, CommandError> {
         let next = self.outputs.lock().unwrap().pop_front();
         next.unwrap_or_else(|| Ok(self.stdout.clone()))
     }
 }
+
+/// What a fake was told to answer, as an error.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Told(pub String);
 
 /// A restarted unit's health, answered as told, in order (then healthy).
 #[derive(Debug, Default)]
@@ -155,8 +166,9 @@ pub struct FakeProbe {
 }
 
 impl Probe for FakeProbe {
-    fn healthy(&self, _cx: &LiveCtx) -> Result<(), String> {
-        self.answers.lock().unwrap().pop_front().unwrap_or(Ok(()))
+    fn healthy(&self, _cx: &LiveCtx) -> Result<(), Unhealthy> {
+        let next = self.answers.lock().unwrap().pop_front();
+        next.unwrap_or(Ok(())).map_err(|e| Unhealthy::new(Told(e)))
     }
 }
 
@@ -171,7 +183,7 @@ impl Effect for FailingEffect {
     fn describe(&self) -> String {
         "switch something the kernel refuses".into()
     }
-    fn run(&self, _cx: &LiveCtx) -> (ActionStatus, String) {
-        (ActionStatus::Failed, "EBUSY".into())
+    fn run(&self, _cx: &LiveCtx) -> Result<Ran, EffectError> {
+        Err(EffectError::new(Told("EBUSY".into())))
     }
 }

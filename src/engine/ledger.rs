@@ -13,12 +13,14 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::engine::plan::{FileChange, Plan};
+use crate::host::FileData;
 use crate::host::files::Ownership;
 use crate::host::read::ReadHost;
 use crate::host::stage::Staged;
 use crate::host::{Host, HostError};
 
-use crate::host::state::STATE_DIR;
+use crate::host::state::{Record, STATE_DIR};
+use crate::host::state_writer::{Access, StateWriter};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
@@ -138,7 +140,7 @@ fn now() -> u64 {
 
 /// Appends one event to the agent's journal (`journal.jsonl`): a file change,
 /// or a live write that is no file (an ACS register, named by its config path).
-pub fn journal(host: &Host, event: &str, path: &Path, owner: &str, reason: &str) {
+pub fn journal(w: &StateWriter, event: &str, path: &Path, owner: &str, reason: &str) {
     let entry = JournalEntry {
         time: now(),
         event,
@@ -149,7 +151,7 @@ pub fn journal(host: &Host, event: &str, path: &Path, owner: &str, reason: &str)
     let mut line = serde_json::to_vec(&entry).expect("journal entry serializes");
     line.push(b'\n');
     // The journal is history, not state: failing to append must not undo a change.
-    if let Err(e) = host.state_append_bounded(&state_path("journal.jsonl"), &line, JOURNAL_MAX) {
+    if let Err(e) = w.append_bounded(&state_path("journal.jsonl"), &line, JOURNAL_MAX) {
         tracing::warn!("could not append to the journal: {e}");
     }
 }
@@ -178,7 +180,12 @@ impl Ledger {
     fn save(&self, host: &Host) -> Result<(), LedgerError> {
         let mut bytes = serde_json::to_vec_pretty(self).expect("ledger serializes");
         bytes.push(b'\n');
-        host.state_write(&state_path("ledger.json"), &bytes, 0o600)?;
+        let ledger = Record {
+            path: state_path("ledger.json"),
+            bytes,
+            note: None,
+        };
+        StateWriter::new(host).keep(&ledger, Access::Private)?;
         Ok(())
     }
 
@@ -196,7 +203,12 @@ impl Ledger {
         }
         let current = host.read(&change.path)?;
         if let Some(d) = &current {
-            host.state_write(&backup_path(&change.path), &d.bytes, 0o600)?;
+            let original = Record {
+                path: backup_path(&change.path),
+                bytes: d.bytes.clone(),
+                note: None,
+            };
+            StateWriter::new(host).keep(&original, Access::Private)?;
         }
         self.files.insert(
             change.path.clone(),
@@ -277,7 +289,13 @@ impl Ledger {
             crate::engine::plan::ChangeKind::Modify => "modify",
             crate::engine::plan::ChangeKind::Remove => "remove",
         };
-        journal(host, event, &change.path, change.owner, &change.reason);
+        journal(
+            &StateWriter::new(host),
+            event,
+            &change.path,
+            change.owner,
+            &change.reason,
+        );
         Ok(())
     }
 
@@ -301,7 +319,13 @@ impl Ledger {
                 o.written_sha256 = change.old.as_deref().map(sha256);
             }
             self.save(host)?;
-            journal(host, "rollback", &change.path, change.owner, &change.reason);
+            journal(
+                &StateWriter::new(host),
+                "rollback",
+                &change.path,
+                change.owner,
+                &change.reason,
+            );
         }
         Ok(())
     }
@@ -334,39 +358,18 @@ impl Ledger {
                 continue;
             }
             if orig.existed {
-                let backup = backup_path(&path);
-                let bytes =
-                    host.state_read(&backup)?
-                        .ok_or_else(|| LedgerError::MissingOriginal {
-                            path: path.clone(),
-                            backup: host.path(&backup),
-                        })?;
-                // A link goes back as the link, its target gets the original bytes.
-                if let Some(target) = &orig.link {
-                    host.restore_link(&path, target)?;
-                }
-                // Ledgers from before owners were recorded: keep the current ones.
-                let (uid, gid) = match (orig.uid, orig.gid, &current) {
-                    (Some(uid), Some(gid), _) => (uid, gid),
-                    (_, _, Some(d)) => (d.uid, d.gid),
-                    _ => (
-                        nix::unistd::geteuid().as_raw(),
-                        nix::unistd::getegid().as_raw(),
-                    ),
-                };
-                let own = Ownership {
-                    mode: orig.mode,
-                    uid,
-                    gid,
-                };
-                host.write_exact(&path, &bytes, &own)?;
-                host.state_remove(&backup)?;
-                journal(host, "restore", &path, &orig.owner, "revert");
+                restore_original(host, &path, &orig, current.as_ref())?;
                 out.restored.push(path);
             } else {
                 host.remove(&path)?;
                 created_dirs.extend(orig.created_dirs.iter().cloned());
-                journal(host, "remove", &path, &orig.owner, "revert");
+                journal(
+                    &StateWriter::new(host),
+                    "remove",
+                    &path,
+                    &orig.owner,
+                    "revert",
+                );
                 out.removed.push(path);
             }
         }
@@ -376,13 +379,53 @@ impl Ledger {
             host.remove_dir_if_empty(&dir);
         }
         if self.files.is_empty() {
-            host.state_remove(&state_path("ledger.json"))?;
+            StateWriter::new(host).remove(&state_path("ledger.json"))?;
             host.state_remove_dir_if_empty(&state_path("originals"));
         } else {
             self.save(host)?;
         }
         Ok(out)
     }
+}
+
+/// Puts one changed file's original back (its bytes, owner, mode, and the link
+/// it was), then drops the kept copy.
+fn restore_original(
+    host: &Host,
+    path: &Path,
+    orig: &Original,
+    current: Option<&FileData>,
+) -> Result<(), LedgerError> {
+    let backup = backup_path(path);
+    let bytes = host
+        .state_read(&backup)?
+        .ok_or_else(|| LedgerError::MissingOriginal {
+            path: path.to_owned(),
+            backup: host.path(&backup),
+        })?;
+    // A link goes back as the link, its target gets the original bytes.
+    if let Some(target) = &orig.link {
+        host.restore_link(path, target)?;
+    }
+    // Ledgers from before owners were recorded: keep the current ones.
+    let (uid, gid) = match (orig.uid, orig.gid, current) {
+        (Some(uid), Some(gid), _) => (uid, gid),
+        (_, _, Some(d)) => (d.uid, d.gid),
+        _ => (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        ),
+    };
+    let own = Ownership {
+        mode: orig.mode,
+        uid,
+        gid,
+    };
+    host.write_exact(path, &bytes, &own)?;
+    let w = StateWriter::new(host);
+    w.remove(&backup)?;
+    journal(&w, "restore", path, &orig.owner, "revert");
+    Ok(())
 }
 
 #[cfg(test)]

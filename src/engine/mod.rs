@@ -247,8 +247,11 @@ fn unknown_needs(
 fn run_preflights(mut plan: Plan) -> Result<Plan, PlanError> {
     let checks = plan.preflight.clone();
     for check in checks {
-        plan.notes
-            .push(check.check().map_err(PlanError::Preflight)?);
+        plan.notes.push(
+            check
+                .check()
+                .map_err(|e| PlanError::Preflight(e.to_string()))?,
+        );
     }
     Ok(plan)
 }

@@ -107,19 +107,6 @@ pub fn text(r: &Report, url: &str, set: &Settings, took: Duration, now: f64) -> 
         r.not_reporting.len(),
         took.as_secs_f64()
     );
-    let group_rows = |groups: &[super::ReasonGroup], max: usize| {
-        groups
-            .iter()
-            .map(|g| {
-                vec![
-                    g.reason.clone(),
-                    g.checks.join(","),
-                    g.count.to_string(),
-                    names(&g.nodes, max),
-                ]
-            })
-            .collect::<Vec<_>>()
-    };
     section(
         &mut out,
         "Not ready, by reason",
@@ -132,8 +119,52 @@ pub fn text(r: &Report, url: &str, set: &Settings, took: Duration, now: f64) -> 
         &["NODE"],
         r.not_reporting.iter().map(|n| vec![n.clone()]).collect(),
     );
+    consistency(&mut out, r);
+    links(&mut out, r, set, now);
+    offenders(&mut out, r);
+    if !r.warnings.is_empty() {
+        section(
+            &mut out,
+            "Warnings on ready nodes (not counted as problems)",
+            &["REASON", "CHECKS", "NODES", "NAMES"],
+            group_rows(&r.warnings, 5),
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n{}",
+        if r.problem_nodes.is_empty() {
+            format!("Every node is fine ({} node(s)).", r.nodes)
+        } else {
+            format!(
+                "{} node(s) need attention: {}",
+                r.problem_nodes.len(),
+                terminal_safe(&r.problem_nodes.join(", "))
+            )
+        }
+    );
+    out
+}
+
+fn group_rows(groups: &[super::ReasonGroup], max: usize) -> Vec<Vec<String>> {
+    groups
+        .iter()
+        .map(|g| {
+            vec![
+                g.reason.clone(),
+                g.checks.join(","),
+                g.count.to_string(),
+                names(&g.nodes, max),
+            ]
+        })
+        .collect()
+}
+
+/// Where nodes differ from their peers: firmware and port rates here, then
+/// their configuration.
+fn consistency(out: &mut String, r: &Report) {
     section(
-        &mut out,
+        out,
         "Firmware minority, per board id",
         &["NODE", "DEVICE", "BOARD_ID", "FW_VER", "MAJORITY"],
         r.firmware_minority
@@ -150,7 +181,7 @@ pub fn text(r: &Report, url: &str, set: &Settings, took: Duration, now: f64) -> 
             .collect(),
     );
     section(
-        &mut out,
+        out,
         "Ports below their cohort's rate (median of ACTIVE ports of the board id and link layer)",
         &[
             "NODE",
@@ -176,8 +207,13 @@ pub fn text(r: &Report, url: &str, set: &Settings, took: Duration, now: f64) -> 
             })
             .collect(),
     );
+    configuration(out, r);
+}
+
+/// Where nodes are configured unlike their peers: MTUs, settings.
+fn configuration(out: &mut String, r: &Report) {
     section(
-        &mut out,
+        out,
         "MTU differing within a fabric",
         &[
             "NODE", "DEVICE", "PORT", "FABRIC", "MTU", "VALUE", "MAJORITY",
@@ -198,7 +234,7 @@ pub fn text(r: &Report, url: &str, set: &Settings, took: Duration, now: f64) -> 
             .collect(),
     );
     section(
-        &mut out,
+        out,
         "Settings differing from the fleet's majority",
         &["NODE", "SETTING", "VALUE", "MAJORITY"],
         r.setting_minority
@@ -213,8 +249,12 @@ pub fn text(r: &Report, url: &str, set: &Settings, took: Duration, now: f64) -> 
             })
             .collect(),
     );
+}
+
+/// Links the kubelet does not offer, and links that flap.
+fn links(out: &mut String, r: &Report, set: &Settings, now: f64) {
     section(
-        &mut out,
+        out,
         "Kubelet advertises no RDMA device while ports are ACTIVE",
         &["NODE", "ACTIVE_PORTS"],
         r.kubelet_rdma_zero
@@ -223,10 +263,11 @@ pub fn text(r: &Report, url: &str, set: &Settings, took: Duration, now: f64) -> 
             .collect(),
     );
     section(
-        &mut out,
+        out,
         &format!(
-            "Link flapping (more than {} flaps in {window})",
-            set.flap_threshold
+            "Link flapping (more than {} flaps in {})",
+            set.flap_threshold,
+            duration::show(set.flap_window)
         ),
         &["NODE", "DEVICE", "PORT", "FLAPS", "LAST_FLAP"],
         r.link_flapping
@@ -243,29 +284,6 @@ pub fn text(r: &Report, url: &str, set: &Settings, took: Duration, now: f64) -> 
             })
             .collect(),
     );
-    offenders(&mut out, r);
-    if !r.warnings.is_empty() {
-        section(
-            &mut out,
-            "Warnings on ready nodes (not counted as problems)",
-            &["REASON", "CHECKS", "NODES", "NAMES"],
-            group_rows(&r.warnings, 5),
-        );
-    }
-    let _ = writeln!(
-        out,
-        "\n{}",
-        if r.problem_nodes.is_empty() {
-            format!("Every node is fine ({} node(s)).", r.nodes)
-        } else {
-            format!(
-                "{} node(s) need attention: {}",
-                r.problem_nodes.len(),
-                terminal_safe(&r.problem_nodes.join(", "))
-            )
-        }
-    );
-    out
 }
 
 /// The repeat offenders of the last day: shown, not counted as problems.

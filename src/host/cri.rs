@@ -9,7 +9,7 @@
 //! declared here with prost so that the agent needs no protoc at build time.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tonic::transport::{Endpoint, Uri};
@@ -30,17 +30,36 @@ const STATUS: &str = "/runtime.v1.RuntimeService/Status";
 /// A healthy containerd answers in milliseconds; a hung one must not hold a cycle.
 const TIMEOUT: Duration = Duration::from_secs(3);
 
+/// Why the CRI config could not be had, from which socket.
+#[derive(Debug, thiserror::Error)]
+pub enum CriError {
+    #[error("not the live host")]
+    NotLive,
+    /// Not containerd's socket to ask, or no runtime to ask with.
+    #[error("cannot ask {}: {reason}", .socket.display())]
+    NotAsked { socket: PathBuf, reason: String },
+    #[error("{}: no CRI answer within {} s", .socket.display(), .after.as_secs())]
+    TimedOut { socket: PathBuf, after: Duration },
+    /// It answered, but not with a config (the gRPC status, or none sent).
+    #[error("{}: {reason}", .socket.display())]
+    Failed { socket: PathBuf, reason: String },
+}
+
 impl super::Host {
     /// The CRI plugin's effective config (JSON) from the containerd listening on
     /// `socket`, or why it could not be had. Live host only.
-    pub fn cri_config(&self, socket: &Path) -> Result<String, String> {
+    pub fn cri_config(&self, socket: &Path) -> Result<String, CriError> {
         if !self.is_live() {
-            return Err("not the live host".into());
+            return Err(CriError::NotLive);
         }
+        let asked = socket.to_owned();
         let socket = socket.to_owned();
-        let shown = socket.display().to_string();
+        let not_asked = |reason: String| CriError::NotAsked {
+            socket: asked.clone(),
+            reason,
+        };
         // What answers decides which base specs are judged: containerd's only.
-        super::peer::socket_file(&socket).map_err(|e| format!("cannot ask {shown}: {e}"))?;
+        super::peer::socket_file(&socket).map_err(not_asked)?;
         let ask = async move {
             let channel = Endpoint::try_from("http://[::]")
                 .map_err(|e| e.to_string())?
@@ -72,9 +91,15 @@ impl super::Host {
                 .ok_or_else(|| "CRI Status (verbose) returned no `config`".to_owned())
         };
         super::rt::block_on(async { tokio::time::timeout(TIMEOUT, ask).await })
-            .map_err(|e| format!("cannot ask {shown}: {e}"))?
-            .map_err(|_| format!("{shown}: no CRI answer within {} s", TIMEOUT.as_secs()))?
-            .map_err(|e| format!("{shown}: {e}"))
+            .map_err(|e| not_asked(e.to_string()))?
+            .map_err(|_| CriError::TimedOut {
+                socket: asked.clone(),
+                after: TIMEOUT,
+            })?
+            .map_err(|reason| CriError::Failed {
+                socket: asked.clone(),
+                reason,
+            })
     }
 }
 

@@ -6,7 +6,9 @@ use futures_util::StreamExt;
 use zbus::proxy::CacheProperties;
 use zbus::{Connection, OwnedObjectPath, Variant, proxy};
 
-use super::service::{ServiceManager, SystemdError, UnitState, UnitStatus};
+use super::service::{
+    PrivilegedHelper, ServiceManager, SystemdError, UnitReader, UnitState, UnitStatus,
+};
 use super::stop::{self, Stop};
 
 #[proxy(
@@ -106,7 +108,7 @@ impl Dbus {
 
     /// Connects to the system bus (`DBUS_SYSTEM_BUS_ADDRESS` or the default socket).
     pub fn system() -> Result<Dbus, SystemdError> {
-        let rt = super::rt::shared().map_err(SystemdError::Connect)?;
+        let rt = super::rt::shared().map_err(|e| SystemdError::Connect(e.to_string()))?;
         let conn = rt
             .block_on(Connection::system())
             .map_err(|e| SystemdError::Connect(e.to_string()))?;
@@ -139,6 +141,47 @@ impl Dbus {
             .map_err(call("Manager"))?;
         // LoadUnit, not GetUnit: a unit that is not loaded yet is not an error.
         m.load_unit(unit).await.map_err(call("LoadUnit"))
+    }
+}
+
+impl UnitReader for Dbus {
+    fn status(&self, unit: &str) -> Result<UnitStatus, SystemdError> {
+        self.rt.block_on(async {
+            let path = self.unit_path(unit).await?;
+            let u = UnitProxy::builder(&self.conn())
+                .path(path.clone())
+                .cache_properties(CacheProperties::No)
+                .build()
+                .await
+                .map_err(call("Unit"))?;
+            let active_state = u.active_state().await.map_err(call("ActiveState"))?;
+            let s = ServiceProxy::builder(&self.conn())
+                .path(path)
+                .cache_properties(CacheProperties::No)
+                .build()
+                .await
+                .map_err(call("Service"))?;
+            // A unit that is not a service has none of these: not an error. A
+            // service's MainPID that cannot be read is one (0 would read as "none").
+            let main_pid = match s.main_pid().await {
+                Ok(pid) => pid,
+                Err(_) if !unit.ends_with(".service") => 0,
+                Err(e) => return Err(call("MainPID")(e)),
+            };
+            let limit_memlock = s.limit_memlock().await.ok();
+            let started = s
+                .exec_main_start_timestamp()
+                .await
+                .ok()
+                .filter(|us| *us > 0)
+                .map(|us| UNIX_EPOCH + Duration::from_micros(us));
+            Ok(UnitStatus {
+                active_state: UnitState::parse(&active_state),
+                main_pid,
+                limit_memlock,
+                started,
+            })
+        })
     }
 }
 
@@ -201,26 +244,19 @@ impl ServiceManager for Dbus {
 
     fn run_privileged_helper(
         &self,
+        helper: PrivilegedHelper,
         unit: &str,
         argv: &[String],
         timeout: Duration,
         stop: &Stop,
     ) -> Result<(), SystemdError> {
-        // Only what config space needs: CAP_SYS_ADMIN (the kernel's rule for
-        // reading past 64 bytes and for writing), /sys writable (it is, under
-        // ProtectSystem=strict), its answer's directory, no network.
-        let sandbox = vec![
-            ("CapabilityBoundingSet", Variant::from(1u64 << 21)),
+        // Each its one capability, its answer's directory, no network.
+        let mut sandbox = vec![
             ("NoNewPrivileges", Variant::from(true)),
             ("ProtectSystem", Variant::from("strict")),
-            (
-                "ReadWritePaths",
-                Variant::from(vec![super::pci_helper::OUT_DIR]),
-            ),
             ("ProtectHome", Variant::from("yes")),
             ("PrivateTmp", Variant::from(true)),
             ("PrivateNetwork", Variant::from(true)),
-            ("PrivateDevices", Variant::from(true)),
             ("ProtectKernelModules", Variant::from(true)),
             ("ProtectControlGroups", Variant::from(true)),
             ("LockPersonality", Variant::from(true)),
@@ -228,46 +264,33 @@ impl ServiceManager for Dbus {
             ("RestrictRealtime", Variant::from(true)),
             ("UMask", Variant::from(0o077u32)),
         ];
+        sandbox.extend(match helper {
+            // CAP_SYS_ADMIN: the kernel's rule for reading config space past
+            // 64 bytes and for writing; /sys is writable under ProtectSystem=strict.
+            PrivilegedHelper::PciConfig => vec![
+                ("CapabilityBoundingSet", Variant::from(1u64 << 21)),
+                (
+                    "ReadWritePaths",
+                    Variant::from(vec![super::pci_helper::OUT_DIR]),
+                ),
+                ("PrivateDevices", Variant::from(true)),
+            ],
+            // CAP_SYSLOG (kernel.dmesg_restrict), /dev/kmsg readable and no other
+            // device, and no syslog(2), which could clear the buffer.
+            PrivilegedHelper::KernelLog => vec![
+                ("CapabilityBoundingSet", Variant::from(1u64 << 34)),
+                (
+                    "ReadWritePaths",
+                    Variant::from(vec![super::kmsg_helper::OUT_DIR]),
+                ),
+                ("DevicePolicy", Variant::from("closed")),
+                ("DeviceAllow", Variant::from(vec![("/dev/kmsg", "r")])),
+                ("ProtectKernelTunables", Variant::from(true)),
+                // A deny list (`false`: not an allow list).
+                ("SystemCallFilter", Variant::from((false, vec!["syslog"]))),
+            ],
+        });
         self.transient(unit, argv, timeout, stop, sandbox)
-    }
-
-    fn status(&self, unit: &str) -> Result<UnitStatus, SystemdError> {
-        self.rt.block_on(async {
-            let path = self.unit_path(unit).await?;
-            let u = UnitProxy::builder(&self.conn())
-                .path(path.clone())
-                .cache_properties(CacheProperties::No)
-                .build()
-                .await
-                .map_err(call("Unit"))?;
-            let active_state = u.active_state().await.map_err(call("ActiveState"))?;
-            let s = ServiceProxy::builder(&self.conn())
-                .path(path)
-                .cache_properties(CacheProperties::No)
-                .build()
-                .await
-                .map_err(call("Service"))?;
-            // A unit that is not a service has none of these: not an error. A
-            // service's MainPID that cannot be read is one (0 would read as "none").
-            let main_pid = match s.main_pid().await {
-                Ok(pid) => pid,
-                Err(_) if !unit.ends_with(".service") => 0,
-                Err(e) => return Err(call("MainPID")(e)),
-            };
-            let limit_memlock = s.limit_memlock().await.ok();
-            let started = s
-                .exec_main_start_timestamp()
-                .await
-                .ok()
-                .filter(|us| *us > 0)
-                .map(|us| UNIX_EPOCH + Duration::from_micros(us));
-            Ok(UnitStatus {
-                active_state: UnitState::parse(&active_state),
-                main_pid,
-                limit_memlock,
-                started,
-            })
-        })
     }
 }
 

@@ -39,6 +39,7 @@ impl Host {
     /// The directory `p` resolves to inside the root. `Ok(Err(target))` when
     /// the resolved path is not a directory (absent: a dangling link).
     pub fn open_dir(&self, p: &Path) -> Result<std::result::Result<Dir<'_>, PathBuf>> {
+        super::walks::record("open", || self.path(p));
         if let Some((fd, path)) =
             self.open_in_root(p, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC)
         {

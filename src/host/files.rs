@@ -18,12 +18,22 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::service::SystemdError;
 use super::{FileData, Host, HostError, Result, missing};
 
 /// Changes the owner of a file this process created but may not chown itself.
 pub trait Chown: Send + Sync {
     /// `chown -h uid:gid path` (never through a link); `Err` says why not.
-    fn chown(&self, path: &Path, uid: u32, gid: u32) -> std::result::Result<(), String>;
+    fn chown(&self, path: &Path, uid: u32, gid: u32) -> std::result::Result<(), ChownError>;
+}
+
+/// The unit that runs the chown failed: where its output is.
+#[derive(Debug, thiserror::Error)]
+#[error("{source} (see `journalctl -u {unit}`)")]
+pub struct ChownError {
+    pub unit: String,
+    #[source]
+    pub source: SystemdError,
 }
 
 #[derive(Clone)]

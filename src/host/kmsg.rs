@@ -31,7 +31,7 @@ pub struct Caps {
 }
 
 /// One record of the kernel log.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Record {
     pub seq: u64,
     /// The syslog level (0 emerg … 7 debug).
@@ -47,7 +47,7 @@ pub struct Record {
 }
 
 /// What one pass read.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct KernelLog {
     /// The records the filter kept, oldest first.
     pub records: Vec<Record>,
@@ -65,11 +65,14 @@ pub enum KmsgError {
     #[error("not read: the agent reads a tree under --root that has no {path}")]
     Absent { path: PathBuf },
     #[error(
-        "cannot read {path}: {source}: reading the kernel log needs CAP_SYSLOG where kernel.dmesg_restrict = 1 (Debian's default), and /dev/kmsg visible to the agent (the shipped unit grants both; a unit with ProtectKernelLogs=yes or without CAP_SYSLOG does not)"
+        "cannot read {path}: {source}: reading the kernel log needs CAP_SYSLOG where kernel.dmesg_restrict = 1 (Debian's default), and /dev/kmsg visible to the reader (under the shipped unit the daemon asks systemd to run its kernel-log helper, which has both, when there is a NIC to watch; run `check` as root from a shell)"
     )]
     Denied { path: PathBuf, source: io::Error },
     #[error("cannot read {path}: {source}")]
     Io { path: PathBuf, source: io::Error },
+    /// The privileged helper (`kernel-log`) could not read it for the daemon.
+    #[error("the kernel log, read by the agent's kernel-log helper: {message}")]
+    Helper { message: String },
     #[error(
         "{path} is not the kernel log (character device {major}:{minor}, not 1:11): a container's stand-in, so the kernel's messages cannot be read here"
     )]
@@ -136,23 +139,7 @@ pub fn read(
         }
     };
     if !meta.file_type().is_char_device() {
-        let mut text = String::new();
-        let f = File::open(&path).map_err(|e| open_error(path.clone(), e))?;
-        f.take(caps.max_bytes)
-            .read_to_string(&mut text)
-            .map_err(|e| KmsgError::Io {
-                path: path.clone(),
-                source: e,
-            })?;
-        for (count, raw) in split_records(&text).enumerate() {
-            if count as u64 >= caps.max_records {
-                log.truncated = true;
-                break;
-            }
-            take(raw, &mut log);
-        }
-        log.truncated |= text.len() as u64 >= caps.max_bytes;
-        return Ok(log);
+        return read_file(&path, caps, log, &take);
     }
     // A container's /dev/kmsg may be /dev/null (systemd-nspawn): it reads as an
     // empty log, which must not pass for a clean one.
@@ -160,6 +147,12 @@ pub fn read(
         nix::sys::stat::major(meta.rdev()),
         nix::sys::stat::minor(meta.rdev()),
     );
+    // systemd's stand-in for a hidden node (ProtectKernelLogs=, InaccessiblePaths=)
+    // is a 0:0 device nobody may open: a refusal, not another device.
+    if (major, minor) == (0, 0) {
+        let source = io::Error::from(io::ErrorKind::PermissionDenied);
+        return Err(KmsgError::Denied { path, source });
+    }
     if (major, minor) != (1, 11) {
         return Err(KmsgError::NotKmsg { path, major, minor });
     }
@@ -188,6 +181,33 @@ pub fn read(
             Err(e) => return Err(KmsgError::Io { path, source: e }),
         }
     }
+}
+
+/// A plain file in place of the device (a recording, a test's tree): its
+/// records up to the caps.
+fn read_file(
+    path: &std::path::Path,
+    caps: Caps,
+    mut log: KernelLog,
+    take: &dyn Fn(&str, &mut KernelLog),
+) -> Result<KernelLog, KmsgError> {
+    let mut text = String::new();
+    let f = File::open(path).map_err(|e| open_error(path.to_owned(), e))?;
+    f.take(caps.max_bytes)
+        .read_to_string(&mut text)
+        .map_err(|e| KmsgError::Io {
+            path: path.to_owned(),
+            source: e,
+        })?;
+    for (count, raw) in split_records(&text).enumerate() {
+        if count as u64 >= caps.max_records {
+            log.truncated = true;
+            break;
+        }
+        take(raw, &mut log);
+    }
+    log.truncated |= text.len() as u64 >= caps.max_bytes;
+    Ok(log)
 }
 
 /// Records of a file: a record starts at each line that is not a dictionary line.

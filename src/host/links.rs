@@ -154,6 +154,18 @@ impl Host {
                 link: None,
             });
         }
+        self.finish(&start, done, link, &seen)
+    }
+
+    /// A walk that followed links: one the path ends in must have led to a
+    /// regular file, and every element seen must be root's.
+    fn finish(
+        &self,
+        start: &Path,
+        done: PathBuf,
+        link: Option<PathBuf>,
+        seen: &[Seen],
+    ) -> Result<Resolved> {
         if link.is_some() {
             // `..` or `/` can end a link's target: what is there must be a file.
             let real = self.path(&done);
@@ -161,10 +173,14 @@ impl Host {
                 .map_err(|source| HostError::Read { path: real, source })?
                 .file_type();
             if !ft.is_file() {
-                return Err(refuse(&done, format!("which is {}", kind(&ft))));
+                return Err(HostError::UnsafeLink {
+                    path: self.path(start),
+                    target: done,
+                    why: format!("which is {}", kind(&ft)),
+                });
             }
         }
-        self.trusted_chain(&start, &done, &seen)?;
+        self.trusted_chain(start, &done, seen)?;
         Ok(Resolved { real: done, link })
     }
 

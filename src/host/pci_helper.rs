@@ -26,8 +26,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::Host;
+use super::helper_error::HelperError;
 use super::pci_config::{self, AcsRequest, AcsWrite};
-use super::service::ServiceManager;
+use super::service::{PrivilegedHelper, ServiceManager};
 use super::snapshot::Snapshot;
 use super::stop::Stop;
 
@@ -96,14 +97,20 @@ pub struct WriteAnswer {
     pub result: Result<AcsWrite, String>,
 }
 
-fn is_token(t: &str) -> bool {
+/// An answer's name: a helper run's token (hex, at most 32 digits).
+pub(super) fn is_token(t: &str) -> bool {
     (1..=32).contains(&t.len())
         && t.bytes()
             .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
 }
 
 fn out_path(token: &str) -> PathBuf {
-    Path::new(OUT_DIR).join(format!("{token}.json"))
+    answer_path(OUT_DIR, token)
+}
+
+/// Where a helper run leaves its answer: `DIR/TOKEN.json`.
+pub(super) fn answer_path(dir: &str, token: &str) -> PathBuf {
+    Path::new(dir).join(format!("{token}.json"))
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -252,14 +259,14 @@ fn words(op: &str, token: &str, rest: Vec<String>) -> Vec<String> {
 
 /// This program, for systemd to start (an upgraded package leaves the running
 /// daemon's file "(deleted)": the new one at the same path is the helper).
-fn own_exe() -> Result<PathBuf, String> {
-    let p = std::env::current_exe().map_err(|e| format!("cannot tell its own program: {e}"))?;
+pub(super) fn own_exe() -> Result<PathBuf, HelperError> {
+    let p = std::env::current_exe().map_err(HelperError::OwnExe)?;
     let s = p.to_string_lossy();
     Ok(PathBuf::from(s.strip_suffix(" (deleted)").unwrap_or(&s)))
 }
 
 /// A random enough name for one run's answer.
-fn token() -> String {
+pub(super) fn token() -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
@@ -277,7 +284,7 @@ pub struct Helper<'a> {
 }
 
 impl<'a> Helper<'a> {
-    pub fn new(manager: &'a dyn ServiceManager, host: &'a Host) -> Result<Self, String> {
+    pub fn new(manager: &'a dyn ServiceManager, host: &'a Host) -> Result<Self, HelperError> {
         Ok(Helper {
             manager,
             host,
@@ -285,41 +292,42 @@ impl<'a> Helper<'a> {
         })
     }
 
-    fn run(&self, op: &str, rest: Vec<String>) -> Result<Vec<u8>, String> {
+    fn run(&self, op: &str, rest: Vec<String>) -> Result<Vec<u8>, HelperError> {
         let token = token();
         let unit = format!("{UNIT_PREFIX}-{token}.service");
         let mut argv = vec![self.exe.display().to_string()];
         argv.extend(words(op, &token, rest));
         // Its answer's directory, root's alone, must exist for the sandbox.
         let dir = self.host.path(Path::new(OUT_DIR));
-        if let Err(e) = std::fs::DirBuilder::new()
+        if let Err(source) = std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(&dir)
         {
-            return Err(format!("cannot create {}: {e}", dir.display()));
+            return Err(HelperError::AnswerDir { dir, source });
         }
-        let ran = self
-            .manager
-            .run_privileged_helper(&unit, &argv, TIMEOUT, &Stop::new());
+        let ran = self.manager.run_privileged_helper(
+            PrivilegedHelper::PciConfig,
+            &unit,
+            &argv,
+            TIMEOUT,
+            &Stop::new(),
+        );
         let path = out_path(&token);
         let answer = self.host.state_read(&path);
         let _ = self.host.state_remove(&path);
         match (answer, ran) {
             (Ok(Some(b)), _) => Ok(b),
-            (Ok(None), Err(e)) => Err(format!(
-                "the helper unit {unit} failed: {e} (see `journalctl -u {unit}`)"
-            )),
-            (Ok(None), Ok(())) => Err(format!("the helper unit {unit} left no answer")),
-            (Err(e), _) => Err(format!("cannot read the helper's answer: {e}")),
+            (Ok(None), Err(source)) => Err(HelperError::Unit { unit, source }),
+            (Ok(None), Ok(())) => Err(HelperError::NoAnswer { unit }),
+            (Err(e), _) => Err(HelperError::Unreadable(e)),
         }
     }
 
     /// The whole config space of each bridge, or why not.
-    pub fn read(&self, bdfs: &[String]) -> Result<Configs, String> {
+    pub fn read(&self, bdfs: &[String]) -> Result<Configs, HelperError> {
         let bytes = self.run("read", bdfs.to_vec())?;
-        let a: ReadAnswer = serde_json::from_slice(&bytes)
-            .map_err(|e| format!("the helper's answer does not parse: {e}"))?;
+        let a: ReadAnswer = serde_json::from_slice(&bytes).map_err(HelperError::Garbled)?;
         Ok(bdfs
             .iter()
             .map(|b| {
@@ -334,7 +342,7 @@ impl<'a> Helper<'a> {
     }
 
     /// One identity-checked ACSCtl write.
-    pub fn write_acs(&self, r: &AcsRequest) -> Result<AcsWrite, String> {
+    pub fn write_acs(&self, r: &AcsRequest) -> Result<AcsWrite, HelperError> {
         let i = &r.identity;
         let rest = vec![
             r.bdf.clone(),
@@ -350,9 +358,8 @@ impl<'a> Helper<'a> {
             format!("--value={:#06x}", r.value),
         ];
         let bytes = self.run("write-acs", rest)?;
-        let a: WriteAnswer = serde_json::from_slice(&bytes)
-            .map_err(|e| format!("the helper's answer does not parse: {e}"))?;
-        a.result
+        let a: WriteAnswer = serde_json::from_slice(&bytes).map_err(HelperError::Garbled)?;
+        a.result.map_err(HelperError::Refused)
     }
 }
 
@@ -360,8 +367,8 @@ impl Snapshot {
     /// The whole config space of the bridges `bdfs`, read by the privileged
     /// helper: `None` without systemd to run it (a `--root` tree, a host whose
     /// PID 1 is not systemd: there the agent reads what it may itself).
-    pub fn pci_config_privileged(&self, bdfs: &[String]) -> Option<Result<Configs, String>> {
-        let manager = self.manager()?;
+    pub fn pci_config_privileged(&self, bdfs: &[String]) -> Option<Result<Configs, HelperError>> {
+        let manager = self.privileged_runner()?;
         let host = std::ops::Deref::deref(self).host();
         Some(Helper::new(manager, host).and_then(|h| h.read(bdfs)))
     }
@@ -400,14 +407,17 @@ pub fn execute_words(sys: &Host, out: &Host, argv: &[String]) -> Result<(), Stri
     execute(sys, out, &Args { op: w.op })
 }
 
-/// systemd for unit tests: runs the helper in this process, on trees.
+/// systemd for unit tests: runs the helpers (pci-config, kernel-log) in this
+/// process, on trees.
 #[cfg(test)]
 pub mod testing {
     use std::sync::Mutex;
     use std::time::Duration;
 
     use super::super::Host;
-    use super::super::service::{ServiceManager, SystemdError, UnitStatus};
+    use super::super::service::{
+        PrivilegedHelper, ServiceManager, SystemdError, UnitReader, UnitStatus,
+    };
     use super::super::stop::Stop;
 
     /// The helper reads and writes PCI functions under `sys` (what a root
@@ -432,18 +442,24 @@ pub mod testing {
         }
     }
 
+    /// A helper's `execute_words`: what the helper binary does with its argv.
+    type RunWords = fn(&Host, &Host, &[String]) -> Result<(), String>;
+
+    impl UnitReader for InProcess {
+        fn status(&self, unit: &str) -> Result<UnitStatus, SystemdError> {
+            Err(SystemdError::Call {
+                call: format!("status of {unit}"),
+                message: "not in this test".into(),
+            })
+        }
+    }
+
     impl ServiceManager for InProcess {
         fn reload(&self) -> Result<(), SystemdError> {
             Ok(())
         }
         fn restart(&self, _: &str, _: Duration, _: &Stop) -> Result<(), SystemdError> {
             Ok(())
-        }
-        fn status(&self, unit: &str) -> Result<UnitStatus, SystemdError> {
-            Err(SystemdError::Call {
-                call: format!("status of {unit}"),
-                message: "not in this test".into(),
-            })
         }
         fn run_transient(
             &self,
@@ -459,14 +475,22 @@ pub mod testing {
         }
         fn run_privileged_helper(
             &self,
+            helper: PrivilegedHelper,
             unit: &str,
             argv: &[String],
             _: Duration,
             _: &Stop,
         ) -> Result<(), SystemdError> {
-            assert!(unit.starts_with(super::UNIT_PREFIX), "{unit}");
+            let (prefix, run): (_, RunWords) = match helper {
+                PrivilegedHelper::PciConfig => (super::UNIT_PREFIX, super::execute_words),
+                PrivilegedHelper::KernelLog => (
+                    super::super::kmsg_helper::UNIT_PREFIX,
+                    super::super::kmsg_helper::execute_words,
+                ),
+            };
+            assert!(unit.starts_with(prefix), "{unit}");
             self.runs.lock().unwrap().push(argv[1..].join(" "));
-            super::execute_words(&self.sys, &self.out, argv).map_err(|e| SystemdError::JobFailed {
+            run(&self.sys, &self.out, argv).map_err(|e| SystemdError::JobFailed {
                 unit: unit.to_owned(),
                 job: "start",
                 result: format!("failed ({e})"),

@@ -159,7 +159,7 @@ fn writes_acs_only_to_the_device_and_value_it_was_told() {
         },
         ..req.clone()
     };
-    let e = helper.write_acs(&other).unwrap_err();
+    let e = helper.write_acs(&other).unwrap_err().to_string();
     assert!(
         e.contains("it is vendor 0x10b5 device 0x8747 class 0x060400 port type 6 now, not the vendor 0x10b5 device 0x8748"),
         "{e}"
@@ -170,7 +170,7 @@ fn writes_acs_only_to_the_device_and_value_it_was_told() {
         expect: 0x0005,
         ..req.clone()
     };
-    let e = helper.write_acs(&stale).unwrap_err();
+    let e = helper.write_acs(&stale).unwrap_err().to_string();
     assert!(
         e.contains("ACSCtl is 0x001d now, not the 0x0005 the check read"),
         "{e}"

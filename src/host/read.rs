@@ -179,7 +179,7 @@ impl ReadHost {
     }
 
     /// The running containerd's CRI config (a read-only gRPC query).
-    pub fn cri_config(&self, socket: &Path) -> std::result::Result<String, String> {
+    pub fn cri_config(&self, socket: &Path) -> std::result::Result<String, super::cri::CriError> {
         self.0.cri_config(socket)
     }
 

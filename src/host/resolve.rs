@@ -11,6 +11,7 @@ impl Host {
     /// Follows symbolic links without leaving the root (sysfs is full of relative links).
     /// Returns the host-absolute target.
     pub fn resolve(&self, p: &Path) -> Result<PathBuf> {
+        super::walks::record("resolve", || self.path(p));
         if let Some(r) = self.resolve_in_kernel(p) {
             return Ok(r);
         }

@@ -4,21 +4,27 @@
 //! per call cost an epoll set, an eventfd and a timer wheel each time.
 
 use std::future::Future;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use tokio::runtime::{Builder, Runtime};
 
-static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
+/// The runtime could not be made (out of file descriptors, or of threads);
+/// kept for the process's life, so every later use says the same.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("cannot start the async runtime: {0}")]
+pub struct RuntimeError(Arc<std::io::Error>);
+
+static RUNTIME: OnceLock<Result<Runtime, RuntimeError>> = OnceLock::new();
 
 /// The process's runtime (current-thread: one thread drives its I/O), made at
 /// first use.
-pub fn shared() -> Result<&'static Runtime, String> {
+pub fn shared() -> Result<&'static Runtime, RuntimeError> {
     RUNTIME
         .get_or_init(|| {
             Builder::new_current_thread()
                 .enable_all()
                 .build()
-                .map_err(|e| format!("cannot start the async runtime: {e}"))
+                .map_err(|e| RuntimeError(Arc::new(e)))
         })
         .as_ref()
         .map_err(Clone::clone)
@@ -27,7 +33,7 @@ pub fn shared() -> Result<&'static Runtime, String> {
 /// Runs `f` to completion from synchronous code. Another thread may be inside
 /// `block_on` already (the daemon's main loop): tokio lets them share the
 /// runtime, the one holding its driver wakes the other.
-pub fn block_on<F: Future>(f: F) -> Result<F::Output, String> {
+pub fn block_on<F: Future>(f: F) -> Result<F::Output, RuntimeError> {
     Ok(shared()?.block_on(f))
 }
 

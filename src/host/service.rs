@@ -103,13 +103,29 @@ pub struct UnitStatus {
     pub started: Option<SystemTime>,
 }
 
-/// The live actions on systemd, kept narrow so the orchestration is testable.
-pub trait ServiceManager: Send + Sync {
+/// systemd as a gather may see it: what units are, never an action on them.
+/// The snapshot hands concerns only this.
+/// The agent's privileged helpers, each a transient unit with only what its
+/// job needs (`src/host/dbus.rs` has their sandboxes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrivilegedHelper {
+    /// `pci-config`: CAP_SYS_ADMIN, for PCI config space past 64 bytes and ACS writes.
+    PciConfig,
+    /// `kernel-log`: CAP_SYSLOG and /dev/kmsg, read-only.
+    KernelLog,
+}
+
+pub trait UnitReader: Send + Sync {
+    fn status(&self, unit: &str) -> Result<UnitStatus, SystemdError>;
+}
+
+/// The live actions on systemd, kept narrow so the orchestration is testable:
+/// only the executor, the effects it runs and the daemon hold one.
+pub trait ServiceManager: UnitReader {
     fn reload(&self) -> Result<(), SystemdError>;
     /// Restarts a unit and waits for its job to finish with result `done`; gives
     /// up (cancelling the job while it is still queued) when `stop` is requested.
     fn restart(&self, unit: &str, timeout: Duration, stop: &Stop) -> Result<(), SystemdError>;
-    fn status(&self, unit: &str) -> Result<UnitStatus, SystemdError>;
     /// Queues a restart of `unit` and returns without waiting for it: how the
     /// agent restarts its own unit (the job stops this very process).
     fn queue_restart(&self, unit: &str) -> Result<(), SystemdError> {
@@ -128,15 +144,17 @@ pub trait ServiceManager: Send + Sync {
         timeout: Duration,
         stop: &Stop,
     ) -> Result<(), SystemdError>;
-    /// `run_transient` for the agent's own privileged helper (`pci-config`):
-    /// systemd runs it sandboxed, with CAP_SYS_ADMIN as its only capability.
+    /// `run_transient` for one of the agent's own privileged helpers: systemd
+    /// runs it sandboxed, with the one capability and device its job needs.
     fn run_privileged_helper(
         &self,
+        helper: PrivilegedHelper,
         unit: &str,
         argv: &[String],
         timeout: Duration,
         stop: &Stop,
     ) -> Result<(), SystemdError> {
+        let _ = helper;
         self.run_transient(unit, argv, timeout, stop)
     }
 }

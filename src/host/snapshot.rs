@@ -9,10 +9,10 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::devlink::{DevlinkError, Reporter};
+use super::inventory::{self, ClassError, Counters, Device, Inventory, Port};
 use super::netlink::restrack::{self, Holders, Unavailable};
 use super::read::ReadHost;
-use super::service::{ServiceManager, SystemdError, UnitStatus};
-use super::stop::Stop;
+use super::service::{ServiceManager, SystemdError, UnitReader, UnitStatus};
 use super::{Host, HostError};
 
 /// Files under /proc of one process that the agent reads.
@@ -41,6 +41,10 @@ pub struct Snapshot {
     /// The daemon's NRI plugin as it stands (`None`: no plugin runs in this
     /// process, as in `check` from a shell).
     nri: Option<super::nri::Status>,
+    /// `/sys/class/infiniband`, listed once per cycle.
+    rdma_names: OnceLock<Result<Vec<String>, ClassError>>,
+    /// The RDMA inventory, walked once per cycle (from `rdma_names`).
+    rdma_inventory: OnceLock<Result<Arc<Inventory>, ClassError>>,
     /// The kernel's RDMA resource owners (restrack), asked once per cycle.
     restrack: OnceLock<Result<Holders, Unavailable>>,
     /// The kernel's devlink health reporters, asked once per cycle.
@@ -98,6 +102,8 @@ impl Snapshot {
             containerd: OnceLock::new(),
             nvidia_gpus: OnceLock::new(),
             nri: None,
+            rdma_names: OnceLock::new(),
+            rdma_inventory: OnceLock::new(),
             restrack: OnceLock::new(),
             devlink: OnceLock::new(),
         }
@@ -125,7 +131,12 @@ impl Snapshot {
     /// tracking (asked once per cycle), or why it could not be asked.
     pub fn restrack(&self) -> Result<&Holders, &Unavailable> {
         self.restrack
-            .get_or_init(|| restrack::live(&self.host))
+            .get_or_init(|| {
+                // Opening a NETLINK_RDMA socket can load ib_core: only when sysfs
+                // already lists an RDMA device.
+                let listed = self.rdma_device_names().is_ok_and(|n| !n.is_empty());
+                restrack::live(&self.host, listed)
+            })
             .as_ref()
     }
 
@@ -142,6 +153,36 @@ impl Snapshot {
             .get_or_init(|| super::devlink::live(&self.host))
             .as_ref()
             .map(Vec::as_slice)
+    }
+
+    /// The names in `/sys/class/infiniband` (none when the class is absent: no
+    /// RDMA driver loaded), listed once per cycle; or why it cannot be listed.
+    pub fn rdma_device_names(&self) -> Result<&[String], &ClassError> {
+        self.rdma_names
+            .get_or_init(|| {
+                self.host
+                    .list_dir(Path::new(inventory::CLASS))
+                    .map_err(|e| ClassError(e.to_string()))
+            })
+            .as_ref()
+            .map(Vec::as_slice)
+    }
+
+    /// Every RDMA device, its ports, netdevs and PCI function, walked once per
+    /// cycle on first ask (the one walk of `/sys/class/infiniband`).
+    pub fn rdma_inventory(&self) -> Result<Arc<Inventory>, ClassError> {
+        self.rdma_inventory
+            .get_or_init(|| {
+                let names = self.rdma_device_names().map_err(Clone::clone)?;
+                inventory::walk(&self.host, names).map(Arc::new)
+            })
+            .clone()
+    }
+
+    /// A port's counters, read on first ask this cycle.
+    pub fn port_counters<'a>(&self, device: &Device, port: &'a Port) -> &'a Counters {
+        port.counters
+            .get_or_init(|| Arc::new(inventory::read_counters(&self.host, device, &port.name)))
     }
 
     /// The NVIDIA GPUs on the PCI bus, scanned once per cycle.
@@ -207,9 +248,24 @@ impl Snapshot {
         self.manager_error.as_deref()
     }
 
-    /// systemd, when the agent acts on the live host and its bus answered.
-    pub fn manager(&self) -> Option<&dyn ServiceManager> {
-        self.manager.as_ref().map(|m| m as &dyn ServiceManager)
+    /// systemd's view of units, when the agent acts on the live host and its
+    /// bus answered: status only, so a gather cannot restart or start anything:
+    ///
+    /// ```compile_fail
+    /// # use rdma_node_agent::host::{snapshot::Snapshot, stop::Stop};
+    /// fn gather(snap: &Snapshot) {
+    ///     let m = snap.manager().unwrap();
+    ///     m.restart("containerd.service", std::time::Duration::ZERO, &Stop::new());
+    /// }
+    /// ```
+    pub fn manager(&self) -> Option<&dyn UnitReader> {
+        self.manager.as_ref().map(|m| m as &dyn UnitReader)
+    }
+
+    /// The full manager, for the host layer's own privileged reads (the PCI
+    /// helper runs as a transient unit); no concern can name it.
+    pub(in crate::host) fn privileged_runner(&self) -> Option<&dyn ServiceManager> {
+        self.manager.as_ref().map(|m| m.inner.as_ref())
     }
 
     /// Which containerd runs here (its unit, the config it reads, its process),
@@ -320,20 +376,7 @@ struct Cached {
     status: Mutex<HashMap<String, Result<UnitStatus, String>>>,
 }
 
-impl ServiceManager for Cached {
-    fn reload(&self) -> Result<(), SystemdError> {
-        self.inner.reload()
-    }
-
-    fn restart(
-        &self,
-        unit: &str,
-        timeout: std::time::Duration,
-        stop: &Stop,
-    ) -> Result<(), SystemdError> {
-        self.inner.restart(unit, timeout, stop)
-    }
-
+impl UnitReader for Cached {
     fn status(&self, unit: &str) -> Result<UnitStatus, SystemdError> {
         let mut m = self.status.lock().expect("snapshot lock");
         m.entry(unit.to_owned())
@@ -343,26 +386,6 @@ impl ServiceManager for Cached {
                 call: format!("status of {unit}"),
                 message,
             })
-    }
-
-    fn run_transient(
-        &self,
-        unit: &str,
-        argv: &[String],
-        timeout: std::time::Duration,
-        stop: &Stop,
-    ) -> Result<(), SystemdError> {
-        self.inner.run_transient(unit, argv, timeout, stop)
-    }
-
-    fn run_privileged_helper(
-        &self,
-        unit: &str,
-        argv: &[String],
-        timeout: std::time::Duration,
-        stop: &Stop,
-    ) -> Result<(), SystemdError> {
-        self.inner.run_privileged_helper(unit, argv, timeout, stop)
     }
 }
 

@@ -202,7 +202,7 @@ impl Host {
     }
 
     /// Replaces an agent file atomically (mode 0600, or 0644 for what other tools read).
-    pub fn state_write(&self, p: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    pub(in crate::host) fn state_write(&self, p: &Path, bytes: &[u8], mode: u32) -> Result<()> {
         let (dir, name) = self.agent_dir(p, true)?.expect("created");
         let tmp = format!(".{name}.rdma-node-agent.{}", std::process::id());
         let err = |source| HostError::Write {
@@ -254,7 +254,12 @@ impl Host {
     /// before) once it holds `max` bytes: a history that stays bounded on disk
     /// and in the daemon's copy of the state (`state_files`). A link planted
     /// there is not moved; the append refuses it.
-    pub fn state_append_bounded(&self, p: &Path, bytes: &[u8], max: u64) -> Result<()> {
+    pub(in crate::host) fn state_append_bounded(
+        &self,
+        p: &Path,
+        bytes: &[u8],
+        max: u64,
+    ) -> Result<()> {
         if let Some((dir, name)) = self.agent_dir(p, true)? {
             let full = fstatat(&dir, name.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW).is_ok_and(|st| {
                 SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG
@@ -280,7 +285,7 @@ impl Host {
     }
 
     /// Removes an agent file (a link planted there is removed, never followed).
-    pub fn state_remove(&self, p: &Path) -> Result<()> {
+    pub(in crate::host) fn state_remove(&self, p: &Path) -> Result<()> {
         let Some((dir, name)) = self.agent_dir(p, false)? else {
             return Ok(());
         };

@@ -32,6 +32,57 @@ impl Serve {
         }
         s
     }
+
+    /// A 200's body, or empty (nothing listening yet, or another status).
+    pub fn get(&self, path: &str) -> String {
+        super::http_get::get(&self.addr, path).unwrap_or_default()
+    }
+
+    /// `rdma_node_agent_reconciles_total`, 0 before the first.
+    pub fn reconciles(&self) -> u64 {
+        self.get("/metrics")
+            .lines()
+            .find_map(|l| l.strip_prefix("rdma_node_agent_reconciles_total "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Until `n` reconciles have run (20 s at most).
+    pub fn wait_reconciles(&self, n: u64) {
+        let start = Instant::now();
+        while self.reconciles() < n {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "no reconcile {n}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGHUP, then the /status of that reconcile: read between two equal
+    /// counts above the one before, so that it is not an earlier one's.
+    pub fn reconcile(&self) -> serde_json::Value {
+        let before = self.reconciles();
+        let ok = Command::new("kill")
+            .args(["-HUP", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        let start = Instant::now();
+        loop {
+            let n = self.reconciles();
+            let status: serde_json::Value =
+                serde_json::from_str(&self.get("/status")).unwrap_or_default();
+            if n > before && status["trigger"] == "SIGHUP" && n == self.reconciles() {
+                return status;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "no SIGHUP reconcile"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 impl Drop for Serve {

@@ -3,7 +3,8 @@
 # netdevsim, built for the guest's kernel by the image (tests/vm/customize.sh),
 # gives a devlink instance with health reporters and debugfs test triggers
 # (tools/testing/selftests/drivers/net/netdevsim/devlink.sh): the daemon,
-# under its installed unit, watches it (`also_watch`), reads the kernel log,
+# under its installed unit, watches it (`also_watch`), reads the kernel log
+# (through its kernel-log helper unit: the daemon's own unit hides /dev/kmsg),
 # and its /status says ok; then the dummy reporter is broken with recovery
 # failing, and /status must say fail naming the instance and the reporter.
 NSIM=netdevsim/netdevsim10
@@ -40,6 +41,11 @@ nsim_break() {
     wait_reconciles_above "$n"
 }
 driver_metrics() { http_get /metrics | grep -E '^rdma_node_agent_driver_'; }
+# The daemon's unit cannot read /dev/kmsg: its kernel-log helper units did.
+helper_journal() {
+    journalctl -b --no-pager -o short -u 'rdma-node-agent-kernel-log-*' | tail -n 6
+    systemctl show -p ProtectKernelLogs -p CapabilityBoundingSet rdma-node-agent
+}
 # A line root writes into /dev/kmsg: the kernel files it under LOG_USER, and
 # the agent must not take it for the driver's (driver-before stays ok).
 forge_mlx5_line() {
@@ -51,6 +57,7 @@ driver_health_steps() {
     step driver-forged forge_mlx5_line
     step driver-watch driver_watch
     step driver-before driver_status
+    step driver-helper helper_journal
     step driver-break nsim_break
     step driver-after driver_status
     step driver-metrics driver_metrics

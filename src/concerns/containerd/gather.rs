@@ -12,8 +12,8 @@ use super::spec::{self, SpecError};
 use super::{ConfigSet, ContainerdError, Facts, Started, validate, view};
 use crate::config::ContainerdConfig;
 use crate::host::procfs;
-use crate::host::runtime::{Discovery, RANCHERS};
-use crate::host::service::{ServiceManager, UnitState};
+use crate::host::runtime::{Containerd, Discovery, RANCHERS};
+use crate::host::service::{UnitReader, UnitState};
 use crate::host::snapshot::Snapshot;
 
 /// When containerd last read a file it reads: the newest modification time
@@ -28,26 +28,11 @@ type Specs = BTreeMap<PathBuf, Option<(String, u32)>>;
 pub fn gather(
     host: &Snapshot,
     cfg: &ContainerdConfig,
-    manager: Option<&dyn ServiceManager>,
+    manager: Option<&dyn UnitReader>,
     owned_specs: &BTreeSet<PathBuf>,
 ) -> Result<Facts, ContainerdError> {
-    let found = match host.containerd(&cfg.hints()) {
-        Discovery::Found(c) => c.clone(),
-        Discovery::Absent { looked_for } => {
-            return Err(ContainerdError::Absent(looked_for.clone()));
-        }
-        Discovery::Unknown(why) => return Err(ContainerdError::Unknown(why.clone())),
-    };
-    let layout = Layout::of(found.distro);
+    let (found, layout, set) = found_set(host, cfg)?;
     let main_path = found.config.clone();
-    if layout == Layout::K0s {
-        super::k0s::refuse(host, &main_path)?;
-    }
-    let set = load_set(host, &main_path)?;
-    let set = match layout {
-        Layout::K0s => super::k0s::with_dropin(host, set)?,
-        _ => set,
-    };
     let cri_disabled = cri_disabled(&set);
     let spec_path = layout.spec_path(&cfg.base_spec_path, &main_path);
     let binary = binary(host, cfg, &layout);
@@ -108,6 +93,30 @@ pub fn gather(
     })
 }
 
+/// The containerd that runs here, its layout, and the config set it reads.
+fn found_set(
+    host: &Snapshot,
+    cfg: &ContainerdConfig,
+) -> Result<(Containerd, Layout, ConfigSet), ContainerdError> {
+    let found = match host.containerd(&cfg.hints()) {
+        Discovery::Found(c) => c.clone(),
+        Discovery::Absent { looked_for } => {
+            return Err(ContainerdError::Absent(looked_for.clone()));
+        }
+        Discovery::Unknown(why) => return Err(ContainerdError::Unknown(why.clone())),
+    };
+    let layout = Layout::of(found.distro);
+    if layout == Layout::K0s {
+        super::k0s::refuse(host, &found.config)?;
+    }
+    let set = load_set(host, &found.config)?;
+    let set = match layout {
+        Layout::K0s => super::k0s::with_dropin(host, set)?,
+        _ => set,
+    };
+    Ok((found, layout, set))
+}
+
 /// containerd's own view of the files as they are now (the judge of `ok`):
 /// its `config dump` of them, unless there is no file or CRI is off.
 fn dump_view(
@@ -137,6 +146,7 @@ fn cri_view(
     match (started, host.is_live()) {
         (Ok(Some(_)), true) => Some(
             host.cri_config(address)
+                .map_err(|e| e.to_string())
                 .and_then(|c| view::from_cri_status(&c)),
         ),
         _ => None,
@@ -300,7 +310,7 @@ fn template_spec(host: &Snapshot, ctr: Option<&Path>) -> (String, String) {
 /// else its process's start from /proc. Unknown is said, never "not running".
 fn started(
     host: &Snapshot,
-    manager: Option<&dyn ServiceManager>,
+    manager: Option<&dyn UnitReader>,
     unit: &str,
     pid: Option<u32>,
 ) -> Result<Option<Started>, String> {

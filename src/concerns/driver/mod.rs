@@ -23,7 +23,9 @@ use crate::engine::check::CheckId;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::fleet::Fact;
 use crate::host::devlink::{DevlinkError, Reporter};
-use crate::host::kmsg::{self, Caps, KmsgError};
+use crate::host::inventory::{CLASS, DeviceLink};
+use crate::host::kmsg::{Caps, KmsgError};
+use crate::host::kmsg_helper;
 use crate::host::snapshot::Snapshot;
 use crate::host::state::Record;
 use crate::observe::Observation;
@@ -32,7 +34,6 @@ use state::{LogReading, State};
 
 pub const CHECK_ID: CheckId = CheckId::new("driver.health");
 pub const STATE_PATH: &str = "/var/lib/rdma-node-agent/driver-health.json";
-const CLASS: &str = "/sys/class/infiniband";
 
 /// An RDMA device and the PCI function under it (`None`: a software device
 /// such as rxe, or a link that could not be read: `why` says which).
@@ -89,18 +90,23 @@ impl Concern for Health {
             Err(DevlinkError::NoFamily) => Devlink::NoFamily,
             Err(e) => Devlink::Error(e.to_string()),
         };
+        let nics = nics(snap);
+        // The helper unit only where there is a NIC to watch: a node without
+        // one starts no unit each cycle to read a log it has no use for.
+        let watch =
+            nics.iter().any(|n| n.pci.is_some()) || !cfg.driver_health.also_watch.is_empty();
         let log = cfg.driver_health.kernel_log.then(|| {
             let after = state
                 .as_ref()
                 .ok()
                 .filter(|s| s.boot_id.is_some() && s.boot_id == boot_id)
                 .and_then(|s| s.kmsg_seq);
-            read_log(snap, after, cfg)
+            read_log(snap, after, watch, cfg)
         });
         Ok(Facts {
             state,
             boot_id,
-            nics: nics(snap),
+            nics,
             devlink,
             log: log.flatten(),
         })
@@ -144,17 +150,19 @@ impl Concern for Health {
     }
 }
 
-/// Each RDMA device and the PCI address its `device` link names.
+/// Each RDMA device and the PCI address its `device` link names (from the
+/// cycle's RDMA inventory).
 fn nics(snap: &Snapshot) -> Vec<Nic> {
-    let Ok(devices) = snap.list_dir(Path::new(CLASS)) else {
+    let Ok(inventory) = snap.rdma_inventory() else {
         return Vec::new();
     };
-    devices
-        .into_iter()
-        .map(|name| {
-            let link = Path::new(CLASS).join(&name).join("device");
-            let (pci, why) = match snap.read_link(&link) {
-                Ok(Some(t)) => {
+    inventory
+        .devices
+        .iter()
+        .map(|d| {
+            let name = d.name.clone();
+            let (pci, why) = match &d.function {
+                DeviceLink::Real(t) | DeviceLink::Dangling(t) => {
                     let last = t.file_name().and_then(|n| n.to_str()).unwrap_or_default();
                     if crate::host::pci_config::is_bdf(last) {
                         (Some(last.to_owned()), None)
@@ -165,8 +173,11 @@ fn nics(snap: &Snapshot) -> Vec<Nic> {
                         )
                     }
                 }
-                Ok(None) => (None, Some("no PCI device (a software RDMA device)".into())),
-                Err(e) => (None, Some(format!("{}: {e}", link.display()))),
+                DeviceLink::None => (None, Some("no PCI device (a software RDMA device)".into())),
+                DeviceLink::Error(e) => {
+                    let link = Path::new(CLASS).join(&name).join("device");
+                    (None, Some(format!("{}: {e}", link.display())))
+                }
             };
             Nic { name, pci, why }
         })
@@ -177,13 +188,15 @@ fn nics(snap: &Snapshot) -> Vec<Nic> {
 fn read_log(
     snap: &Snapshot,
     after: Option<u64>,
+    helper: bool,
     cfg: &Config,
 ) -> Option<Result<LogReading, String>> {
     let caps = Caps {
         max_bytes: cfg.driver_health.kernel_log_max_bytes,
         max_records: cfg.driver_health.kernel_log_max_records,
     };
-    let log = match kmsg::read(snap, after, &patterns::is_driver_record, caps) {
+    let read = kmsg_helper::read(snap, helper, after, patterns::DRIVER_PREFIX, caps);
+    let log = match read {
         Ok(l) => l,
         Err(KmsgError::Absent { .. }) => return None,
         Err(e) => return Some(Err(e.to_string())),

@@ -310,7 +310,7 @@ fn the_kernel_logs_fatal_messages_fail_per_device_counted_once() {
     // gather read the state file, absent in the tree: give it the kept one.
     assert_eq!(state.boot_id.as_deref(), Some("3f0c1e0e-boot"));
     again.state = Ok(state.clone());
-    again.log = read_log(&snap, state.kmsg_seq, &cfg);
+    again.log = read_log(&snap, state.kmsg_seq, true, &cfg);
     let (c, obs) = run(&again);
     assert!(c.message.contains("health_compromised ×1"), "{}", c.message);
     assert!(persisted(&obs).is_none(), "nothing new: nothing to write");

@@ -25,18 +25,18 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::acs_error::{AcsError, ParseError, RecordError, SaveError};
 use super::decide::{Pair, View};
 use super::pcie::{self, Acs};
 use super::topo::Distance;
-use crate::engine::effect::{Effect, EffectKey, LiveCtx};
+use crate::engine::effect::{Effect, EffectError, EffectKey, LiveCtx, Ran};
 use crate::engine::ledger;
-use crate::engine::outcome::ActionStatus;
-use crate::host::Host;
-use crate::host::pci_config::{AcsRequest, AcsWrite, PciIdentity};
-use crate::host::pci_helper::{self, Helper};
+use crate::host::live_files::{LiveFiles, PciAccess};
+use crate::host::pci_config::{AcsRequest, PciIdentity};
 use crate::host::read::ReadHost;
 use crate::host::snapshot::BOOT_ID;
 use crate::host::state::STATE_DIR;
+use crate::host::state_writer::Access;
 
 /// Who the journal names as the writer.
 const OWNER: &str = "gpudirect.path";
@@ -149,82 +149,45 @@ fn refusal(i: &super::gather::Isolation) -> Option<String> {
 /// The record as the state directory holds it (none: empty). One that
 /// cannot be read or parsed is an error: nothing is restored from it, and no
 /// clear overwrites the other bridges' entries.
-fn load(host: &ReadHost) -> Result<Record, String> {
+fn load(host: &ReadHost) -> Result<Record, RecordError> {
     let p = record_path();
-    let shown = host.path(&p);
     match host.state_read(&p) {
         Ok(None) => Ok(Record::default()),
-        Ok(Some(b)) => parse_record(&b).map_err(|e| {
-            format!(
-                "{} does not parse ({e}): it says what to restore, so nothing is written; fix it, or remove it once the bridges are as they should be",
-                shown.display()
-            )
+        Ok(Some(b)) => parse_record(&b).map_err(|source| RecordError::Unparsable {
+            path: host.path(&p),
+            source,
         }),
-        Err(e) => Err(format!("cannot read the ACS record: {e}")),
+        Err(e) => Err(RecordError::Unreadable(e)),
     }
 }
 
 /// The record's bytes (also the fuzz target's entry).
-pub fn parse_record(bytes: &[u8]) -> Result<Record, String> {
-    let r: Record = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+pub fn parse_record(bytes: &[u8]) -> Result<Record, ParseError> {
+    let r: Record = serde_json::from_slice(bytes)?;
     if let Some(bdf) = r.ports.keys().find(|b| !crate::host::pci_config::is_bdf(b)) {
-        return Err(format!("{bdf:?} is not a PCI address"));
+        return Err(ParseError::NotBdf(bdf.clone()));
     }
     Ok(r)
 }
 
-fn save(host: &Host, r: &Record) -> Result<(), String> {
+fn save(host: &LiveFiles, r: &Record) -> Result<(), SaveError> {
     if r.ports.is_empty() {
-        return host.state_remove(&record_path()).map_err(|e| e.to_string());
+        return Ok(host.state().remove(&record_path())?);
     }
-    let bytes = serde_json::to_vec_pretty(r).map_err(|e| e.to_string())?;
-    host.state_write(&record_path(), &bytes, 0o644)
-        .map_err(|e| e.to_string())
+    let kept = crate::host::state::Record {
+        path: record_path(),
+        bytes: serde_json::to_vec_pretty(r)?,
+        note: None,
+    };
+    Ok(host.state().keep(&kept, Access::Public)?)
 }
 
-fn boot_id(host: &Host) -> String {
+fn boot_id(host: &ReadHost) -> String {
     host.read_string(Path::new(BOOT_ID))
         .ok()
         .flatten()
         .map(|s| s.trim().to_owned())
         .unwrap_or_default()
-}
-
-/// How config space is reached: by this process (root with CAP_SYS_ADMIN, or
-/// a tree), or by the privileged helper systemd runs (under the agent's unit).
-enum Access<'a> {
-    Direct(&'a Host),
-    Helper(Helper<'a>),
-}
-
-fn access<'a>(cx: &'a LiveCtx) -> Result<Access<'a>, String> {
-    let host = cx.host.host();
-    // A manager on a tree is a test's systemd: it runs the helper on the tree.
-    let helper = !pci_helper::has_cap_sys_admin() || !host.is_live();
-    match cx.manager {
-        Some(m) if helper => Helper::new(m, host).map(Access::Helper),
-        _ if pci_helper::has_cap_sys_admin() || !host.is_live() => Ok(Access::Direct(host)),
-        _ => Err("writing PCI config space needs CAP_SYS_ADMIN, and there is no systemd to run the agent's helper: run it as root".into()),
-    }
-}
-
-impl Access<'_> {
-    fn read(&self, bdf: &str) -> Result<Vec<u8>, String> {
-        match self {
-            Access::Direct(h) => h.pci_config_of(bdf).map_err(|e| e.to_string()),
-            Access::Helper(h) => h
-                .read(&[bdf.to_owned()])?
-                .remove(bdf)
-                .unwrap_or_else(|| Err("no answer".into())),
-        }
-    }
-
-    fn write(&self, r: &AcsRequest) -> Result<AcsWrite, String> {
-        match self {
-            Access::Direct(h) => h.write_acs_checked(r).map_err(|e| e.to_string()),
-            Access::Helper(h) => h.write_acs(r),
-        }
-    }
 }
 
 fn config_path(bdf: &str) -> PathBuf {
@@ -254,21 +217,26 @@ impl Effect for ClearAcs {
         )
     }
 
-    fn run(&self, cx: &LiveCtx) -> (ActionStatus, String) {
-        let host = cx.host.host();
+    fn run(&self, cx: &LiveCtx) -> Result<Ran, EffectError> {
+        self.clear(cx).map_err(EffectError::new)
+    }
+}
+
+impl ClearAcs {
+    fn clear(&self, cx: &LiveCtx) -> Result<Ran, AcsError> {
+        let files = cx.host.files();
         let t = &self.target;
-        let failed = |m: String| (ActionStatus::Failed, m);
-        let mut rec = match load(&host.reader()) {
-            Ok(r) => r,
-            Err(e) => return failed(format!("{}: {e}", t.bdf)),
-        };
-        let access = match access(cx) {
-            Ok(a) => a,
-            Err(e) => return failed(format!("{}: {e}", t.bdf)),
-        };
+        let bdf = || t.bdf.clone();
+        let mut rec = load(&files.reader()).map_err(|source| AcsError::Record {
+            bdf: bdf(),
+            source: Box::new(source),
+        })?;
+        let access = files
+            .pci(cx.manager)
+            .map_err(|source| AcsError::Access { bdf: bdf(), source })?;
         // Recorded before the write: revert can always put back what was found.
         // The first value found in a boot is the firmware's (ACS is reset at boot).
-        let boot = boot_id(host);
+        let boot = boot_id(&files.reader());
         let before = rec
             .ports
             .get(&t.bdf)
@@ -289,14 +257,12 @@ impl Effect for ClearAcs {
                 identity: Some(t.identity),
             },
         );
-        if let Err(e) = save(host, &rec) {
-            return failed(format!(
-                "{}: cannot record ACSCtl {:#06x} for revert in {}: {e}; nothing written",
-                t.bdf,
-                t.ctl,
-                record_path().display()
-            ));
-        }
+        save(&files, &rec).map_err(|source| AcsError::NotRecorded {
+            bdf: bdf(),
+            ctl: t.ctl,
+            path: record_path(),
+            source: Box::new(source),
+        })?;
         let request = AcsRequest {
             bdf: t.bdf.clone(),
             identity: t.identity,
@@ -304,32 +270,33 @@ impl Effect for ClearAcs {
             expect: t.ctl,
             value: 0,
         };
-        match access.write(&request) {
-            Ok(w) => {
-                let what = format!(
-                    "ACSCtl {:#06x} → {:#06x} at 0x{:03x} ({})",
-                    w.old,
-                    w.new,
-                    t.offset + 6,
-                    t.identity.text()
-                );
-                ledger::journal(host, "acs_clear", &config_path(&t.bdf), OWNER, &what);
-                (
-                    ActionStatus::Done,
-                    format!(
-                        "{}: ACSCtl {:#06x} → 0x0000 (recorded for revert){}",
-                        t.bdf,
-                        w.old,
-                        if came_back {
-                            "; ACS had come back with the reboot"
-                        } else {
-                            ""
-                        }
-                    ),
-                )
+        let w = access
+            .write_acs(&request)
+            .map_err(|source| AcsError::Write { bdf: bdf(), source })?;
+        let what = format!(
+            "ACSCtl {:#06x} → {:#06x} at 0x{:03x} ({})",
+            w.old,
+            w.new,
+            t.offset + 6,
+            t.identity.text()
+        );
+        ledger::journal(
+            &files.state(),
+            "acs_clear",
+            &config_path(&t.bdf),
+            OWNER,
+            &what,
+        );
+        Ok(Ran::done(format!(
+            "{}: ACSCtl {:#06x} → 0x0000 (recorded for revert){}",
+            t.bdf,
+            w.old,
+            if came_back {
+                "; ACS had come back with the reboot"
+            } else {
+                ""
             }
-            Err(e) => failed(e),
-        }
+        )))
     }
 }
 
@@ -353,38 +320,38 @@ impl Effect for RestoreAcs {
         )
     }
 
-    fn run(&self, cx: &LiveCtx) -> (ActionStatus, String) {
-        let host = cx.host.host();
-        let result = match access(cx) {
-            Ok(a) => self.restore(host, &a),
-            Err(e) => (ActionStatus::Failed, format!("{}: {e}", self.bdf)),
-        };
-        if result.0 != ActionStatus::Failed {
-            let mut rec = match load(&host.reader()) {
-                Ok(r) => r,
-                Err(e) => return (ActionStatus::Failed, format!("{}; {e}", result.1)),
-            };
-            rec.ports.remove(&self.bdf);
-            if let Err(e) = save(host, &rec) {
-                return (
-                    ActionStatus::Failed,
-                    format!(
-                        "{}; cannot update {}: {e}",
-                        result.1,
-                        record_path().display()
-                    ),
-                );
-            }
-        }
-        result
+    fn run(&self, cx: &LiveCtx) -> Result<Ran, EffectError> {
+        self.restore_recorded(cx).map_err(EffectError::new)
     }
 }
 
 impl RestoreAcs {
-    fn restore(&self, host: &Host, access: &Access) -> (ActionStatus, String) {
+    /// Restores, then drops the bridge from the record.
+    fn restore_recorded(&self, cx: &LiveCtx) -> Result<Ran, AcsError> {
+        let files = cx.host.files();
+        let access = files.pci(cx.manager).map_err(|source| AcsError::Access {
+            bdf: self.bdf.clone(),
+            source,
+        })?;
+        let ran = self.restore(&files, &access)?;
+        let done = || ran.detail().to_owned();
+        let mut rec = load(&files.reader()).map_err(|source| AcsError::RecordAfter {
+            done: done(),
+            source: Box::new(source),
+        })?;
+        rec.ports.remove(&self.bdf);
+        save(&files, &rec).map_err(|source| AcsError::NotUpdated {
+            done: done(),
+            path: record_path(),
+            source: Box::new(source),
+        })?;
+        Ok(ran)
+    }
+
+    fn restore(&self, files: &LiveFiles, access: &PciAccess) -> Result<Ran, AcsError> {
         let (bdf, p) = (&self.bdf, &self.port);
-        let skipped = |m: String| (ActionStatus::Skipped, format!("{bdf}: {m}"));
-        let boot = boot_id(host);
+        let skipped = |m: String| Ok(Ran::skipped(format!("{bdf}: {m}")));
+        let boot = boot_id(&files.reader());
         if p.boot_id != boot {
             return skipped(format!(
                 "ACS was reset by a reboot since the agent cleared it (recorded in boot {}, this is {boot}): nothing to restore",
@@ -397,10 +364,10 @@ impl RestoreAcs {
                     .into(),
             );
         };
-        let bytes = match access.read(bdf) {
-            Ok(b) => b,
-            Err(e) => return (ActionStatus::Failed, format!("{bdf}: {e}")),
-        };
+        let bytes = access.read(bdf).map_err(|source| AcsError::Access {
+            bdf: bdf.clone(),
+            source,
+        })?;
         let found = PciIdentity::of(&bytes);
         if found != Some(recorded) {
             return skipped(format!(
@@ -419,10 +386,7 @@ impl RestoreAcs {
             }
         };
         if now == p.original {
-            return (
-                ActionStatus::Done,
-                format!("{bdf}: ACSCtl is {now:#06x} already"),
-            );
+            return Ok(Ran::done(format!("{bdf}: ACSCtl is {now:#06x} already")));
         }
         if now != p.written {
             return skipped(format!(
@@ -437,23 +401,30 @@ impl RestoreAcs {
             expect: p.written,
             value: p.original,
         };
-        match access.write(&request) {
-            Ok(w) => {
-                let what = format!(
-                    "ACSCtl {:#06x} → {:#06x} at 0x{:03x} ({})",
-                    w.old,
-                    w.new,
-                    p.offset + 6,
-                    recorded.text()
-                );
-                ledger::journal(host, "acs_restore", &config_path(bdf), OWNER, &what);
-                (
-                    ActionStatus::Done,
-                    format!("{bdf}: ACSCtl {:#06x} → {:#06x}", w.old, w.new),
-                )
-            }
-            Err(e) => (ActionStatus::Failed, e),
-        }
+        let w = access
+            .write_acs(&request)
+            .map_err(|source| AcsError::Write {
+                bdf: bdf.clone(),
+                source,
+            })?;
+        let what = format!(
+            "ACSCtl {:#06x} → {:#06x} at 0x{:03x} ({})",
+            w.old,
+            w.new,
+            p.offset + 6,
+            recorded.text()
+        );
+        ledger::journal(
+            &files.state(),
+            "acs_restore",
+            &config_path(bdf),
+            OWNER,
+            &what,
+        );
+        Ok(Ran::done(format!(
+            "{bdf}: ACSCtl {:#06x} → {:#06x}",
+            w.old, w.new
+        )))
     }
 }
 
@@ -472,8 +443,8 @@ impl Effect for BrokenRecord {
         "write the recorded ACS values back".into()
     }
 
-    fn run(&self, _cx: &LiveCtx) -> (ActionStatus, String) {
-        (ActionStatus::Failed, self.message.clone())
+    fn run(&self, _cx: &LiveCtx) -> Result<Ran, EffectError> {
+        Err(EffectError::new(AcsError::Broken(self.message.clone())))
     }
 }
 
@@ -485,6 +456,8 @@ pub fn undo(host: &ReadHost) -> Vec<Arc<dyn Effect>> {
             .into_iter()
             .map(|(bdf, port)| Arc::new(RestoreAcs { bdf, port }) as Arc<dyn Effect>)
             .collect(),
-        Err(message) => vec![Arc::new(BrokenRecord { message })],
+        Err(e) => vec![Arc::new(BrokenRecord {
+            message: e.to_string(),
+        })],
     }
 }

@@ -13,7 +13,7 @@ use super::acs_fix;
 use super::acs_tests::{config_of, ctl, decide, effects, record, run_all, sample};
 use super::*;
 use crate::config::gpudirect::AcsMode;
-use crate::engine::effect::LiveCtx;
+use crate::engine::effect::{LiveCtx, settle};
 use crate::engine::fakes::FakeHost;
 use crate::engine::outcome::ActionStatus;
 use crate::host::Host;
@@ -123,7 +123,7 @@ fn under_the_unit_the_helper_reads_what_root_reads_and_clears_it() {
         manager: Some(systemd.as_ref() as &dyn crate::host::service::ServiceManager),
         stop: &stop,
     };
-    let out: Vec<_> = effects(&d).iter().map(|e| e.run(&cx)).collect();
+    let out: Vec<_> = effects(&d).iter().map(|e| settle(e.run(&cx))).collect();
     assert!(out.iter().all(|(s, _)| *s == ActionStatus::Done), "{out:?}");
     assert_eq!(ctl(whole.path(), "0000:04:08.0"), 0);
     assert_eq!(record(unit.path()).unwrap().ports.len(), 2);

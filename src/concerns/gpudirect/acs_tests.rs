@@ -9,7 +9,7 @@ use std::path::{Path as FsPath, PathBuf};
 use super::acs_fix::{self, Port, Record};
 use super::*;
 use crate::config::gpudirect::AcsMode;
-use crate::engine::effect::LiveCtx;
+use crate::engine::effect::{LiveCtx, settle};
 use crate::engine::fakes::FakeHost;
 use crate::engine::outcome::ActionStatus;
 use crate::host::Host;
@@ -70,7 +70,7 @@ pub(super) fn run_all(root: &FsPath, effects: &[Arc<dyn Effect>]) -> Vec<(Action
         manager: None,
         stop: &stop,
     };
-    effects.iter().map(|e| e.run(&cx)).collect()
+    effects.iter().map(|e| settle(e.run(&cx))).collect()
 }
 
 pub(super) fn record(root: &FsPath) -> Option<Record> {

@@ -10,11 +10,11 @@ use std::path::{Path, PathBuf};
 use super::mechanism::{KernelConfig, MechanismFacts, PeermemFacts};
 use super::pcie::{self, PortType};
 use super::topo::{self, Chain};
+use crate::host::inventory::DeviceLink;
 use crate::host::snapshot::{self, Snapshot};
 use crate::host::{HostError, gunzip};
 
 const PCI_DEVICES: &str = "/sys/bus/pci/devices";
-const IB_CLASS: &str = "/sys/class/infiniband";
 const MEMORY_PEERS: &str = "/sys/kernel/mm/memory_peers";
 const NVIDIA_VERSION: &str = "/proc/driver/nvidia/version";
 const PROC_CONFIG_GZ: &str = "/proc/config.gz";
@@ -243,31 +243,34 @@ type Configs = BTreeMap<String, AttrOf<Vec<u8>>>;
 fn nics(snap: &Snapshot) -> Result<(Vec<Nic>, Unplaced), HostError> {
     let mut nics = Vec::new();
     let mut unplaced_nics = Vec::new();
-    for name in snap.list_dir(Path::new(IB_CLASS))? {
-        let dev = Path::new(IB_CLASS).join(&name).join("device");
-        // Virtual functions are left out: a GPU pairs with the physical NIC.
-        if snap.exists(&dev.join("physfn")) {
-            continue;
-        }
-        match place(snap, &dev) {
-            Ok(Some((real, _))) if !snap.exists(&real) => unplaced_nics.push((
-                name,
-                format!("it leads to {}, which is not there", real.display()),
-            )),
-            Ok(Some((real, chain))) => {
-                let pci = chain.last().cloned().unwrap_or_default();
-                nics.push(Nic {
-                    name,
-                    at: endpoint(snap, pci, &real, chain),
-                });
-            }
-            // No link (Soft-RoCE, a virtual device) or not on the PCI bus: no path to a GPU.
-            Ok(None) => {
-                if let Err(e) = snap.read_link(&dev) {
-                    unplaced_nics.push((name, e.to_string()));
+    let listed = snap.rdma_inventory().map_err(|e| HostError::Snapshot {
+        what: "the RDMA devices",
+        message: e.to_string(),
+    })?;
+    // Virtual functions are left out: a GPU pairs with the physical NIC.
+    for dev in listed.physical() {
+        let name = dev.name.clone();
+        // No link (Soft-RoCE, a virtual device) or not on the PCI bus: no path to a GPU.
+        match &dev.function {
+            DeviceLink::Real(real) => {
+                if let Some(chain) = topo::chain_of(real) {
+                    let pci = chain.last().cloned().unwrap_or_default();
+                    nics.push(Nic {
+                        name,
+                        at: endpoint(snap, pci, real, chain),
+                    });
                 }
             }
-            Err(e) => unplaced_nics.push((name, e.to_string())),
+            DeviceLink::Dangling(real) => {
+                if topo::chain_of(real).is_some() {
+                    unplaced_nics.push((
+                        name,
+                        format!("it leads to {}, which is not there", real.display()),
+                    ));
+                }
+            }
+            DeviceLink::None => {}
+            DeviceLink::Error(e) => unplaced_nics.push((name, e.clone())),
         }
     }
     Ok((nics, unplaced_nics))
@@ -347,7 +350,10 @@ fn bridge_configs(
                     }
                 }
             }
-            Some(Err(e)) => helper_errors.extend(short.iter().map(|b| (b.clone(), e.clone()))),
+            Some(Err(e)) => {
+                let e = e.to_string();
+                helper_errors.extend(short.iter().map(|b| (b.clone(), e.clone())))
+            }
         }
     }
     (configs, helper_errors)

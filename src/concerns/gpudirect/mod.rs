@@ -4,6 +4,7 @@
 //! and per link, and the NFD label `rdma-node-agent.gpudirect`.
 //! It only reports.
 
+pub mod acs_error;
 pub mod acs_fix;
 pub mod decide;
 pub mod gather;

@@ -19,9 +19,10 @@ const DKMS_TREE: &str = "/var/lib/dkms";
 /// Where DKMS installs on Debian/Ubuntu/Arch (updates/dkms), SUSE (updates)
 /// and RHEL/Fedora (extra): /usr/sbin/dkms's override_dest_module_location.
 pub(crate) const DKMS_DESTS: &[&str] = &["updates/dkms", "updates", "extra"];
-/// `dkms status` walks every build; past this it is stuck (a lock, a slow
-/// /usr/src). `ofed_info` gets the same bound.
-const DKMS_STATUS_TIMEOUT: Duration = Duration::from_secs(10);
+/// `dkms status` (a shell script) walks every build; past this it is stuck (a
+/// lock, a slow /usr/src). 10 s was not enough for two kernels' builds in the
+/// VM tier's emulated guest on a busy host. `ofed_info` gets the same bound.
+const DKMS_STATUS_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub fn gather(host: &ReadHost, cfg: &KernelConfig) -> Result<Facts, HostError> {
     let release = trimmed(host, "/proc/sys/kernel/osrelease")?;

@@ -1,5 +1,5 @@
 //! Reading what `pcie.aer` decides on, through the host layer: each RDMA
-//! NIC's PCI function (the parent of `/sys/class/infiniband/<dev>/device`),
+//! NIC's PCI function (`/sys/class/infiniband/<dev>/device`, from the RDMA inventory),
 //! each NVIDIA GPU (the snapshot's scan), every bridge and port above them up
 //! to the root port, and for each: the AER statistics, a root port's totals
 //! and the link attributes. Read only; one unreadable function never stops
@@ -9,10 +9,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::parse::{self, Counts, Severity};
+use crate::host::inventory::DeviceLink;
 use crate::host::pci_path::{self, UpstreamPath};
 use crate::host::snapshot::{PCI_DEVICES, Snapshot};
-
-const IB_CLASS: &str = "/sys/class/infiniband";
 
 /// What a watched function is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,19 +74,19 @@ pub struct Watched {
 fn placed(snap: &Snapshot) -> (BTreeMap<String, (PathBuf, Role)>, Vec<String>) {
     let mut ends: Vec<(UpstreamPath, Role)> = Vec::new();
     let mut unplaced = Vec::new();
-    match snap.list_dir(Path::new(IB_CLASS)) {
-        Ok(devs) => {
-            for name in devs {
-                let link = Path::new(IB_CLASS).join(&name).join("device");
-                // A VF's errors are its PF's (AER is reported by the physical function).
-                if snap.exists(&link.join("physfn")) {
-                    continue;
-                }
-                match pci_path::upstream_path(snap, &link) {
-                    Ok(Some(p)) => ends.push((p, Role::Nic(vec![name]))),
+    match snap.rdma_inventory() {
+        Ok(inventory) => {
+            // A VF's errors are its PF's (AER is reported by the physical function).
+            for dev in inventory.physical() {
+                match &dev.function {
+                    DeviceLink::Real(p) | DeviceLink::Dangling(p) => {
+                        if let Some(p) = pci_path::path_of(p) {
+                            ends.push((p, Role::Nic(vec![dev.name.clone()])));
+                        }
+                    }
                     // Soft-RoCE and other virtual devices: no PCI function.
-                    Ok(None) => {}
-                    Err(e) => unplaced.push(format!("{name}: {e}")),
+                    DeviceLink::None => {}
+                    DeviceLink::Error(e) => unplaced.push(format!("{}: {e}", dev.name)),
                 }
             }
         }

@@ -244,12 +244,12 @@ fn pod_containers(
 /// one: `/sys/class/infiniband_verbs` is not tagged by network namespace (its
 /// class has no `ns_type`, drivers/infiniband/core/uverbs_main.c), so it lists
 /// every namespace's; `/sys/class/infiniband` (this namespace's devices) is
-/// asked too, so a tree without the verbs class never counts as empty. `false`
-/// when either cannot be read.
+/// asked too (the cycle's one listing of it), so a tree without the verbs
+/// class never counts as empty. `false` when either cannot be read.
 fn no_uverbs_device(snap: &Snapshot) -> bool {
-    ["/sys/class/infiniband_verbs", "/sys/class/infiniband"]
-        .iter()
-        .all(|d| snap.list_dir(Path::new(d)).is_ok_and(|l| l.is_empty()))
+    snap.list_dir(Path::new("/sys/class/infiniband_verbs"))
+        .is_ok_and(|l| l.is_empty())
+        && snap.rdma_device_names().is_ok_and(<[String]>::is_empty)
 }
 
 pub fn gather(snap: &Snapshot) -> crate::host::Result<Facts> {

@@ -17,7 +17,7 @@ use crate::host::procfs;
 use crate::host::snapshot::Snapshot;
 use crate::reason::Reason;
 
-use crate::host::service::{ServiceManager, UnitState, UnitStatus};
+use crate::host::service::{UnitReader, UnitState, UnitStatus};
 
 pub const CHECK_ID: CheckId = CheckId::new("systemd.memlock");
 
@@ -44,7 +44,7 @@ pub fn gather(
     host: &Snapshot,
     cfg: &SystemdConfig,
     units: &[(String, Option<u32>)],
-    manager: Option<&dyn ServiceManager>,
+    manager: Option<&dyn UnitReader>,
 ) -> Result<Vec<UnitFacts>, HostError> {
     let mut out = Vec::new();
     for (unit, found_pid) in units {
@@ -358,29 +358,9 @@ mod tests {
 
     fn gather_with_status(snap: &Snapshot, c: &SystemdConfig, s: UnitStatus) -> Vec<UnitFacts> {
         struct One(UnitStatus);
-        impl ServiceManager for One {
-            fn reload(&self) -> Result<(), crate::host::service::SystemdError> {
-                Ok(())
-            }
-            fn restart(
-                &self,
-                _: &str,
-                _: std::time::Duration,
-                _: &crate::host::stop::Stop,
-            ) -> Result<(), crate::host::service::SystemdError> {
-                Ok(())
-            }
+        impl UnitReader for One {
             fn status(&self, _: &str) -> Result<UnitStatus, crate::host::service::SystemdError> {
                 Ok(self.0.clone())
-            }
-            fn run_transient(
-                &self,
-                _: &str,
-                _: &[String],
-                _: std::time::Duration,
-                _: &crate::host::stop::Stop,
-            ) -> Result<(), crate::host::service::SystemdError> {
-                Ok(())
             }
         }
         gather(

@@ -17,7 +17,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::AsRawFd;
-use std::path::Path;
 
 use nix::errno::Errno;
 use nix::sys::socket::{MsgFlags, NetlinkAddr, recv, sendto};
@@ -372,15 +371,12 @@ pub fn ask(socket: &mut Socket) -> Result<Holders, Unavailable> {
 
 /// The running kernel's answer (dumps only read). Opening a NETLINK_RDMA
 /// socket can load ib_core, so it is opened only when sysfs already lists an
-/// RDMA device.
-pub fn live(host: &ReadHost) -> Result<Holders, Unavailable> {
+/// RDMA device (`listed`, from the cycle's listing of the class).
+pub fn live(host: &ReadHost, listed: bool) -> Result<Holders, Unavailable> {
     if !host.is_live() {
         return Err(Unavailable::NotLive);
     }
-    let listed = host
-        .list_dir(Path::new("/sys/class/infiniband"))
-        .unwrap_or_default();
-    if listed.is_empty() {
+    if !listed {
         return Err(Unavailable::NoDevices);
     }
     ask(&mut Socket::open()?)

@@ -123,7 +123,7 @@ fn holders_merge_kinds_per_process() {
 fn only_the_running_kernel_is_asked() {
     let t = tempfile::tempdir().unwrap();
     let host = ReadHost::new(crate::host::Host::new(t.path()));
-    assert_eq!(live(&host), Err(Unavailable::NotLive));
+    assert_eq!(live(&host, true), Err(Unavailable::NotLive));
 }
 
 /// An answer is folded a datagram at a time; past the bound on entries it is

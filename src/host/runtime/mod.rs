@@ -17,7 +17,7 @@ mod processes;
 use std::path::{Path, PathBuf};
 
 use super::procfs;
-use super::service::ServiceManager;
+use super::service::UnitReader;
 use super::snapshot::Snapshot;
 use super::units::{UnitFile, config_arg};
 use fallback::without_unit;
@@ -133,7 +133,7 @@ pub struct Hints {
     pub unit: Option<String>,
 }
 
-fn is_active(m: &dyn ServiceManager, unit: &str) -> bool {
+fn is_active(m: &dyn UnitReader, unit: &str) -> bool {
     m.status(unit).is_ok_and(|s| s.active_state.is_up())
 }
 

@@ -144,16 +144,24 @@ pub struct Summary<'a> {
     pub shown_window: &'a str,
 }
 
-pub fn verdict(s: &Summary) -> Verdict {
-    let worst = [Status::Fail, Status::Unknown, Status::Warn]
-        .into_iter()
-        .find(|st| s.findings.iter().any(|f| f.status == *st));
-    let pending = (!s.pending.is_empty()).then(|| {
+/// What the message adds after its verdict: ports without a rate yet, ports
+/// with no rated counter, the management NIC's findings.
+struct Suffixes {
+    unrated: String,
+    management: String,
+    /// All three, as every verdict but the quiet ones ends.
+    tail: String,
+}
+
+fn suffixes(s: &Summary) -> Suffixes {
+    let pending = if s.pending.is_empty() {
+        String::new()
+    } else {
         format!(
             "; no rate yet for {} (first reading: its baseline is taken now)",
             s.pending.join(", ")
         )
-    });
+    };
     let management = if s.management.is_empty() {
         String::new()
     } else {
@@ -171,10 +179,23 @@ pub fn verdict(s: &Summary) -> Verdict {
             s.unrated.join(", ")
         )
     };
-    let tail = format!(
-        "{}{unrated}{management}",
-        pending.clone().unwrap_or_default()
-    );
+    let tail = format!("{pending}{unrated}{management}");
+    Suffixes {
+        unrated,
+        management,
+        tail,
+    }
+}
+
+pub fn verdict(s: &Summary) -> Verdict {
+    let worst = [Status::Fail, Status::Unknown, Status::Warn]
+        .into_iter()
+        .find(|st| s.findings.iter().any(|f| f.status == *st));
+    let Suffixes {
+        unrated,
+        management,
+        tail,
+    } = suffixes(s);
     if let Some(e) = s.history_error {
         return Verdict {
             status: Status::Unknown,

@@ -1,17 +1,16 @@
-//! Reading every RDMA port's `counters/` and `hw_counters/` once per cycle,
-//! through the host layer (under `--root`), each device from a directory
-//! opened once. What cannot be read stays with its port: one device in error
-//! never hides the others.
+//! Every RDMA port's `counters/` and `hw_counters/`, from the cycle's RDMA
+//! inventory (read there once per cycle, under `--root`). What cannot be read
+//! stays with its port: one device in error never hides the others.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use crate::host::Dir;
+use crate::host::inventory::{ClassError, CounterDir as InventoryDir, Device, Port};
 use crate::host::read::ReadHost;
+use crate::host::snapshot::Snapshot;
 
 use super::classes::{Dir as CounterDir, class_of, saturates_at};
 
-pub const CLASS: &str = "/sys/class/infiniband";
 const NET: &str = "/sys/class/net";
 
 /// One port as read.
@@ -49,93 +48,81 @@ pub struct Gathered {
     pub default_route: Result<BTreeSet<String>, String>,
 }
 
-/// Every non-VF RDMA device's ports. An SR-IOV VF's counters are its
-/// function's share of the PF's link: the PF's say what the link does.
-pub fn gather(host: &ReadHost) -> Result<Gathered, crate::host::HostError> {
-    let names = host.list_dir(Path::new(CLASS))?;
-    let default_route = host.default_route_netdevs().map_err(|e| e.to_string());
-    let class = host.open_dir(Path::new(CLASS)).ok().and_then(Result::ok);
+/// Every non-VF RDMA device's ports, from the cycle's RDMA inventory. An
+/// SR-IOV VF's counters are its function's share of the PF's link: the PF's
+/// say what the link does.
+pub fn gather(snap: &Snapshot) -> Result<Gathered, ClassError> {
+    let inventory = snap.rdma_inventory()?;
+    let default_route = snap.default_route_netdevs().map_err(|e| e.to_string());
     let mut g = Gathered {
         ports: Vec::new(),
         devices_unreadable: Vec::new(),
         default_route,
     };
-    for dev in names {
-        let opened = match class.as_ref().and_then(|c| c.open_link(&dev, None)) {
-            Some(d) => Ok(Ok(d)),
-            None => host.open_dir(&Path::new(CLASS).join(&dev)),
-        };
-        let dir = match opened {
-            Ok(Ok(d)) => d,
-            Ok(Err(target)) => {
-                g.devices_unreadable
-                    .push(format!("{dev}: links to {} (absent)", target.display()));
-                continue;
-            }
-            Err(e) => {
-                g.devices_unreadable.push(format!("{dev}: {e}"));
-                continue;
-            }
-        };
-        if dir.exists("device") && host.exists(&dir.path().join("device/physfn")) {
+    for dev in inventory.physical() {
+        let name = &dev.name;
+        if let Some(target) = &dev.broken_link {
+            g.devices_unreadable
+                .push(format!("{name}: links to {} (absent)", target.display()));
             continue;
         }
-        let ports = match dir.list("ports") {
-            Ok(p) => p,
-            Err(e) => {
-                g.devices_unreadable.push(format!("{dev}: ports: {e}"));
-                continue;
-            }
-        };
-        let id = identity(host, &dir, &dev);
-        let ports_dir = dir.subdir("ports");
-        let function_netdevs = dir.list("device/net").unwrap_or_default();
-        let parent = dir.read_string("parent").ok().flatten();
-        for port in ports {
-            let mut p = PortRead {
-                device: dev.clone(),
-                identity: format!("{id}/{port}"),
-                port,
-                ..PortRead::default()
-            };
-            let base = format!("ports/{}", p.port);
-            p.netdevs.extend(function_netdevs.iter().cloned());
-            p.netdevs.extend(
-                parent
-                    .iter()
-                    .flat_map(|t| t.split_whitespace().map(str::to_owned)),
-            );
-            if let Ok(Some(n)) = dir.read_string(&format!("{base}/gid_attrs/ndevs/0")) {
-                p.netdevs
-                    .extend(Some(n.trim().to_owned()).filter(|n| !n.is_empty()));
-            }
-            let masters: Vec<String> = p.netdevs.iter().filter_map(|n| master(host, n)).collect();
-            p.netdevs.extend(masters);
-            for which in [CounterDir::Counters, CounterDir::HwCounters] {
-                read_counters(&dir, ports_dir.as_ref(), &p.port.clone(), which, &mut p);
-            }
-            g.ports.push(p);
+        if let Some(e) = &dev.open_error {
+            g.devices_unreadable.push(format!("{name}: {e}"));
+            continue;
+        }
+        if let Some(e) = &dev.ports_error {
+            g.devices_unreadable.push(format!("{name}: ports: {e}"));
+            continue;
+        }
+        let id = identity(dev);
+        for port in &dev.ports {
+            g.ports.push(read_port(snap, dev, port, &id));
         }
     }
     dedupe_identities(&mut g.ports);
     Ok(g)
 }
 
+fn read_port(snap: &Snapshot, dev: &Device, port: &Port, id: &str) -> PortRead {
+    let mut p = PortRead {
+        device: dev.name.clone(),
+        identity: format!("{id}/{}", port.name),
+        port: port.name.clone(),
+        ..PortRead::default()
+    };
+    p.netdevs.extend(dev.function_netdevs.iter().cloned());
+    p.netdevs.extend(
+        dev.parent_text()
+            .into_iter()
+            .flat_map(|t| t.split_whitespace().map(str::to_owned)),
+    );
+    p.netdevs.extend(port.netdev());
+    let masters: Vec<String> = p.netdevs.iter().filter_map(|n| master(snap, n)).collect();
+    p.netdevs.extend(masters);
+    let counters = snap.port_counters(dev, port);
+    for (which, read) in [
+        (CounterDir::Counters, &counters.counters),
+        (CounterDir::HwCounters, &counters.hw_counters),
+    ] {
+        sort_counters(which, read, &mut p);
+    }
+    p
+}
+
 /// The node GUID (rxe's comes from its netdev's MAC: stable too), else the
 /// PCI function, else the name.
-fn identity(host: &ReadHost, dir: &Dir<'_>, dev: &str) -> String {
-    let guid = dir.read_string("node_guid").ok().flatten();
-    if let Some(g) = guid.map(|g| g.trim().to_owned())
+fn identity(dev: &Device) -> String {
+    let guid = dev.node_guid.as_ref().ok().and_then(Option::as_deref);
+    if let Some(g) = guid.map(str::trim)
         && !g.is_empty()
         && g.bytes().any(|b| b != b'0' && b != b':')
     {
         return format!("guid:{g}");
     }
-    host.read_link(&dir.path().join("device"))
-        .ok()
-        .flatten()
+    dev.function
+        .path()
         .and_then(|l| l.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .map_or_else(|| format!("name:{dev}"), |pci| format!("pci:{pci}"))
+        .map_or_else(|| format!("name:{}", dev.name), |pci| format!("pci:{pci}"))
 }
 
 /// The bond (or bridge) a netdev is enslaved to: the default route is on it.
@@ -146,56 +133,26 @@ fn master(host: &ReadHost, netdev: &str) -> Option<String> {
         .and_then(|l| l.file_name().map(|n| n.to_string_lossy().into_owned()))
 }
 
-fn read_counters(
-    dir: &Dir<'_>,
-    ports: Option<&Dir<'_>>,
-    port: &str,
-    which: CounterDir,
-    p: &mut PortRead,
-) {
-    // Opened once, its files read relative to it (the cost is system calls);
-    // else by path from the device. An absent directory lists empty: rxe has
-    // no `counters/`, siw neither.
-    let opened = ports
-        .and_then(|d| d.subdir(port))
-        .and_then(|d| d.subdir(which.as_str()));
-    let (from, prefix) = match &opened {
-        Some(d) => (d, String::new()),
-        None => (dir, format!("ports/{port}/{}/", which.as_str())),
-    };
-    let names = match from.list(prefix.trim_end_matches('/')) {
-        Ok(n) => n,
+/// One counter directory as read, sorted into rated and other counters.
+fn sort_counters(which: CounterDir, read: &InventoryDir, p: &mut PortRead) {
+    let counters = match read {
+        Ok(c) => c,
         Err(e) => {
             p.unreadable.push(format!("{}: {e}", which.as_str()));
             return;
         }
     };
-    for name in names {
-        // hw_counters/lifespan is the driver's cache time (ms), a knob, not a counter.
-        if which == CounterDir::HwCounters && name == "lifespan" {
-            continue;
-        }
+    for (name, value) in counters {
         let key = format!("{}/{name}", which.as_str());
-        let value = match from.read_string(&format!("{prefix}{name}")) {
-            // A driver without a PMA (i40iw, irdma) answers `N/A (no PMA)`:
-            // the counter does not exist there, it is not unreadable.
-            Ok(Some(t)) if t.trim_start().starts_with("N/A") => continue,
-            Ok(Some(t)) => t
-                .trim()
-                .parse::<u64>()
-                .map_err(|_| format!("{:?} is not a count", t.trim())),
-            Ok(None) => continue,
-            Err(e) => Err(e.to_string()),
-        };
         match value {
             Ok(v) => {
-                if class_of(which, &name).is_some() {
-                    if saturates_at(which, &name) == Some(v) {
+                if class_of(which, name).is_some() {
+                    if saturates_at(which, name) == Some(*v) {
                         p.saturated.push(key.clone());
                     }
-                    p.rated.insert(key, v);
+                    p.rated.insert(key, *v);
                 } else {
-                    p.other.insert(key, v);
+                    p.other.insert(key, *v);
                 }
             }
             Err(why) => p.unreadable.push(format!("{key}: {why}")),

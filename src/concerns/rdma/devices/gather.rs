@@ -1,15 +1,11 @@
-//! Reading /sys/class/infiniband: raw text only, parsed later.
-//!
-//! `/sys/class/infiniband/<dev>` are relative links into `/sys/devices/…`; they
-//! are resolved inside the root. Only the files the check needs are read (about a
-//! dozen per device), so ~1000 SR-IOV VFs stay fast.
+//! What the check reads of each device, taken from the cycle's RDMA inventory
+//! (`Snapshot::rdma_inventory`: the one walk of /sys/class/infiniband): raw
+//! text only, parsed later.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use crate::host::read::ReadHost;
-use crate::host::{Dir, HostError};
-
-const CLASS: &str = "/sys/class/infiniband";
+use crate::host::inventory::{ClassError, Device as Listed};
+use crate::host::snapshot::Snapshot;
 
 /// A sysfs file as read: absent, its text, or why it could not be read.
 pub type Read = Result<Option<String>, String>;
@@ -68,150 +64,52 @@ pub struct RawPort {
     pub ndev: Option<String>,
 }
 
-fn read(dir: &Dir, rel: &str) -> Read {
-    dir.read_string(rel).map_err(|e| e.to_string())
-}
-
 /// Every device under /sys/class/infiniband (none when the class is absent:
 /// no RDMA driver loaded). Each device's problems stay with it.
-pub fn gather(host: &ReadHost) -> Result<Vec<RawDevice>, HostError> {
-    let names = host.list_dir(Path::new(CLASS))?;
-    if names.is_empty() {
-        return Ok(Vec::new());
-    }
-    // Opened once: each device's link is read relative to it.
-    let class = host.open_dir(Path::new(CLASS)).ok().and_then(Result::ok);
-    let class = class.as_ref();
-    // Reading sysfs is system calls, ~40 per device: an SR-IOV node with a
-    // thousand VFs takes tens of milliseconds on one core, so use them all.
-    let workers = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(names.len() / DEVICES_PER_WORKER)
-        .max(1);
-    if workers == 1 {
-        return Ok(names
-            .into_iter()
-            .map(|n| gather_device(host, class, n))
-            .collect());
-    }
-    let chunk = names.len().div_ceil(workers);
-    Ok(std::thread::scope(|s| {
-        let handles: Vec<_> = names
-            .chunks(chunk)
-            .map(|c| {
-                s.spawn(move || {
-                    c.iter()
-                        .map(|n| gather_device(host, class, n.clone()))
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-            .collect()
-    }))
+pub fn gather(snap: &Snapshot) -> Result<Vec<RawDevice>, ClassError> {
+    Ok(snap.rdma_inventory()?.devices.iter().map(raw).collect())
 }
 
-/// Below this many devices per thread, starting threads costs more than it saves.
-const DEVICES_PER_WORKER: usize = 128;
-
-fn gather_device(host: &ReadHost, class: Option<&Dir>, name: String) -> RawDevice {
-    let mut raw = RawDevice::new(name);
-    // Opened once: the files below are read relative to it, not re-walked from the root.
-    let dir = match class.and_then(|c| c.open_link(&raw.name, None)) {
-        Some(d) => Ok(Ok(d)),
-        None => host.open_dir(&Path::new(CLASS).join(&raw.name)),
-    };
-    let dir = match dir {
-        Ok(Ok(d)) => d,
-        Ok(Err(target)) => {
-            raw.broken_link = Some(target);
-            return raw;
-        }
-        Err(e) => {
-            raw.errors.push(format!("{}: {e}", raw.name));
-            return raw;
-        }
-    };
-    let device = dir.path().join("device");
-    // Most functions have a `net/`: opening it reaches the function too.
-    let net = dir
-        .open_link("device", Some("net"))
-        .or_else(|| host.open_subdir(&device, "net"));
-    match net
-        .as_ref()
-        .map(|n| (n, n.path().parent().unwrap_or(Path::new("/"))))
-    {
-        Some((net, dev)) => {
-            if on_pci(dev) {
-                raw.pci = dev.file_name().map(|n| n.to_string_lossy().into_owned());
-                raw.is_vf = net.exists_beside("physfn");
-                raw.netdevs = net.list("").unwrap_or_default();
-            }
-        }
-        None => gather_function(host, &device, &mut raw),
+fn raw(d: &Listed) -> RawDevice {
+    let mut raw = RawDevice::new(d.name.clone());
+    if let Some(to) = &d.broken_link {
+        raw.broken_link = Some(to.clone());
+        return raw;
     }
-    // The kernel puts software RDMA devices (Soft-RoCE, siw) under
-    // /sys/devices/virtual; they have no `device` link and name their netdev in
-    // `parent` instead.
-    if dir.path().starts_with("/sys/devices/virtual") {
+    if let Some(e) = &d.open_error {
+        raw.errors.push(format!("{}: {e}", d.name));
+        return raw;
+    }
+    // Only a PCI function's netdevs and VF-ness are the device's.
+    if d.pci.is_some() {
+        raw.pci = d.pci.clone();
+        raw.is_vf = d.physfn;
+        raw.netdevs = d.function_netdevs.clone();
+    }
+    if d.is_software {
         raw.is_software = true;
-        if let Ok(Some(p)) = dir.read_string("parent") {
+        if let Some(p) = d.parent_text() {
             raw.netdevs = p.split_whitespace().map(str::to_owned).collect();
         }
     }
-    raw.node_guid = read(&dir, "node_guid");
-    raw.fw_ver = read(&dir, "fw_ver");
-    raw.hca_type = read(&dir, "hca_type");
-    raw.board_id = read(&dir, "board_id");
-    match dir.list("ports") {
-        Ok(ports) => {
-            raw.ports = ports
-                .into_iter()
-                .map(|p| {
-                    let d = format!("ports/{p}");
-                    RawPort {
-                        state: read(&dir, &format!("{d}/state")),
-                        phys_state: read(&dir, &format!("{d}/phys_state")),
-                        rate: read(&dir, &format!("{d}/rate")),
-                        link_layer: read(&dir, &format!("{d}/link_layer")),
-                        // The kernel answers EINVAL here for IB ports: no netdev, not an error.
-                        ndev: dir
-                            .read_string(&format!("{d}/gid_attrs/ndevs/0"))
-                            .ok()
-                            .flatten()
-                            .map(|s| s.trim().to_owned())
-                            .filter(|s| !s.is_empty()),
-                        name: p,
-                    }
-                })
-                .collect()
-        }
-        Err(e) => raw.errors.push(format!("{}: {e}", raw.name)),
+    raw.node_guid = d.node_guid.clone();
+    raw.fw_ver = d.fw_ver.clone();
+    raw.hca_type = d.hca_type.clone();
+    raw.board_id = d.board_id.clone();
+    if let Some(e) = &d.ports_error {
+        raw.errors.push(format!("{}: {e}", d.name));
     }
+    raw.ports = d
+        .ports
+        .iter()
+        .map(|p| RawPort {
+            name: p.name.clone(),
+            state: p.state.clone(),
+            phys_state: p.phys_state.clone(),
+            rate: p.rate.clone(),
+            link_layer: p.link_layer.clone(),
+            ndev: p.netdev(),
+        })
+        .collect();
     raw
-}
-
-fn on_pci(p: &Path) -> bool {
-    p.to_string_lossy().starts_with("/sys/devices/pci")
-}
-
-/// The PCI function behind `device` (a link), when it has no `net/`.
-fn gather_function(host: &ReadHost, device: &Path, raw: &mut RawDevice) {
-    match host.open_dir(device) {
-        Ok(Ok(dev)) if on_pci(dev.path()) => {
-            raw.pci = dev
-                .path()
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned());
-            raw.is_vf = dev.exists("physfn");
-            raw.netdevs = dev.list("net").unwrap_or_default();
-        }
-        // Not a directory, yet there: a PCI function without children.
-        Ok(Err(dev)) if host.exists(&dev) && on_pci(&dev) => {
-            raw.pci = dev.file_name().map(|n| n.to_string_lossy().into_owned());
-        }
-        _ => {}
-    }
 }

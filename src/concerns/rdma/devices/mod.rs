@@ -13,14 +13,13 @@ pub mod reasons;
 #[cfg(test)]
 mod tests;
 
-use serde::{Serialize, Serializer};
+use serde::Serialize;
+
+use crate::host::inventory::port::{LinkLayer, PhysState, PortState};
 
 pub use assess::{CHECK_ID, check, unmet};
 pub use gather::{RawDevice, RawPort, Read, gather};
-pub use parse::{
-    parse, parse_guid, parse_link_layer, parse_phys_state, parse_rate, parse_state, parse_text,
-    phys_state_note, state_note,
-};
+pub use parse::{parse, parse_guid, parse_text};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -112,87 +111,3 @@ impl Port {
 pub fn gbps_to_bytes(gbps: f64) -> u64 {
     (gbps * 125_000_000.0).round() as u64
 }
-
-/// `ports/<n>/state`: `"%d: %s"` with the names of `state_show` in sysfs.c
-/// (enum ib_port_state), or `UNKNOWN` past them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PortState(pub u32);
-
-impl PortState {
-    pub const NAMES: [&'static str; 6] = ["NOP", "DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER"];
-    pub const ACTIVE: PortState = PortState(4);
-
-    /// The kernel's spelling of this value.
-    pub fn name(self) -> &'static str {
-        Self::NAMES
-            .get(self.0 as usize)
-            .copied()
-            .unwrap_or("UNKNOWN")
-    }
-
-    pub fn is_named(self) -> bool {
-        (self.0 as usize) < Self::NAMES.len()
-    }
-
-    pub fn is_active(self) -> bool {
-        self == Self::ACTIVE
-    }
-}
-
-/// `ports/<n>/phys_state`: `"%u: %s"` with the names of `phys_state_to_str`
-/// in sysfs.c (enum ib_port_phys_state), `<unknown>` for 0 and past them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PhysState(pub u32);
-
-impl PhysState {
-    pub const NAMES: [&'static str; 8] = [
-        "<unknown>",
-        "Sleep",
-        "Polling",
-        "Disabled",
-        "PortConfigurationTraining",
-        "LinkUp",
-        "LinkErrorRecovery",
-        "Phy Test",
-    ];
-
-    pub fn name(self) -> &'static str {
-        Self::NAMES
-            .get(self.0 as usize)
-            .copied()
-            .unwrap_or("<unknown>")
-    }
-}
-
-/// `ports/<n>/link_layer`: `InfiniBand`, `Ethernet`, or `Unknown` (and an
-/// empty file from some drivers): labelled `unknown`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LinkLayer {
-    InfiniBand,
-    Ethernet,
-    Unknown,
-}
-
-impl LinkLayer {
-    /// As `[rdma.min_active_ports]` keys and the metrics' `link_layer` label name it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LinkLayer::InfiniBand => "InfiniBand",
-            LinkLayer::Ethernet => "Ethernet",
-            LinkLayer::Unknown => "unknown",
-        }
-    }
-}
-
-macro_rules! serialize_as {
-    ($t:ty, $f:expr) => {
-        impl Serialize for $t {
-            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.serialize_str($f(*self))
-            }
-        }
-    };
-}
-serialize_as!(PortState, PortState::name);
-serialize_as!(PhysState, PhysState::name);
-serialize_as!(LinkLayer, LinkLayer::as_str);

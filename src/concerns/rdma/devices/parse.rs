@@ -6,70 +6,10 @@
 //! A value without a number is an error on that field, which is then
 //! unknown: never read as "down".
 
-use super::{
-    Device, Kind, LinkLayer, PhysState, Port, PortState, Problem, RawDevice, RawPort, Read,
+use super::{Device, Kind, Port, Problem, RawDevice, RawPort, Read};
+use crate::host::inventory::port::{
+    parse_link_layer, parse_phys_state, parse_rate, parse_state, phys_state_note, state_note,
 };
-
-/// The number of `"<number>: <name>"`.
-fn number(text: &str) -> Result<u32, String> {
-    let t = text.trim_end_matches('\n');
-    let bad = || format!("cannot parse {t:?} (expected like \"4: ACTIVE\")");
-    let (num, _) = t.split_once(':').ok_or_else(bad)?;
-    num.trim().parse().map_err(|_| bad())
-}
-
-/// A note when `text` is not exactly what the kernel prints for `id`.
-fn odd_name(text: &str, id: u32, name_of: impl Fn(u32) -> &'static str) -> Option<String> {
-    let t = text.trim_end_matches('\n');
-    let printed = format!("{id}: {}", name_of(id));
-    (t != printed).then(|| format!("{t:?} read as {id} (the kernel prints \"{printed}\")"))
-}
-
-/// `4: ACTIVE`, `1: DOWN`, `7: UNKNOWN` (a value past the kernel's names).
-pub fn parse_state(text: &str) -> Result<PortState, String> {
-    number(text).map(PortState)
-}
-
-/// `5: LinkUp`, `7: Phy Test`, `6: LinkErrorRecovery`, `9: <unknown>`.
-pub fn parse_phys_state(text: &str) -> Result<PhysState, String> {
-    number(text).map(PhysState)
-}
-
-/// A note when a state's text is not the kernel's spelling for its number.
-pub fn state_note(text: &str) -> Option<String> {
-    let id = number(text).ok()?;
-    odd_name(text, id, |i| PortState(i).name())
-}
-
-/// A note when a phys_state's text is not the kernel's spelling for its number.
-pub fn phys_state_note(text: &str) -> Option<String> {
-    let id = number(text).ok()?;
-    odd_name(text, id, |i| PhysState(i).name())
-}
-
-/// `200 Gb/sec (4X HDR)` → 200; `2.5 Gb/sec (1X SDR)` → 2.5; before 5.x SDR
-/// printed no speed: `10 Gb/sec (4X)`.
-pub fn parse_rate(text: &str) -> Result<f64, String> {
-    let t = text.trim();
-    t.strip_suffix(')')
-        .and_then(|r| r.split_once(" Gb/sec ("))
-        .or_else(|| t.split_once(" Gb/sec").filter(|(_, rest)| rest.is_empty()))
-        .and_then(|(n, _)| n.trim().parse::<f64>().ok())
-        .filter(|r| r.is_finite() && *r >= 0.0)
-        .ok_or_else(|| format!("cannot parse {t:?} (expected like \"200 Gb/sec (4X HDR)\")"))
-}
-
-/// `InfiniBand`, `Ethernet`, `Unknown`; an empty file is unknown too.
-pub fn parse_link_layer(text: &str) -> Result<LinkLayer, String> {
-    match text.trim() {
-        "InfiniBand" => Ok(LinkLayer::InfiniBand),
-        "Ethernet" => Ok(LinkLayer::Ethernet),
-        "Unknown" | "" => Ok(LinkLayer::Unknown),
-        t => Err(format!(
-            "cannot parse {t:?} (the kernel prints InfiniBand, Ethernet or Unknown)"
-        )),
-    }
-}
 
 /// `0c42:a103:0065:6a3c`.
 pub fn parse_guid(text: &str) -> Result<String, String> {

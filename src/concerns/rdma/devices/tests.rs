@@ -6,6 +6,7 @@ use super::*;
 use crate::concerns::rdma::gpudirect::Finding;
 use crate::config::rdma::{ExpectPort, RdmaConfig};
 use crate::engine::check::Status;
+use crate::host::inventory::port::*;
 
 fn t(s: &str) -> Read {
     Ok(Some(format!("{s}\n")))

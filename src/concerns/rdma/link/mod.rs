@@ -24,6 +24,7 @@ use crate::config::Config;
 use crate::engine::check::CheckId;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::fleet::Fact;
+use crate::host::inventory::{Device, Port};
 use crate::host::snapshot::Snapshot;
 use crate::host::state::Record;
 use crate::observe::Observation;
@@ -35,7 +36,6 @@ pub const CHECK_ID: CheckId = CheckId::new("rdma.link");
 pub const HISTORY_PATH: &str = "/var/lib/rdma-node-agent/link-history.json";
 /// The daemon's link-down event tally (rtnetlink), per netdev, since it started.
 pub const EVENTS_PATH: &str = "/run/rdma-node-agent/link-events.json";
-const CLASS: &str = "/sys/class/infiniband";
 
 /// What the daemon counted from rtnetlink: link-down transitions per netdev.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -89,26 +89,18 @@ impl Concern for Link {
             ports: BTreeMap::new(),
         };
         let mut unreadable = Vec::new();
-        let devices = host
-            .list_dir(Path::new(CLASS))
-            .map_err(GatherError::unknown)?;
-        for dev in devices {
-            let base = Path::new(CLASS).join(&dev);
-            // An SR-IOV VF's port follows its PF's link: its flaps are the PF's.
-            if host.exists(&base.join("device/physfn")) {
+        let inventory = snap.rdma_inventory().map_err(GatherError::unknown)?;
+        // An SR-IOV VF's port follows its PF's link: its flaps are the PF's.
+        for dev in inventory.physical() {
+            if let Some(e) = dev.open_error.as_ref().or(dev.ports_error.as_ref()) {
+                unreadable.push(format!("{}: {e}", dev.name));
                 continue;
             }
-            let ports = match host.list_dir(&base.join("ports")) {
-                Ok(p) => p,
-                Err(e) => {
-                    unreadable.push(format!("{dev}: {e}"));
-                    continue;
-                }
-            };
-            for port in ports {
-                let (reading, why) = read_port(host, &base, &port, events.as_ref());
-                unreadable.extend(why.map(|w| format!("{dev}/{port} state: {w}")));
-                readings.ports.insert(format!("{dev}/{port}"), reading);
+            for port in &dev.ports {
+                let (reading, why) = read_port(snap, dev, port, events.as_ref());
+                let name = format!("{}/{}", dev.name, port.name);
+                unreadable.extend(why.map(|w| format!("{name} state: {w}")));
+                readings.ports.insert(name, reading);
             }
         }
         Ok(Facts {
@@ -172,39 +164,38 @@ impl Concern for Link {
 /// One port's reading: its state (with why, when it cannot be named), the
 /// kernel's counters, and the daemon's link-down events for its netdev.
 fn read_port(
-    host: &Snapshot,
-    base: &Path,
-    port: &str,
+    snap: &Snapshot,
+    dev: &Device,
+    port: &Port,
     events: Option<&Events>,
 ) -> (Reading, Option<String>) {
-    let dir = base.join("ports").join(port);
-    let read = |rel: &str| host.read_string(&dir.join(rel)).ok().flatten();
-    let number = |rel: &str| read(rel).and_then(|t| t.trim().parse::<u64>().ok());
-    let state = host.read_string(&dir.join("state"));
-    let active = state
-        .as_ref()
-        .ok()
-        .and_then(Option::as_ref)
-        .and_then(|t| crate::concerns::rdma::devices::parse_state(t).ok())
+    let state = &port.state;
+    let active = port
+        .state_value()
         .filter(|s| s.is_named())
         .map(|s| s.is_active());
     let unreadable = match (active, state) {
         (Some(_), _) => None,
-        (None, Err(e)) => Some(e.to_string()),
+        (None, Err(e)) => Some(e.clone()),
         (None, Ok(None)) => Some("absent".to_owned()),
         (None, Ok(Some(t))) => Some(format!("{:?}", t.trim())),
     };
-    let netdev = read("gid_attrs/ndevs/0")
-        .or_else(|| host.read_string(&base.join("parent")).ok().flatten())
+    let netdev = port
+        .ndev
+        .as_ref()
+        .ok()
+        .and_then(Option::as_deref)
+        .or_else(|| dev.parent_text())
         .map(|n| n.trim().to_owned());
     let events = match (events, &netdev) {
         (Some(e), Some(n)) => e.downs.get(n).copied().unwrap_or(0),
         _ => 0,
     };
+    let counters = snap.port_counters(dev, port);
     let reading = Reading {
         active,
-        link_downed: number("counters/link_downed"),
-        link_error_recovery: number("counters/link_error_recovery"),
+        link_downed: counters.counter("link_downed"),
+        link_error_recovery: counters.counter("link_error_recovery"),
         events,
     };
     (reading, unreadable)

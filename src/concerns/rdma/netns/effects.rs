@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use super::*;
-use crate::engine::effect::{Effect, EffectKey, LiveCtx};
+use crate::engine::effect::{CommandError, Effect, EffectError, EffectKey, LiveCtx, Ran};
+use crate::host::service::SystemdError;
 
 /// The transient unit an initramfs rebuild runs as; its output is in its journal.
 pub const INITRAMFS_UNIT: &str = "rdma-node-agent-initramfs.service";
@@ -29,18 +30,33 @@ impl Effect for SetMode {
         format!("set the RDMA netns mode to {}", self.mode)
     }
 
-    fn run(&self, cx: &LiveCtx) -> (ActionStatus, String) {
-        match cx.host.rdma_netlink() {
-            // A fresh snapshot: on EBUSY it names what holds a namespace now.
-            Ok(mut nl) => set_live(
-                &Snapshot::new(cx.host.host().clone()),
-                &self.cfg,
-                nl.as_mut(),
-                self.mode,
-            ),
-            Err(e) => (ActionStatus::Failed, e),
-        }
+    fn run(&self, cx: &LiveCtx) -> Result<Ran, EffectError> {
+        let mut nl = cx.host.rdma_netlink().map_err(EffectError::new)?;
+        // A fresh snapshot: on EBUSY it names what holds a namespace now.
+        let snap = cx.host.files().snapshot();
+        set_live(&snap, &self.cfg, nl.as_mut(), self.mode).map_err(EffectError::new)
     }
+}
+
+/// Why the initramfs was not rebuilt, and by which command.
+#[derive(Debug, thiserror::Error)]
+pub enum InitramfsError {
+    #[error("empty initramfs command")]
+    Empty,
+    #[error("{program} is not installed")]
+    NotInstalled { program: String },
+    #[error("`{shown}`: {source}; see `journalctl -u {INITRAMFS_UNIT}`")]
+    Unit {
+        shown: String,
+        #[source]
+        source: SystemdError,
+    },
+    #[error("`{shown}` {source}")]
+    Command {
+        shown: String,
+        #[source]
+        source: CommandError,
+    },
 }
 
 /// Rebuild the initramfs so it carries the agent's modprobe.d options.
@@ -60,29 +76,40 @@ impl Effect for RebuildInitramfs {
 
     /// With systemd, as a transient unit of its own: in the agent's sandbox
     /// (read-only /boot, no chown in the system call filter) it cannot write the image.
-    fn run(&self, cx: &LiveCtx) -> (ActionStatus, String) {
+    fn run(&self, cx: &LiveCtx) -> Result<Ran, EffectError> {
+        self.rebuild(cx).map_err(EffectError::new)
+    }
+}
+
+impl RebuildInitramfs {
+    fn rebuild(&self, cx: &LiveCtx) -> Result<Ran, InitramfsError> {
         let Some((program, args)) = self.command.split_first() else {
-            return (ActionStatus::Failed, "empty initramfs command".into());
+            return Err(InitramfsError::Empty);
         };
         let shown = self.command.join(" ");
         let Some(path) = cx.host.which(program) else {
-            return (ActionStatus::Failed, format!("{program} is not installed"));
+            return Err(InitramfsError::NotInstalled {
+                program: program.clone(),
+            });
         };
         let mut argv = vec![path.display().to_string()];
         argv.extend(args.iter().cloned());
-        let result = match cx.manager {
+        match cx.manager {
             Some(m) => m
                 .run_transient(INITRAMFS_UNIT, &argv, INITRAMFS_TIMEOUT, cx.stop)
-                .map_err(|e| format!("`{shown}`: {e}; see `journalctl -u {INITRAMFS_UNIT}`")),
-            None => cx
-                .host
-                .run(&argv)
-                .map(|_| ())
-                .map_err(|e| format!("`{shown}` {e}")),
-        };
-        match result {
-            Ok(()) => (ActionStatus::Done, format!("`{shown}` succeeded")),
-            Err(e) => (ActionStatus::Failed, e),
+                .map_err(|source| InitramfsError::Unit {
+                    shown: shown.clone(),
+                    source,
+                })?,
+            None => {
+                cx.host
+                    .run(&argv)
+                    .map_err(|source| InitramfsError::Command {
+                        shown: shown.clone(),
+                        source,
+                    })?;
+            }
         }
+        Ok(Ran::done(format!("`{shown}` succeeded")))
     }
 }

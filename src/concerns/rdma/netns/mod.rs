@@ -17,7 +17,6 @@ use serde_json::json;
 use crate::config::rdma::{InitramfsPolicy, PluginPolicy, RdmaConfig};
 use crate::engine::check::CheckId;
 use crate::engine::check::{Check, Status};
-use crate::engine::outcome::ActionStatus;
 use crate::engine::plan::{Action, ActionKind, FileChange, Plan};
 use crate::host::HostError;
 use crate::host::netlink::{NetlinkError, NetnsMode, RdmaNetlink};

@@ -2,6 +2,7 @@
 use super::*;
 use crate::config::rdma::NetnsSetting;
 use crate::engine::effect::EffectKey;
+use crate::engine::outcome::ActionStatus;
 use nix::errno::Errno;
 use std::os::unix::fs::symlink;
 
@@ -308,6 +309,7 @@ fn proc_node() -> tempfile::TempDir {
 
 #[test]
 fn live_set_outcomes() {
+    use crate::engine::effect::EffectError;
     let t = proc_node();
     let host = Snapshot::new(crate::host::Host::new(t.path()));
     let c = cfg(NetnsSetting::Exclusive);
@@ -322,6 +324,7 @@ fn live_set_outcomes() {
             NetnsMode::Exclusive,
         )
     };
+    let run = |set| crate::engine::effect::settle(run(set).map_err(EffectError::new));
     assert_eq!(run(Ok(())).0, ActionStatus::Done);
     let (status, detail) = run(Err(crate::host::netlink::kernel_error(
         Errno::EBUSY as i32,
@@ -401,8 +404,8 @@ fn initramfs_rebuild_runs_as_a_transient_unit() {
     let e = effects::RebuildInitramfs {
         command: vec!["update-initramfs".into(), "-u".into()],
     };
-    let (status, _) = e.run(&cx);
-    assert_eq!(status, ActionStatus::Done);
+    let ran = e.run(&cx).unwrap();
+    assert_eq!(ran.status(), ActionStatus::Done);
     assert_eq!(
         m.calls(),
         [format!(
