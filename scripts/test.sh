@@ -176,6 +176,10 @@ for p in json.load(sys.stdin)["packages"]:
         if "test" in t["kind"]:
             print(t["name"])')
 phase_keep_going test cargo test "${tests[@]}" --no-fail-fast -- --include-ignored
+# The doc tests, among them the compile_fail ones that hold the read/write split
+# (a gather cannot restart a unit, an effect cannot reach the whole Host,
+# nothing writes agent state around its writer): cargo runs them only with --doc.
+phase_keep_going doctest cargo test --doc
 status=0
 finish_lanes || status=$?
 echo "== what the real-kernel tier said (lane vm):"
