@@ -7,29 +7,8 @@
 use rdma_node_agent::host::devlink;
 
 const PROGRAM: &str = r#"
-#include <stdio.h>
-#include <string.h>
-#include <stdint.h>
-#include <linux/netlink.h>
 #include <linux/genetlink.h>
 #include <linux/devlink.h>
-
-static unsigned char buf[1024];
-
-static void dump(const char *name, size_t n) {
-    printf("%s ", name);
-    for (size_t i = 0; i < n; i++) printf("%02x", buf[i]);
-    printf("\n");
-}
-
-static struct nlattr *put(struct nlmsghdr *h, int type, const void *v, int len) {
-    struct nlattr *a = (struct nlattr *)(buf + NLMSG_ALIGN(h->nlmsg_len));
-    a->nla_type = type;
-    a->nla_len = NLA_HDRLEN + len;
-    memcpy((unsigned char *)a + NLA_HDRLEN, v, len);
-    h->nlmsg_len = NLMSG_ALIGN(h->nlmsg_len) + NLA_ALIGN(a->nla_len);
-    return a;
-}
 
 static struct nlmsghdr *start(int type, int flags, unsigned seq, int cmd, int version) {
     struct nlmsghdr *h = (struct nlmsghdr *)buf;

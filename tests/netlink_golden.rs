@@ -10,28 +10,7 @@ use rdma_node_agent::host::netlink::{self, NetnsMode, Reply};
 const HEADER: &str = "/usr/include/rdma/rdma_netlink.h";
 
 const PROGRAM: &str = r#"
-#include <errno.h>
-#include <stdio.h>
-#include <string.h>
-#include <linux/netlink.h>
 #include <rdma/rdma_netlink.h>
-
-static unsigned char buf[512];
-
-static void dump(const char *name, size_t n) {
-    printf("%s ", name);
-    for (size_t i = 0; i < n; i++) printf("%02x", buf[i]);
-    printf("\n");
-}
-
-static struct nlattr *put(struct nlmsghdr *h, int type, const void *v, int len) {
-    struct nlattr *a = (struct nlattr *)(buf + NLMSG_ALIGN(h->nlmsg_len));
-    a->nla_type = type;
-    a->nla_len = NLA_HDRLEN + len;
-    memcpy((unsigned char *)a + NLA_HDRLEN, v, len);
-    h->nlmsg_len = NLMSG_ALIGN(h->nlmsg_len) + NLA_ALIGN(a->nla_len);
-    return a;
-}
 
 static void put_u32(struct nlmsghdr *h, int type, __u32 v) { put(h, type, &v, sizeof v); }
 

@@ -7,8 +7,36 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
 
-/// Compiles and runs `program` (which includes `header`), returning its
-/// `NAME value` lines.
+/// What every program starts with: the common headers, a message buffer,
+/// `dump` (print the buffer's first bytes in hex under a name) and `put`
+/// (append a netlink attribute to the message in the buffer).
+const PRELUDE: &str = r#"
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <linux/netlink.h>
+
+static unsigned char buf[1024];
+
+static void dump(const char *name, size_t n) {
+    printf("%s ", name);
+    for (size_t i = 0; i < n; i++) printf("%02x", buf[i]);
+    printf("\n");
+}
+
+static struct nlattr *put(struct nlmsghdr *h, int type, const void *v, int len) {
+    struct nlattr *a = (struct nlattr *)(buf + NLMSG_ALIGN(h->nlmsg_len));
+    a->nla_type = type;
+    a->nla_len = NLA_HDRLEN + len;
+    memcpy((unsigned char *)a + NLA_HDRLEN, v, len);
+    h->nlmsg_len = NLMSG_ALIGN(h->nlmsg_len) + NLA_ALIGN(a->nla_len);
+    return a;
+}
+"#;
+
+/// Compiles and runs `program` (which includes `header`) after the prelude,
+/// returning its `NAME value` lines.
 pub fn run(header: &str, program: &str) -> HashMap<String, String> {
     assert!(
         Path::new(header).exists(),
@@ -16,7 +44,7 @@ pub fn run(header: &str, program: &str) -> HashMap<String, String> {
     );
     let dir = tempfile::tempdir().unwrap();
     let (src, bin) = (dir.path().join("golden.c"), dir.path().join("golden"));
-    std::fs::write(&src, program).unwrap();
+    std::fs::write(&src, format!("{PRELUDE}{program}")).unwrap();
     // cc is present wherever cargo links Rust on Linux.
     let cc = Command::new("cc")
         .arg("-o")
