@@ -174,7 +174,7 @@ impl Snapshot {
         self.rdma_inventory
             .get_or_init(|| {
                 let names = self.rdma_device_names().map_err(Clone::clone)?;
-                inventory::walk(&self.host, names).map(Arc::new)
+                inventory::walk::walk(&self.host, names).map(Arc::new)
             })
             .clone()
     }
@@ -182,7 +182,7 @@ impl Snapshot {
     /// A port's counters, read on first ask this cycle.
     pub fn port_counters<'a>(&self, device: &Device, port: &'a Port) -> &'a Counters {
         port.counters
-            .get_or_init(|| Arc::new(inventory::read_counters(&self.host, device, &port.name)))
+            .get_or_init(|| Arc::new(inventory::counters::read(&self.host, device, &port.name)))
     }
 
     /// The NVIDIA GPUs on the PCI bus, scanned once per cycle.

@@ -9,18 +9,15 @@
 //! Port counters are read only when a concern asks for them (their cost
 //! follows RDMA work), once per port per cycle.
 
-mod counters;
+pub mod counters;
 pub mod port;
 #[cfg(test)]
 mod tests;
-mod walk;
+pub mod walk;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
-
-pub use counters::read as read_counters;
-pub use walk::walk;
 
 pub const CLASS: &str = "/sys/class/infiniband";
 
