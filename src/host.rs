@@ -37,6 +37,7 @@ pub mod pci_config;
 pub mod pci_helper;
 pub mod pci_path;
 pub mod peer;
+pub mod probe;
 pub mod procfs;
 pub mod prometheus;
 pub mod read;
