@@ -58,7 +58,7 @@ pub fn gather(
     }
     let (specs, newest) = specs(host, &set, &referenced, &spec_path, owned_specs)?;
     let (template_spec, template_source) = template_spec(host, ctr.as_deref());
-    let containerd_started = started(host, manager, &unit, found.pid);
+    let containerd_started = started(host, manager, &unit, &found);
     // containerd's `--address` wins over the config's [grpc] address.
     let grpc_address: PathBuf = found.address.clone().unwrap_or_else(|| {
         set.files[0]
@@ -312,7 +312,7 @@ fn started(
     host: &Snapshot,
     manager: Option<&dyn UnitReader>,
     unit: &str,
-    pid: Option<u32>,
+    found: &Containerd,
 ) -> Result<Option<Started>, String> {
     match manager.map(|m| m.status(unit)) {
         Some(Ok(st)) if st.active_state == UnitState::Active => match st.started {
@@ -321,7 +321,7 @@ fn started(
         },
         Some(Ok(_)) => Ok(None),
         Some(Err(e)) => Err(format!("cannot ask systemd about {unit}: {e}")),
-        None => match pid {
+        None => match found.pid {
             Some(pid) => procfs::start_time(host, pid)
                 .map(|at| Some(Started { at, exact: false }))
                 .ok_or_else(|| {
@@ -329,7 +329,7 @@ fn started(
                         "cannot read the start time of containerd (pid {pid}) in /proc/{pid}/stat"
                     )
                 }),
-            None => Ok(None),
+            None => found.pid_unknown.clone().map_or(Ok(None), Err),
         },
     }
 }

@@ -47,7 +47,7 @@ impl Concern for Memlock {
         }
         // The unit that runs containerd: the one fact every concern follows.
         let unit = match snap.containerd(&cfg.containerd.hints()) {
-            Discovery::Found(c) => (c.unit.clone(), c.pid),
+            Discovery::Found(c) => (c.unit.clone(), c.pid.ok_or(c.pid_unknown.clone())),
             Discovery::Absent { looked_for } if !cfg.containerd.required => {
                 return Err(GatherError::skipped(format!(
                     "no containerd on this node: {looked_for}"

@@ -43,7 +43,7 @@ pub fn dropin_path(unit: &str, name: &str) -> PathBuf {
 pub fn gather(
     host: &Snapshot,
     cfg: &SystemdConfig,
-    units: &[(String, Option<u32>)],
+    units: &[(String, Result<u32, Option<String>>)],
     manager: Option<&dyn UnitReader>,
 ) -> Result<Vec<UnitFacts>, HostError> {
     let mut out = Vec::new();
@@ -62,8 +62,10 @@ pub fn gather(
                 "systemd names no main process of {unit} (it is {})",
                 s.active_state
             )),
-            None => found_pid.ok_or_else(|| {
-                format!("no containerd process of {unit} found (systemd cannot be asked)")
+            None => found_pid.clone().map_err(|why| {
+                why.unwrap_or_else(|| {
+                    format!("no containerd process of {unit} found (systemd cannot be asked)")
+                })
             }),
         };
         let process_memlock = pid.and_then(|p| memlock_of(host, p));
@@ -366,7 +368,7 @@ mod tests {
         gather(
             snap,
             c,
-            &[("containerd.service".to_owned(), None)],
+            &[("containerd.service".to_owned(), Err(None))],
             Some(&One(s)),
         )
         .unwrap()
@@ -379,7 +381,13 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let snap = Snapshot::new(crate::host::Host::new(t.path()))
             .with_manager_error("cannot ask systemd: no bus socket".into());
-        let f = gather(&snap, &c, &[("containerd.service".to_owned(), None)], None).unwrap();
+        let f = gather(
+            &snap,
+            &c,
+            &[("containerd.service".to_owned(), Err(None))],
+            None,
+        )
+        .unwrap();
         let ch = check(&f, &c);
         assert_eq!(ch.status, Status::Fail, "{}", ch.message);
         assert!(

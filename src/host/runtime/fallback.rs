@@ -84,6 +84,7 @@ fn found(
         config_source: source,
         address: None,
         pid,
+        pid_unknown: None,
         warnings: Vec::new(),
     })
 }

@@ -107,6 +107,9 @@ pub struct Containerd {
     pub address: Option<PathBuf>,
     /// The running containerd's PID (its unit's MainPID, or found by its name).
     pub pid: Option<u32>,
+    /// Why `pid` is `None` although containerd may run: several run and none
+    /// is this config's. `None` with no pid: none runs.
+    pub pid_unknown: Option<String>,
     /// Disagreements worth a warning (an explicit config_path unlike the unit's,
     /// a running process started with another config).
     pub warnings: Vec<String>,
@@ -213,7 +216,10 @@ fn found_unit(snap: &Snapshot, hints: &Hints, unit: String, file: Option<&UnitFi
     } else {
         config_source
     };
-    let pid = running_pid(snap, &unit, distro, &config);
+    let (pid, pid_unknown) = match running_pid(snap, &unit, distro, &config) {
+        Ok(pid) => (pid, None),
+        Err(why) => (None, Some(why)),
+    };
     if let (Some(pid), Distro::Plain) = (pid, distro) {
         if let Some(running) = procfs::read(snap, pid, "cmdline").map(|c| cmdline_config(&c)) {
             if running != config {
@@ -233,6 +239,7 @@ fn found_unit(snap: &Snapshot, hints: &Hints, unit: String, file: Option<&UnitFi
         config_source,
         address: file.and_then(cri::unit_address),
         pid,
+        pid_unknown,
         warnings,
     })
 }
