@@ -1,8 +1,16 @@
 //! Typed observations: what the concerns found that other parts of the agent
 //! act on or export (later concerns, metrics, NFD labels, the reboot sentinel).
 //! Outputs read these values; nothing re-parses a check's JSON details.
+//!
+//! A new concern keeps its observations in its own folder, as its own type
+//! wrapped in `Observation::Own`, and its `metrics.rs` reads them back with
+//! `owned::<T>`: nothing here changes. The variants below are shared by
+//! several readers (the daemon, NFD, the reboot sentinel) or predate that.
 
+use std::any::Any;
+use std::fmt::Debug;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use crate::host::netlink::NetnsMode;
@@ -115,6 +123,52 @@ pub enum Observation {
         kernel_log_read: Option<bool>,
         problems: Vec<(String, String, &'static str, u64)>,
     },
+    /// A concern's own observation type, declared in its folder.
+    Own(Own),
+}
+
+/// Any concern's observation type: what `Observation::Own` carries.
+pub trait Concerned: Any + Debug + Send + Sync {
+    fn as_any(&self) -> &dyn Any;
+    fn eq_dyn(&self, other: &dyn Concerned) -> bool;
+}
+
+impl<T: Any + Debug + PartialEq + Send + Sync> Concerned for T {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn eq_dyn(&self, other: &dyn Concerned) -> bool {
+        other.as_any().downcast_ref::<T>() == Some(self)
+    }
+}
+
+/// One observation of a type the concern that made it owns.
+#[derive(Debug, Clone)]
+pub struct Own(Arc<dyn Concerned>);
+
+impl Own {
+    pub fn new<T: Concerned>(value: T) -> Self {
+        Own(Arc::new(value))
+    }
+
+    /// The value, when it is a `T`.
+    pub fn get<T: Any>(&self) -> Option<&T> {
+        self.0.as_any().downcast_ref()
+    }
+}
+
+impl PartialEq for Own {
+    fn eq(&self, other: &Own) -> bool {
+        self.0.eq_dyn(&*other.0)
+    }
+}
+
+/// Every `Observation::Own` of type `T`, in order.
+pub fn owned<T: Any>(seen: &[Observation]) -> impl Iterator<Item = &T> {
+    seen.iter().filter_map(|o| match o {
+        Observation::Own(own) => own.get::<T>(),
+        _ => None,
+    })
 }
 
 /// Why a pod container with RDMA devices cannot register memory.
@@ -178,5 +232,31 @@ impl Observations for [Observation] {
             Observation::NetnsMode(m) => *m,
             _ => None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Observation, Own, owned};
+
+    #[derive(Debug, PartialEq)]
+    struct Mine(u32);
+    #[derive(Debug, PartialEq)]
+    struct Theirs(u32);
+
+    #[test]
+    fn a_concerns_own_observations_read_back_by_type_only() {
+        let seen = vec![
+            Observation::Own(Own::new(Mine(1))),
+            Observation::NetnsMode(None),
+            Observation::Own(Own::new(Theirs(2))),
+            Observation::Own(Own::new(Mine(3))),
+        ];
+        let mine: Vec<&Mine> = owned(&seen).collect();
+        assert_eq!(mine, [&Mine(1), &Mine(3)]);
+        assert_eq!(owned::<Theirs>(&seen).count(), 1);
+        // Equal by value and type: a Mine(2) is no Theirs(2).
+        assert_eq!(Own::new(Mine(1)), Own::new(Mine(1)));
+        assert_ne!(Own::new(Mine(2)), Own::new(Theirs(2)));
     }
 }

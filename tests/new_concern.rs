@@ -5,7 +5,8 @@
 //! and its families reach the registry (docs/reasons.md's table, JSON read
 //! back, `/metrics`) through its registration lines alone. If adding one ever
 //! needs an edit to `src/engine/` or another central list, this file stops
-//! compiling or fails. (A new config section still needs a field of `Config`
+//! compiling or fails. Its observations are its own type (`Observation::Own`).
+//! (A new config section still needs a field of `Config`
 //! and a line of `Config::sections()`: not shown here.)
 
 use std::path::{Path, PathBuf};
@@ -29,7 +30,7 @@ use rdma_node_agent::host::live_files::LiveFiles;
 use rdma_node_agent::host::netlink::{NetlinkError, RdmaNetlink};
 use rdma_node_agent::host::snapshot::Snapshot;
 use rdma_node_agent::host::stop::Stop;
-use rdma_node_agent::observe::Observation;
+use rdma_node_agent::observe::{Observation, Own, owned};
 use rdma_node_agent::outputs::Cycle;
 use rdma_node_agent::reason::Reason;
 
@@ -41,6 +42,13 @@ const KNOB: &str = "/proc/sys/kernel/numa_balancing";
 /// Automatic NUMA balancing migrates pages under registered RDMA memory;
 /// GPU/RDMA hosts usually turn it off.
 struct NumaBalancing;
+
+/// What it observed, for its metric: its own type, in its own folder
+/// (carried as `Observation::Own`; src/observe.rs is not edited).
+#[derive(Debug, PartialEq)]
+struct Knob {
+    on: Option<bool>,
+}
 
 /// Its reason codes, with their docs row (src/concerns/kernel/numa/reasons.rs).
 mod reasons {
@@ -91,9 +99,11 @@ impl Concern for NumaBalancing {
                 }],
             ),
         };
+        let on = knob.as_deref().map(|v| v.trim() != "0");
         Decision {
             checks: vec![check],
             actions,
+            observations: vec![Observation::Own(Own::new(Knob { on }))],
             ..Decision::default()
         }
     }
@@ -234,19 +244,17 @@ fn its_reason_codes_come_with_its_registration_line() {
 // ---- its metric families: src/concerns/<area>/metrics.rs, and a line in
 // ---- concerns::registry::METRICS ----
 
-/// A family from a typed observation the engine already carries (the ports
-/// `rdma.devices` saw); a concern with facts of its own adds an `Observation`
-/// variant in src/observe.rs.
+/// A family from the concern's own observation type, read back by type.
 fn demo_families(m: &mut Families, seen: &[Observation]) {
-    let ports = seen
-        .iter()
-        .filter(|o| matches!(o, Observation::Port { .. }))
-        .count();
-    m.gauge(
-        "demo_ports_seen",
-        "Ports the demo concern saw",
-        ports as f64,
-    );
+    for knob in owned::<Knob>(seen) {
+        if let Some(on) = knob.on {
+            m.gauge(
+                "demo_numa_balancing",
+                "Whether automatic NUMA balancing is on",
+                f64::from(u8::from(on)),
+            );
+        }
+    }
 }
 
 /// The metric reaches `/metrics` through its registry line alone: the
@@ -257,27 +265,32 @@ fn its_metric_families_come_with_their_registry_line() {
     use rdma_node_agent::exposition::Format;
     use rdma_node_agent::outputs::metrics::{Totals, families};
 
+    // The observations its decide made on a node where the knob is on.
+    let t = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(t.path().join("proc/sys/kernel")).unwrap();
+    std::fs::write(t.path().join(KNOB.trim_start_matches('/')), "1\n").unwrap();
+    let a = assess(
+        &Snapshot::new(Host::new(t.path())),
+        &Config::default(),
+        REGISTERED,
+        Scope::All,
+        false,
+    );
     let mut cycle = Cycle::failed("test".into(), "no report".into());
-    cycle.observations = vec![Observation::Port {
-        device: "mlx5_0".into(),
-        port: 1,
-        active: Some(true),
-        rate_bytes_per_second: None,
-        link_layer: Some("InfiniBand"),
-    }];
+    cycle.observations = a.observations;
     let mut list: Vec<MetricFamilies> = METRICS.to_vec();
     list.push(demo_families);
     let text = families(&cycle, Totals::default(), &list).render(Format::Text);
     assert!(
         text.contains(
-            "# TYPE rdma_node_agent_demo_ports_seen gauge\nrdma_node_agent_demo_ports_seen 1\n"
+            "# TYPE rdma_node_agent_demo_numa_balancing gauge\nrdma_node_agent_demo_numa_balancing 1\n"
         ),
         "{text}"
     );
     // Between the concerns' families and the engine's reconcile counters.
     let at = |name: &str| text.find(name).unwrap_or_else(|| panic!("{name}: {text}"));
-    assert!(at("rdma_node_agent_port_active") < at("rdma_node_agent_demo_ports_seen"));
-    assert!(at("rdma_node_agent_demo_ports_seen") < at("rdma_node_agent_reconciles_total"));
+    assert!(at("rdma_node_agent_port_active") < at("rdma_node_agent_demo_numa_balancing"));
+    assert!(at("rdma_node_agent_demo_numa_balancing") < at("rdma_node_agent_reconciles_total"));
     let agent = families(&cycle, Totals::default(), METRICS).render(Format::Text);
-    assert!(!agent.contains("demo_ports_seen"));
+    assert!(!agent.contains("demo_numa_balancing"));
 }
