@@ -9,6 +9,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::devlink::{DevlinkError, Reporter};
+use super::inventory::gids::Addresses;
+use super::inventory::port::LinkLayer;
 use super::inventory::{self, ClassError, Counters, Device, Inventory, Port};
 use super::netlink::restrack::{self, Holders, Unavailable};
 use super::read::ReadHost;
@@ -183,6 +185,14 @@ impl Snapshot {
     pub fn port_counters<'a>(&self, device: &Device, port: &'a Port) -> &'a Counters {
         port.counters
             .get_or_init(|| Arc::new(inventory::counters::read(&self.host, device, &port.name)))
+    }
+
+    /// A port's LIDs and GID table, read on first ask this cycle.
+    pub fn port_addresses<'a>(&self, device: &Device, port: &'a Port) -> &'a Addresses {
+        port.addresses.get_or_init(|| {
+            let ib = port.link_layer_value() == Some(LinkLayer::InfiniBand);
+            Arc::new(inventory::gids::read(&self.host, device, &port.name, ib))
+        })
     }
 
     /// The NVIDIA GPUs on the PCI bus, scanned once per cycle.

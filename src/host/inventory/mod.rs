@@ -10,6 +10,7 @@
 //! follows RDMA work), once per port per cycle.
 
 pub mod counters;
+pub mod gids;
 pub mod port;
 #[cfg(test)]
 mod tests;
@@ -72,6 +73,8 @@ pub struct Device {
     pub fw_ver: Read,
     pub hca_type: Read,
     pub board_id: Read,
+    /// `device/numa_node` (`-1`: none); non-VF devices only (a VF's is its PF's).
+    pub numa_node: Read,
     /// `ports/*` in name order.
     pub ports: Vec<Port>,
     /// Why `ports/` could not be listed.
@@ -96,9 +99,17 @@ impl Device {
             fw_ver: Ok(None),
             hca_type: Ok(None),
             board_id: Ok(None),
+            numa_node: Ok(None),
             ports: Vec::new(),
             ports_error: None,
         }
+    }
+
+    /// The NUMA node of the device's function; `None` when it has none
+    /// (`-1`, a software device, a VF) or it could not be read.
+    pub fn numa_node(&self) -> Option<u32> {
+        let t = self.numa_node.as_ref().ok()?.as_deref()?;
+        t.trim().parse().ok()
     }
 
     /// `parent` trimmed, when it could be read.
@@ -147,6 +158,8 @@ pub struct Port {
     pub gid0: Read,
     /// `counters/` and `hw_counters/`, read on first ask (`Snapshot::port_counters`).
     pub counters: OnceLock<Arc<Counters>>,
+    /// LIDs and the GID table, read on first ask (`Snapshot::port_addresses`).
+    pub addresses: OnceLock<Arc<gids::Addresses>>,
 }
 
 impl Port {
@@ -160,6 +173,7 @@ impl Port {
             ndev: Ok(None),
             gid0: Ok(None),
             counters: OnceLock::new(),
+            addresses: OnceLock::new(),
         }
     }
 

@@ -162,4 +162,30 @@ impl Port {
         let text = self.state.as_ref().ok()?.as_deref()?;
         parse_state(text).ok()
     }
+
+    /// `link_layer` typed; `None` when unreadable, absent or odd text.
+    pub fn link_layer_value(&self) -> Option<LinkLayer> {
+        let text = self.link_layer.as_ref().ok()?.as_deref()?;
+        parse_link_layer(text).ok()
+    }
+
+    /// `rate` in Gb/s; `None` when unreadable, absent or not the kernel's form.
+    pub fn rate_gbps(&self) -> Option<f64> {
+        let text = self.rate.as_ref().ok()?.as_deref()?;
+        parse_rate(text).ok()
+    }
+
+    /// The lane count in `rate`'s parenthesis (`4X HDR` → 4); `None` when
+    /// unreadable or absent (a kernel before 5.x printed none for some rates).
+    pub fn width(&self) -> Option<u32> {
+        let text = self.rate.as_ref().ok()?.as_deref()?;
+        parse_width(text)
+    }
+}
+
+/// `200 Gb/sec (4X HDR)` → 4; `100 Gb/sec` → none.
+pub fn parse_width(text: &str) -> Option<u32> {
+    let (_, rest) = text.split_once('(')?;
+    let w = rest.split_whitespace().next()?.trim_end_matches(')');
+    w.strip_suffix('X')?.parse().ok()
 }

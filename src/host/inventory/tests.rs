@@ -146,3 +146,135 @@ fn a_full_check_walks_the_rdma_class_once() {
         assert_eq!(walks, ["list ", "open "], "{node}: {walks:#?}");
     }
 }
+
+fn fixture(node: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/nodes")
+        .join(node)
+}
+
+/// Soft-RoCE on Debian's 6.1 kernel (tests/fixtures/nodes/rxe, recorded by
+/// the VM tier): entry 0 used (`RoCE v2` on veth0), entries 1-3 empty (zero
+/// GIDs whose type and netdev the kernel refuses: absent in the recording).
+#[test]
+fn a_real_rxe_ports_gid_table() {
+    let snap = Snapshot::new(Host::new(&fixture("rxe")));
+    let inv = snap.rdma_inventory().unwrap();
+    let d = &inv.devices[0];
+    // A virtual device has no PCI function: no NUMA node.
+    assert_eq!((d.name.as_str(), d.numa_node()), ("rxe0", None));
+    let a = snap.port_addresses(d, &d.ports[0]);
+    let want = gids::Gid {
+        index: 0,
+        gid: "fe80::2c08:74ff:fed6:ac96".parse().unwrap(),
+        kind: Ok(gids::GidType::RoceV2),
+        ndev: Some("veth0".into()),
+    };
+    assert_eq!(a.gids(), [want]);
+    assert!(a.unreadable.is_empty(), "{a:?}");
+    // Ethernet: the LIDs the kernel prints (0x0) are InfiniBand's, not read.
+    assert_eq!((a.lid(), a.sm_lid(), a.sm_sl()), (None, None, None));
+    assert_eq!(a.lid, Ok(None));
+    // veth0 had no IPv4 address: no IPv4-mapped GID, and the table was read whole.
+    assert_eq!(a.roce_v2_ipv4_gid(), Ok(None));
+}
+
+/// Hand-written, after the rxe recording's format: a RoCE port whose table
+/// has a hole (entry 2 freed, as core/cache.c leaves one when an address
+/// goes) before the IPv4-mapped entries, and an InfiniBand port with LIDs.
+fn addressed(root: &Path) -> std::path::PathBuf {
+    tree(root);
+    let dev = root.join(FN).join("infiniband/mlx5_0");
+    let eth = dev.join("ports/1");
+    fs::create_dir_all(eth.join("gids")).unwrap();
+    fs::create_dir_all(eth.join("gid_attrs/types")).unwrap();
+    let entries = [
+        ("fe80:0000:0000:0000:0c42:a1ff:fe65:6a3c", "IB/RoCE v1"),
+        ("fe80:0000:0000:0000:0c42:a1ff:fe65:6a3c", "RoCE v2"),
+        ("0000:0000:0000:0000:0000:0000:0000:0000", ""),
+        ("0000:0000:0000:0000:0000:ffff:0a00:020f", "IB/RoCE v1"),
+        ("0000:0000:0000:0000:0000:ffff:0a00:020f", "RoCE v2"),
+        ("0000:0000:0000:0000:0000:0000:0000:0000", ""),
+    ];
+    for (i, (gid, kind)) in entries.iter().enumerate() {
+        fs::write(eth.join(format!("gids/{i}")), format!("{gid}\n")).unwrap();
+        if !kind.is_empty() {
+            fs::write(
+                eth.join(format!("gid_attrs/types/{i}")),
+                format!("{kind}\n"),
+            )
+            .unwrap();
+            fs::write(eth.join(format!("gid_attrs/ndevs/{i}")), "eth0\n").unwrap();
+        }
+    }
+    fs::write(eth.join("lid"), "0x0\n").unwrap();
+    let ib = dev.join("ports/2");
+    fs::create_dir_all(ib.join("gids")).unwrap();
+    fs::create_dir_all(ib.join("gid_attrs/types")).unwrap();
+    fs::write(ib.join("link_layer"), "InfiniBand\n").unwrap();
+    fs::write(
+        ib.join("gids/0"),
+        "fe80:0000:0000:0000:0c42:a103:0065:6a3d\n",
+    )
+    .unwrap();
+    fs::write(ib.join("gid_attrs/types/0"), "IB/RoCE v1\n").unwrap();
+    fs::write(ib.join("lid"), "0x1a\n").unwrap();
+    fs::write(ib.join("sm_lid"), "0x1\n").unwrap();
+    fs::write(ib.join("sm_sl"), "0\n").unwrap();
+    fs::write(root.join(FN).join("numa_node"), "-1\n").unwrap();
+    eth
+}
+
+#[test]
+fn the_whole_gid_table_is_read_past_its_holes() {
+    let t = tempfile::tempdir().unwrap();
+    let eth = addressed(t.path());
+    let snap = Snapshot::new(Host::new(t.path()));
+    let inv = snap.rdma_inventory().unwrap();
+    let d = &inv.devices[0];
+    // `-1`: the function is on no NUMA node.
+    assert_eq!(d.numa_node, Ok(Some("-1\n".into())));
+    assert_eq!(d.numa_node(), None);
+    let a = snap.port_addresses(d, &d.ports[0]);
+    let indexes: Vec<u32> = a.gids().iter().map(|g| g.index).collect();
+    assert_eq!(indexes, [0, 1, 3, 4]);
+    // Past the empty slot 2: the RoCE v2 entry of 10.0.2.15, not its v1 twin.
+    let (gid, v4) = a.roce_v2_ipv4_gid().unwrap().unwrap();
+    assert_eq!((gid.index, v4), (4, std::net::Ipv4Addr::new(10, 0, 2, 15)));
+    assert_eq!(gid.ndev.as_deref(), Some("eth0"));
+    assert_eq!(a.lid(), None);
+
+    let ib = snap.port_addresses(d, &d.ports[1]);
+    assert_eq!(
+        (ib.lid(), ib.sm_lid(), ib.sm_sl()),
+        (Some(0x1a), Some(1), Some(0))
+    );
+    // No netdev on InfiniBand (the kernel answers EINVAL: here, no file).
+    assert_eq!(ib.gids()[0].ndev, None);
+    assert_eq!(ib.gids()[0].kind, Ok(gids::GidType::IbRoceV1));
+    assert_eq!(ib.roce_v2_ipv4_gid(), Ok(None));
+
+    // An IPv4-mapped entry whose type cannot be read: unknown, never "none".
+    fs::remove_file(eth.join("gid_attrs/types/4")).unwrap();
+    fs::create_dir(eth.join("gid_attrs/types/4")).unwrap();
+    let snap = Snapshot::new(Host::new(t.path()));
+    let inv = snap.rdma_inventory().unwrap();
+    let d = &inv.devices[0];
+    let err = snap.port_addresses(d, &d.ports[0]).roce_v2_ipv4_gid();
+    assert!(
+        err.as_ref().is_err_and(|e| e.contains("types/4")),
+        "{err:?}"
+    );
+}
+
+/// The NUMA node of a PCI function, read from the a100 sample (hand-assembled
+/// PCIe tree, see its PROVENANCE); the sriov sample records none (absent).
+#[test]
+fn the_numa_node_of_each_device() {
+    let snap = Snapshot::new(Host::new(&fixture("a100")));
+    let inv = snap.rdma_inventory().unwrap();
+    assert!(inv.devices.iter().all(|d| d.numa_node() == Some(0)));
+    let snap = Snapshot::new(Host::new(&fixture("sriov")));
+    let inv = snap.rdma_inventory().unwrap();
+    assert!(inv.devices.iter().all(|d| d.numa_node == Ok(None)));
+}

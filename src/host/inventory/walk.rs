@@ -78,6 +78,11 @@ fn device(host: &ReadHost, class: Option<&Dir>, name: &str) -> Device {
     if !d.physfn {
         d.parent = read(&dir, "parent");
         d.driver = d.function.path().and_then(|f| driver(host, f));
+        if let DeviceLink::Real(f) = &d.function {
+            d.numa_node = host
+                .read_string(&f.join("numa_node"))
+                .map_err(|e| e.to_string());
+        }
     }
     d.node_guid = read(&dir, "node_guid");
     d.fw_ver = read(&dir, "fw_ver");
