@@ -3,6 +3,9 @@
 //! the metrics; and the agent state a concern asks the daemon to keep every
 //! cycle, whatever the mode (a history of the host, not a change to it).
 
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use crate::host::inventory::port::LinkLayer;
 use crate::host::state::Record;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -16,21 +19,23 @@ pub enum Fact {
         driver: String,
         node_guid: String,
     },
-    /// One RDMA port as a fleet compares it.
+    /// One RDMA port as a fleet compares it, typed as the inventory reads
+    /// it (`host::inventory::Port`); the metrics render it to labels.
     Port {
         device: String,
         port: u32,
-        link_layer: String,
-        /// The number of sysfs `rate` in Gb/s, as the kernel prints it (`200`, `2.5`).
-        rate: String,
-        /// The width from `rate`'s parenthesis (`4X`).
-        width: String,
-        netdev: String,
-        netdev_mtu: String,
-        /// RoCE: the RDMA MTU the kernel derives from the netdev's (`iboe_get_mtu`); IB: empty (only the SM knows).
-        port_mtu: String,
-        /// What ports on one fabric share: `ib:<subnet prefix>` or `roce:<IPv4 subnet>`; empty when unknown.
-        fabric: String,
+        /// `Unknown` when unreadable, or text the kernel does not print.
+        link_layer: LinkLayer,
+        /// sysfs `rate` in Gb/s (`200`, `2.5`).
+        rate_gbps: Option<f64>,
+        /// The lanes in `rate`'s parenthesis (`4X` → 4).
+        width: Option<u32>,
+        netdev: Option<String>,
+        netdev_mtu: Option<u32>,
+        /// RoCE: the RDMA MTU the kernel derives from the netdev's (`iboe_get_mtu`); IB: none (only the SM knows).
+        port_mtu: Option<u32>,
+        /// What ports on one fabric share; `None` when unknown.
+        fabric: Option<Fabric>,
     },
     /// The node's settings a fleet compares.
     Node {
@@ -54,4 +59,27 @@ pub enum Fact {
     /// alike); `check` only reads it. `check` is the id of the check that says
     /// so when the write fails.
     Persist { record: Record, check: &'static str },
+}
+
+/// The fabric a port is on: ports that can reach each other share it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fabric {
+    /// InfiniBand: the subnet prefix, the first 64 bits of the port's default GID.
+    Ib(Ipv6Addr),
+    /// RoCE: the IPv4 subnet of the netdev's connected route, and its prefix length.
+    Roce(Ipv4Addr, u8),
+}
+
+impl Fabric {
+    /// `ib:fe80:0000:0000:0000` (the GID's groups as sysfs prints them) or
+    /// `roce:10.0.2.0/24`.
+    pub fn label(&self) -> String {
+        match self {
+            Fabric::Ib(gid) => {
+                let g = gid.segments();
+                format!("ib:{:04x}:{:04x}:{:04x}:{:04x}", g[0], g[1], g[2], g[3])
+            }
+            Fabric::Roce(net, len) => format!("roce:{net}/{len}"),
+        }
+    }
 }

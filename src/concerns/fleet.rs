@@ -5,13 +5,15 @@
 //! /proc and the config; the netns mode from `rdma.netns`'s observation.
 //! SR-IOV VFs are left out: they repeat their PF.
 
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 
 use crate::config::Config;
 use crate::config::nri::MemlockVia;
 use crate::engine::check::CheckId;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
-use crate::fleet::Fact;
+use crate::fleet::{Fabric, Fact};
+use crate::host::inventory::port::LinkLayer;
 use crate::host::inventory::{Device, Port, Read};
 use crate::host::snapshot::Snapshot;
 use crate::observe::{Observation, Observations};
@@ -140,44 +142,36 @@ fn device(host: &Snapshot, dev: &Device) -> Fact {
 /// A port's link, its netdev and MTUs, and its fabric (the GID subnet
 /// prefix on InfiniBand, the netdev's IPv4 subnet on RoCE).
 fn port(host: &Snapshot, dev: &Device, number: u32, p: &Port, routes: &str) -> Fact {
-    let link_layer = match value(&p.link_layer).as_str() {
-        "" => "unknown".to_owned(),
-        l => l.to_owned(),
-    };
-    let (rate, width) = rate_width(&value(&p.rate));
-    let parent = value(&dev.parent);
-    let netdev = p
-        .netdev()
-        .or_else(|| parent.split_whitespace().next().map(str::to_owned))
-        .unwrap_or_default();
-    let netdev_mtu = if netdev.is_empty() {
-        String::new()
-    } else {
-        text(host, &Path::new("/sys/class/net").join(&netdev).join("mtu"))
-    };
-    let ethernet = link_layer == "Ethernet";
-    let port_mtu = match netdev_mtu.parse::<u32>() {
-        Ok(m) if ethernet => iboe_mtu(m).map(|m| m.to_string()).unwrap_or_default(),
-        _ => String::new(),
-    };
+    let link_layer = p.link_layer_value().unwrap_or(LinkLayer::Unknown);
+    let netdev = p.netdev().or_else(|| {
+        dev.parent_text()?
+            .split_whitespace()
+            .next()
+            .map(str::to_owned)
+    });
+    let netdev_mtu = netdev.as_ref().and_then(|n| {
+        text(host, &Path::new("/sys/class/net").join(n).join("mtu"))
+            .parse::<u32>()
+            .ok()
+    });
+    let ethernet = link_layer == LinkLayer::Ethernet;
     let fabric = if ethernet {
-        roce_subnet(routes, &netdev)
-            .map(|s| format!("roce:{s}"))
-            .unwrap_or_default()
+        netdev
+            .as_deref()
+            .and_then(|n| roce_subnet(routes, n))
+            .map(|(net, len)| Fabric::Roce(net, len))
     } else {
-        ib_prefix(&value(&p.gid0))
-            .map(|p| format!("ib:{p}"))
-            .unwrap_or_default()
+        ib_prefix(&value(&p.gid0)).map(Fabric::Ib)
     };
     Fact::Port {
         device: dev.name.clone(),
         port: number,
         link_layer,
-        rate,
-        width,
+        rate_gbps: p.rate_gbps(),
+        width: p.width(),
         netdev,
         netdev_mtu,
-        port_mtu,
+        port_mtu: netdev_mtu.filter(|_| ethernet).and_then(iboe_mtu),
         fabric,
     }
 }
@@ -195,22 +189,6 @@ fn memlock_via(cfg: &Config, snap: &Snapshot) -> &'static str {
     }
 }
 
-/// `100 Gb/sec (4X EDR)` → (`100`, `4X`); what cannot be read stays empty.
-pub fn rate_width(text: &str) -> (String, String) {
-    let rate = text
-        .split_once(" Gb/sec")
-        .map(|(n, _)| n.trim())
-        .filter(|n| n.parse::<f64>().is_ok())
-        .unwrap_or_default();
-    let width = text
-        .split_once('(')
-        .and_then(|(_, rest)| rest.split_whitespace().next())
-        .map(|w| w.trim_end_matches(')'))
-        .filter(|w| w.ends_with('X') && w[..w.len() - 1].parse::<u32>().is_ok())
-        .unwrap_or_default();
-    (rate.to_owned(), width.to_owned())
-}
-
 /// The RDMA MTU of a RoCE port on a netdev of this MTU, as the kernel's
 /// `iboe_get_mtu` (include/rdma/ib_addr.h) derives it: the netdev MTU less the
 /// largest RoCE headers (GRH 40, UDP 8, BTH 12, XRC 4, AtomicETH 28, ICRC 4),
@@ -223,16 +201,17 @@ pub fn iboe_mtu(netdev_mtu: u32) -> Option<u32> {
 }
 
 /// `fe80:0000:0000:0000:0c42:a103:0065:6a3c` → its subnet prefix, the first
-/// 64 bits; none for an all-zero GID (an unset table entry).
-pub fn ib_prefix(gid: &str) -> Option<String> {
-    let groups: Vec<&str> = gid.split(':').collect();
-    (groups.len() == 8 && groups.iter().any(|g| !g.trim_start_matches('0').is_empty()))
-        .then(|| groups[..4].join(":"))
+/// 64 bits (the rest zero); none for an all-zero GID (an unset table entry)
+/// or text that is no GID.
+pub fn ib_prefix(gid: &str) -> Option<Ipv6Addr> {
+    let gid: Ipv6Addr = gid.trim().parse().ok()?;
+    let bits = gid.to_bits();
+    (bits != 0).then(|| Ipv6Addr::from_bits(bits & !u128::from(u64::MAX)))
 }
 
 /// The IPv4 subnet of a netdev's connected route in `/proc/net/route` (a
 /// route without gateway, not the default), the longest prefix first.
-pub fn roce_subnet(routes: &str, netdev: &str) -> Option<String> {
+pub fn roce_subnet(routes: &str, netdev: &str) -> Option<(Ipv4Addr, u8)> {
     // The kernel prints each address as a native-endian number of its
     // network-order bytes: back to those bytes, then to the address.
     let addr = |s: &str| {
@@ -248,24 +227,15 @@ pub fn roce_subnet(routes: &str, netdev: &str) -> Option<String> {
             (f.len() >= 8 && f[0] == netdev && f[2] == "00000000").then_some(())?;
             let dest = addr(f[1])?;
             let mask = addr(f[7])?;
-            (mask != 0).then_some((mask.count_ones(), dest))
+            (mask != 0).then_some((mask.count_ones() as u8, dest))
         })
         .max_by_key(|(len, dest)| (*len, std::cmp::Reverse(*dest)))
-        .map(|(len, dest)| format!("{}/{len}", std::net::Ipv4Addr::from(dest)))
+        .map(|(len, dest)| (Ipv4Addr::from(dest), len))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rate_and_width_from_the_kernels_text() {
-        let rw = |t: &str| rate_width(t);
-        assert_eq!(rw("200 Gb/sec (4X HDR)"), ("200".into(), "4X".into()));
-        assert_eq!(rw("2.5 Gb/sec (1X SDR)"), ("2.5".into(), "1X".into()));
-        assert_eq!(rw("100 Gb/sec"), ("100".into(), String::new()));
-        assert_eq!(rw("fast"), (String::new(), String::new()));
-    }
 
     #[test]
     fn roce_mtu_as_the_kernel_derives_it() {
@@ -278,9 +248,10 @@ mod tests {
 
     #[test]
     fn fabric_labels() {
+        let ib = ib_prefix("fe80:0000:0000:0000:0c42:a103:0065:6a3c").map(Fabric::Ib);
         assert_eq!(
-            ib_prefix("fe80:0000:0000:0000:0c42:a103:0065:6a3c").as_deref(),
-            Some("fe80:0000:0000:0000")
+            ib.map(|f| f.label()).as_deref(),
+            Some("ib:fe80:0000:0000:0000")
         );
         assert_eq!(ib_prefix("0000:0000:0000:0000:0000:0000:0000:0000"), None);
         // Hand-written in /proc/net/route's format (x86_64): eth0 on
@@ -288,7 +259,8 @@ mod tests {
         let routes = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
              eth0\t00000000\t0202000A\t0003\t0\t0\t0\t00000000\t0\t0\t0\n\
              eth0\t0002000A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n";
-        assert_eq!(roce_subnet(routes, "eth0").as_deref(), Some("10.0.2.0/24"));
+        let roce = roce_subnet(routes, "eth0").map(|(n, l)| Fabric::Roce(n, l));
+        assert_eq!(roce.map(|f| f.label()).as_deref(), Some("roce:10.0.2.0/24"));
         assert_eq!(roce_subnet(routes, "eth1"), None);
     }
 

@@ -61,7 +61,7 @@ fn port_info(m: &mut Families, seen: &[Observation]) {
             device,
             port,
             link_layer,
-            rate,
+            rate_gbps,
             width,
             netdev,
             netdev_mtu,
@@ -69,17 +69,20 @@ fn port_info(m: &mut Families, seen: &[Observation]) {
             fabric,
         } = fact
         {
+            // Empty label values where a fact is unknown, as before the facts were typed.
+            let text = |v: Option<String>| v.unwrap_or_default();
             f.sample(
                 vec![
                     ("device", device.clone()),
                     ("port", port.to_string()),
-                    ("link_layer", link_layer.clone()),
-                    ("rate", rate.clone()),
-                    ("width", width.clone()),
-                    ("netdev", netdev.clone()),
-                    ("netdev_mtu", netdev_mtu.clone()),
-                    ("port_mtu", port_mtu.clone()),
-                    ("fabric", fabric.clone()),
+                    ("link_layer", link_layer.as_str().to_owned()),
+                    // f64's shortest form is the kernel's: `200`, `2.5`.
+                    ("rate", text(rate_gbps.map(|r| r.to_string()))),
+                    ("width", text(width.map(|w| format!("{w}X")))),
+                    ("netdev", text(netdev.clone())),
+                    ("netdev_mtu", text(netdev_mtu.map(|m| m.to_string()))),
+                    ("port_mtu", text(port_mtu.map(|m| m.to_string()))),
+                    ("fabric", text(fabric.map(|f| f.label()))),
                 ],
                 1.0,
             );
@@ -114,5 +117,58 @@ fn node_info(m: &mut Families, seen: &[Observation]) {
                 1.0,
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exposition::Format;
+    use crate::fleet::Fabric;
+    use crate::host::inventory::Port;
+    use crate::host::inventory::port::LinkLayer;
+
+    /// The labels from typed facts read as the kernel's text was before the
+    /// facts were typed: the rate's number as sysfs prints it, the width with
+    /// its `X`, empty where unknown. Rates as drivers print them (sysfs.c's
+    /// `rate_show`: `%d%s Gb/sec (%dX%s)`, `.5` the only fraction; before 5.x
+    /// no speed name).
+    #[test]
+    fn port_labels_render_the_typed_port() {
+        let port = |rate: &str, fabric| {
+            let mut p = Port::new("1".into());
+            p.rate = Ok(Some(format!("{rate}\n")));
+            Observation::Fleet(Fact::Port {
+                device: "mlx5_0".into(),
+                port: 1,
+                link_layer: LinkLayer::InfiniBand,
+                rate_gbps: p.rate_gbps(),
+                width: p.width(),
+                netdev: None,
+                netdev_mtu: None,
+                port_mtu: None,
+                fabric,
+            })
+        };
+        let render = |o: Observation| {
+            let mut m = Families::new("x");
+            port_info(&mut m, &[o]);
+            let text = m.render(Format::Text);
+            let line = text.lines().find(|l| l.starts_with("x_port_info{"));
+            line.unwrap().to_owned()
+        };
+        let ib = Some(Fabric::Ib("fe80::".parse().unwrap()));
+        assert_eq!(
+            render(port("2.5 Gb/sec (1X SDR)", ib)),
+            "x_port_info{device=\"mlx5_0\",port=\"1\",link_layer=\"InfiniBand\",rate=\"2.5\",width=\"1X\",netdev=\"\",netdev_mtu=\"\",port_mtu=\"\",fabric=\"ib:fe80:0000:0000:0000\"} 1"
+        );
+        let roce = Some(Fabric::Roce([10, 0, 2, 0].into(), 24));
+        let line = render(port("400 Gb/sec (4X NDR)", roce));
+        assert!(line.contains("rate=\"400\",width=\"4X\""), "{line}");
+        assert!(line.contains("fabric=\"roce:10.0.2.0/24\""), "{line}");
+        let line = render(port("10 Gb/sec (4X)", None));
+        assert!(line.contains("rate=\"10\",width=\"4X\""), "{line}");
+        let line = render(port("fast", None));
+        assert!(line.contains("rate=\"\",width=\"\""), "{line}");
     }
 }
