@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use crate::host::inventory::port::LinkLayer;
 use crate::host::netlink::NetnsMode;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -46,8 +47,8 @@ pub enum Observation {
         port: u32,
         active: Option<bool>,
         rate_bytes_per_second: Option<u64>,
-        /// `InfiniBand`, `Ethernet` or `unknown`.
-        link_layer: Option<&'static str>,
+        /// `None`: unreadable or odd text (the metrics label it `unknown`).
+        link_layer: Option<LinkLayer>,
     },
     /// The RDMA subsystem's live netns mode (`None`: ib_core not loaded or unreadable).
     NetnsMode(Option<NetnsMode>),

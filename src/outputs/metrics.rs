@@ -249,7 +249,7 @@ mod tests {
                     "mlx5_0",
                     Some(false),
                     Some(25_000_000_000),
-                    Some("InfiniBand"),
+                    Some(crate::host::inventory::port::LinkLayer::InfiniBand),
                 ),
                 port("mlx5_1", None, None, None),
                 Observation::RebootHeldBack("rebooting into 6.1 would lose x".into()),

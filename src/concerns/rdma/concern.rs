@@ -53,7 +53,7 @@ impl Concern for Devices {
                     port: p.port,
                     active: p.active(),
                     rate_bytes_per_second: p.rate_bytes_per_second(),
-                    link_layer: p.link_layer.map(|l| l.as_str()),
+                    link_layer: p.link_layer,
                 })
             })
             .collect();

@@ -18,7 +18,7 @@ fn port(device: &str, active: bool) -> Observation {
         port: 1,
         active: Some(active),
         rate_bytes_per_second: Some(12_500_000_000),
-        link_layer: Some("InfiniBand"),
+        link_layer: Some(crate::host::inventory::port::LinkLayer::InfiniBand),
     }
 }
 

@@ -18,7 +18,10 @@ pub fn families(m: &mut Families, seen: &[Observation]) {
                 vec![
                     ("device", device.clone()),
                     ("port", port.to_string()),
-                    ("link_layer", link_layer.unwrap_or("unknown").to_owned()),
+                    (
+                        "link_layer",
+                        link_layer.map_or("unknown", |l| l.as_str()).to_owned(),
+                    ),
                 ],
                 *active,
                 *rate_bytes_per_second,
