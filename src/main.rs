@@ -374,11 +374,7 @@ fn selftest(
     cli.check_config_exists(&host)?;
     let config = Config::load(&host, &cli.config_path()).context("invalid agent config")?;
     let snap = rdma_node_agent::host::snapshot::Snapshot::new(host.clone());
-    let devs: Vec<devices::Device> = devices::gather(&snap)
-        .context("cannot read the RDMA devices")?
-        .into_iter()
-        .map(devices::parse)
-        .collect();
+    let devs = devices::gather(&snap).context("cannot read the RDMA devices")?;
     let report = match selftest::targets(&devs, device) {
         Err(why) => Report::unable(why),
         Ok(targets) => match (find_program("ib_write_bw"), find_program("prlimit")) {

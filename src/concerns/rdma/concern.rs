@@ -32,11 +32,7 @@ impl Concern for Devices {
     }
 
     fn gather(&self, snap: &Snapshot, _cfg: &Config) -> Result<DeviceFacts, GatherError> {
-        let devices = devices::gather(snap)
-            .map_err(GatherError::unknown)?
-            .into_iter()
-            .map(devices::parse)
-            .collect();
+        let devices = devices::gather(snap).map_err(GatherError::unknown)?;
         let gpu = gpudirect::gather(snap).map_err(GatherError::unknown)?;
         Ok(DeviceFacts { devices, gpu })
     }

@@ -1,12 +1,11 @@
 //! The RDMA device and port inventory from sysfs (what `ibstat`, `ibdev2netdev`
 //! and `rdma link` show), checked against the expectations in the agent config.
 //!
-//! gather (sysfs, raw text) → parse (the kernel's own spellings, typed) → assess
-//! (the check). Every value the kernel's `drivers/infiniband/core/sysfs.c` can
+//! The cycle's RDMA inventory (`Snapshot::rdma_inventory`: sysfs as read) →
+//! parse (the kernel's own spellings, typed) → assess (the check). Every value the kernel's `drivers/infiniband/core/sysfs.c` can
 //! print is understood; anything else makes that field unknown, never "down".
 
 mod assess;
-mod gather;
 pub mod metrics;
 mod parse;
 pub mod reasons;
@@ -15,11 +14,19 @@ mod tests;
 
 use serde::Serialize;
 
+use crate::host::inventory::ClassError;
 use crate::host::inventory::port::{LinkLayer, PhysState, PortState};
+use crate::host::snapshot::Snapshot;
 
 pub use assess::{CHECK_ID, check, unmet};
-pub use gather::{RawDevice, RawPort, Read, gather};
 pub use parse::{parse, parse_guid, parse_text};
+
+/// Every device under /sys/class/infiniband, parsed from the cycle's inventory
+/// (none when the class is absent: no RDMA driver loaded). Each device's
+/// problems stay with it.
+pub fn gather(snap: &Snapshot) -> Result<Vec<Device>, ClassError> {
+    Ok(snap.rdma_inventory()?.devices.iter().map(parse).collect())
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -6,10 +6,11 @@
 //! A value without a number is an error on that field, which is then
 //! unknown: never read as "down".
 
-use super::{Device, Kind, Port, Problem, RawDevice, RawPort, Read};
+use super::{Device, Kind, Port, Problem};
 use crate::host::inventory::port::{
     parse_link_layer, parse_phys_state, parse_rate, parse_state, phys_state_note, state_note,
 };
+use crate::host::inventory::{self, Read};
 
 /// `0c42:a103:0065:6a3c`.
 pub fn parse_guid(text: &str) -> Result<String, String> {
@@ -69,7 +70,7 @@ fn field<T>(
 fn parse_port(
     at: &str,
     number: u32,
-    p: RawPort,
+    p: &inventory::Port,
     errors: &mut Vec<String>,
     notes: &mut Vec<String>,
 ) -> Port {
@@ -100,72 +101,93 @@ fn parse_port(
             parse_link_layer,
             true,
         ),
-        netdev: p.ndev,
+        netdev: p.netdev(),
     }
 }
 
-pub fn parse(raw: RawDevice) -> Device {
-    let mut errors = raw.errors;
+/// One device of the inventory, typed; what could not be read or parsed
+/// goes to its `errors`.
+pub fn parse(d: &inventory::Device) -> Device {
+    let n = &d.name;
+    let mut errors = Vec::new();
     let mut notes = Vec::new();
-    let n = &raw.name;
-    let text = |errors: &mut Vec<String>, what: &str, read: &Read| {
-        field(errors, &format!("{n} {what}"), read, parse_text, false).flatten()
-    };
-    let node_guid = field(
-        &mut errors,
-        &format!("{n} node_guid"),
-        &raw.node_guid,
-        parse_guid,
-        false,
-    );
-    let fw_ver = text(&mut errors, "fw_ver", &raw.fw_ver);
-    let hca_type = text(&mut errors, "hca_type", &raw.hca_type);
-    let board_id = text(&mut errors, "board_id", &raw.board_id);
-    let mut ports = Vec::new();
-    for p in raw.ports {
-        let Ok(number) = p.name.parse::<u32>() else {
-            errors.push(format!("{n}: unexpected port directory {:?}", p.name));
-            continue;
-        };
-        ports.push(parse_port(
-            &format!("{n}/{number}"),
-            number,
-            p,
-            &mut errors,
-            &mut notes,
-        ));
-    }
-    ports.sort_by_key(|p| p.port);
-    let problem = match &raw.broken_link {
-        Some(to) => Some(Problem::BrokenLink(format!(
-            "/sys/class/infiniband/{n} points to {}, which does not exist",
-            to.display()
-        ))),
-        // An unreadable ports/ directory is an error above, not "no ports".
-        None if ports.is_empty() && errors.is_empty() => Some(Problem::NoPorts),
-        None => None,
-    };
-    let kind = if raw.name.starts_with("mlx5_bond_") {
+    let kind = if n.starts_with("mlx5_bond_") {
         Kind::Bond
-    } else if raw.is_vf {
+    // Only a PCI function's VF-ness is the device's.
+    } else if d.pci.is_some() && d.physfn {
         Kind::Vf
-    } else if raw.is_software {
+    } else if d.is_software {
         Kind::Software
     } else {
         Kind::Pf
     };
-    Device {
-        name: raw.name,
+    let mut device = Device {
+        name: n.clone(),
         kind,
-        pci: raw.pci,
-        node_guid,
-        fw_ver,
-        hca_type,
-        board_id,
-        netdevs: raw.netdevs,
-        ports,
-        problem,
-        errors,
-        notes,
+        pci: None,
+        node_guid: None,
+        fw_ver: None,
+        hca_type: None,
+        board_id: None,
+        netdevs: Vec::new(),
+        ports: Vec::new(),
+        problem: None,
+        errors: Vec::new(),
+        notes: Vec::new(),
+    };
+    if let Some(to) = &d.broken_link {
+        device.problem = Some(Problem::BrokenLink(format!(
+            "/sys/class/infiniband/{n} points to {}, which does not exist",
+            to.display()
+        )));
+        return device;
     }
+    if let Some(e) = &d.open_error {
+        device.errors.push(format!("{n}: {e}"));
+        return device;
+    }
+    // A PCI function's netdevs are the device's; a software device names its own in `parent`.
+    if d.pci.is_some() {
+        device.pci = d.pci.clone();
+        device.netdevs = d.function_netdevs.clone();
+    }
+    if d.is_software
+        && let Some(p) = d.parent_text()
+    {
+        device.netdevs = p.split_whitespace().map(str::to_owned).collect();
+    }
+    if let Some(e) = &d.ports_error {
+        errors.push(format!("{n}: {e}"));
+    }
+    let text = |errors: &mut Vec<String>, what: &str, read: &Read| {
+        field(errors, &format!("{n} {what}"), read, parse_text, false).flatten()
+    };
+    device.node_guid = field(
+        &mut errors,
+        &format!("{n} node_guid"),
+        &d.node_guid,
+        parse_guid,
+        false,
+    );
+    device.fw_ver = text(&mut errors, "fw_ver", &d.fw_ver);
+    device.hca_type = text(&mut errors, "hca_type", &d.hca_type);
+    device.board_id = text(&mut errors, "board_id", &d.board_id);
+    for p in &d.ports {
+        let Ok(number) = p.name.parse::<u32>() else {
+            errors.push(format!("{n}: unexpected port directory {:?}", p.name));
+            continue;
+        };
+        let at = format!("{n}/{number}");
+        device
+            .ports
+            .push(parse_port(&at, number, p, &mut errors, &mut notes));
+    }
+    device.ports.sort_by_key(|p| p.port);
+    // An unreadable ports/ directory is an error above, not "no ports".
+    if device.ports.is_empty() && errors.is_empty() {
+        device.problem = Some(Problem::NoPorts);
+    }
+    device.errors = errors;
+    device.notes = notes;
+    device
 }

@@ -7,14 +7,14 @@ use crate::concerns::rdma::gpudirect::Finding;
 use crate::config::rdma::{ExpectPort, RdmaConfig};
 use crate::engine::check::Status;
 use crate::host::inventory::port::*;
+use crate::host::inventory::{self, Read};
 
 fn t(s: &str) -> Read {
     Ok(Some(format!("{s}\n")))
 }
 
-fn port(name: &str, state: &str, rate: &str, layer: &str) -> RawPort {
-    RawPort {
-        name: name.into(),
+fn port(name: &str, state: &str, rate: &str, layer: &str) -> inventory::Port {
+    inventory::Port {
         state: t(state),
         phys_state: t(if state.contains("ACTIVE") {
             "5: LinkUp"
@@ -23,17 +23,17 @@ fn port(name: &str, state: &str, rate: &str, layer: &str) -> RawPort {
         }),
         rate: t(rate),
         link_layer: t(layer),
-        ndev: None,
+        ..inventory::Port::new(name.into())
     }
 }
 
-fn raw(name: &str, ports: Vec<RawPort>) -> RawDevice {
-    RawDevice {
+fn raw(name: &str, ports: Vec<inventory::Port>) -> inventory::Device {
+    inventory::Device {
         node_guid: t("0c42:a103:0065:6a3c"),
         fw_ver: t("20.31.1014"),
         hca_type: t("MT4123"),
         ports,
-        ..RawDevice::new(name.into())
+        ..inventory::Device::new(name.into())
     }
 }
 
@@ -148,7 +148,7 @@ fn an_empty_fw_ver_is_normal() {
     );
     r.fw_ver = t("");
     r.hca_type = Ok(None);
-    let d = parse(r);
+    let d = parse(&r);
     assert_eq!(d.fw_ver, None);
     assert!(d.errors.is_empty(), "{:?}", d.errors);
     let c = check(&[d], &RdmaConfig::default(), &Finding::default());
@@ -167,7 +167,7 @@ fn garbage_becomes_field_errors() {
         ],
     );
     r.node_guid = Err("/sys/…/node_guid is not valid UTF-8".into());
-    let d = parse(r);
+    let d = parse(&r);
     assert_eq!(d.ports.len(), 2);
     assert_eq!(d.ports[0].state, None);
     assert_eq!(d.ports[0].active(), None);
@@ -187,15 +187,15 @@ fn garbage_becomes_field_errors() {
 
 fn a100() -> Vec<Device> {
     vec![
-        parse(raw(
+        parse(&raw(
             "mlx5_0",
             vec![port("1", "1: DOWN", "200 Gb/sec (4X HDR)", "InfiniBand")],
         )),
-        parse(raw(
+        parse(&raw(
             "mlx5_1",
             vec![port("1", "4: ACTIVE", "200 Gb/sec (4X HDR)", "InfiniBand")],
         )),
-        parse(raw(
+        parse(&raw(
             "mlx5_bond_0",
             vec![port("1", "4: ACTIVE", "100 Gb/sec (4X EDR)", "Ethernet")],
         )),
@@ -235,11 +235,11 @@ fn no_expectations_warn_on_a_port_not_active_unless_ignored() {
 fn no_active_port_at_all_fails_and_unknown_states_are_unknown() {
     let down = || {
         vec![
-            parse(raw(
+            parse(&raw(
                 "mlx5_0",
                 vec![port("1", "1: DOWN", "200 Gb/sec (4X HDR)", "InfiniBand")],
             )),
-            parse(raw(
+            parse(&raw(
                 "mlx5_1",
                 vec![port("1", "2: INIT", "200 Gb/sec (4X HDR)", "InfiniBand")],
             )),
@@ -294,11 +294,11 @@ fn no_device_at_all_is_skipped_or_fails_with_expectations() {
 
 #[test]
 fn a_device_without_ports_or_behind_a_broken_link_is_not_healthy() {
-    let mut broken = RawDevice::new("mlx5_3".into());
+    let mut broken = inventory::Device::new("mlx5_3".into());
     broken.broken_link = Some("/sys/devices/pci0000:00/0000:00:03.0/infiniband/mlx5_3".into());
     let mut devices = a100();
-    devices.push(parse(raw("mlx5_2", vec![])));
-    devices.push(parse(broken));
+    devices.push(parse(&raw("mlx5_2", vec![])));
+    devices.push(parse(&broken));
     assert_eq!(devices[3].problem, Some(Problem::NoPorts));
     assert!(!devices[4].is_usable());
     let c = check(&devices, &RdmaConfig::default(), &Finding::default());
@@ -347,14 +347,14 @@ fn expectations_name_the_port() {
 #[test]
 fn an_expected_port_of_unknown_state_is_unknown_not_down() {
     let mut devices = a100();
-    devices[0] = parse(RawDevice {
-        ports: vec![RawPort {
+    devices[0] = parse(&inventory::Device {
+        ports: vec![inventory::Port {
             state: Err("cannot read …/state: Input/output error".into()),
             ..port("1", "1: DOWN", "200 Gb/sec (4X HDR)", "InfiniBand")
         }],
         ..raw("mlx5_0", vec![])
     });
-    devices[1] = parse(raw(
+    devices[1] = parse(&raw(
         "mlx5_1",
         vec![port("1", "9: UNKNOWN", "200 Gb/sec (4X HDR)", "InfiniBand")],
     ));
