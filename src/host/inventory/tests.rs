@@ -158,7 +158,7 @@ fn fixture(node: &str) -> std::path::PathBuf {
 /// GIDs whose type and netdev the kernel refuses: absent in the recording).
 #[test]
 fn a_real_rxe_ports_gid_table() {
-    let snap = Snapshot::new(Host::new(&fixture("rxe")));
+    let snap = Snapshot::new(Host::new(fixture("rxe")));
     let inv = snap.rdma_inventory().unwrap();
     let d = &inv.devices[0];
     // A virtual device has no PCI function: no NUMA node.
@@ -271,10 +271,10 @@ fn the_whole_gid_table_is_read_past_its_holes() {
 /// PCIe tree, see its PROVENANCE); the sriov sample records none (absent).
 #[test]
 fn the_numa_node_of_each_device() {
-    let snap = Snapshot::new(Host::new(&fixture("a100")));
+    let snap = Snapshot::new(Host::new(fixture("a100")));
     let inv = snap.rdma_inventory().unwrap();
     assert!(inv.devices.iter().all(|d| d.numa_node() == Some(0)));
-    let snap = Snapshot::new(Host::new(&fixture("sriov")));
+    let snap = Snapshot::new(Host::new(fixture("sriov")));
     let inv = snap.rdma_inventory().unwrap();
     assert!(inv.devices.iter().all(|d| d.numa_node == Ok(None)));
 }
