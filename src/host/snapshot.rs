@@ -190,8 +190,8 @@ impl Snapshot {
     /// A port's LIDs and GID table, read on first ask this cycle.
     pub fn port_addresses<'a>(&self, device: &Device, port: &'a Port) -> &'a Addresses {
         port.addresses.get_or_init(|| {
-            let ib = port.link_layer_value() == Some(LinkLayer::InfiniBand);
-            Arc::new(inventory::gids::read(&self.host, device, &port.name, ib))
+            let roce = port.link_layer_value() == Some(LinkLayer::Ethernet);
+            Arc::new(inventory::gids::read(&self.host, device, &port.name, roce))
         })
     }
 

@@ -58,7 +58,8 @@ impl Gid {
 }
 
 /// A port's addresses. `lid`, `sm_lid` and `sm_sl` are InfiniBand's: not
-/// read on an Ethernet (RoCE) port, where the kernel prints zeros.
+/// read on an Ethernet (RoCE) port, where the kernel prints zeros (read when
+/// the link layer is unknown: the values then tell).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Addresses {
     pub lid: Read,
@@ -126,9 +127,9 @@ fn hex16(read: &Read) -> Option<u16> {
     u16::from_str_radix(t.strip_prefix("0x")?, 16).ok()
 }
 
-/// The addresses of `port` of `device`; `infiniband`: the port's link layer
-/// is InfiniBand (else its LIDs are not read).
-pub fn read(host: &ReadHost, device: &Device, port: &str, infiniband: bool) -> Addresses {
+/// The addresses of `port` of `device`; `roce`: the port's link layer is
+/// Ethernet (its LIDs are not read).
+pub fn read(host: &ReadHost, device: &Device, port: &str, roce: bool) -> Addresses {
     let none = |why: String| Addresses {
         lid: Ok(None),
         sm_lid: Ok(None),
@@ -158,12 +159,11 @@ pub fn read(host: &ReadHost, device: &Device, port: &str, infiniband: bool) -> A
         None => (&dir, format!("ports/{port}/")),
     };
     let attr = |name: &str| -> Read {
-        if infiniband {
-            from.read_string(&format!("{at}{name}"))
-                .map_err(|e| e.to_string())
-        } else {
-            Ok(None)
+        if roce {
+            return Ok(None);
         }
+        from.read_string(&format!("{at}{name}"))
+            .map_err(|e| e.to_string())
     };
     let (lid, sm_lid, sm_sl) = (attr("lid"), attr("sm_lid"), attr("sm_sl"));
     let mut unreadable = Vec::new();
