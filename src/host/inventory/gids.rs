@@ -3,7 +3,7 @@
 //! its whole GID table with each entry's type and netdev.
 //!
 //! drivers/infiniband/core/sysfs.c makes one `gids/N` (and `gid_attrs/types/N`,
-//! `gid_attrs/ndevs/N`) per entry of the port's table (`gid_tbl_len`: 128 to
+//! `gid_attrs/ndevs/N`) per entry of the port's table (`gid_tbl_len`: rxe has
 //! 1024). An empty slot reads as the zero GID, and its type and netdev answer
 //! EINVAL. The kernel does not keep the used entries together: core/cache.c
 //! puts a new GID in the first free slot and frees a deleted one in place
