@@ -48,6 +48,10 @@ missing=()
 for cmd in "${!packages[@]}"; do
     command -v "$cmd" >/dev/null 2>&1 || missing+=("${packages[$cmd]}")
 done
+# The peer-probe helper (probe/, built by scripts/package.sh) compiles against these.
+for dev in librdmacm-dev libibverbs-dev libssl-dev make; do
+    dpkg -s "$dev" >/dev/null 2>&1 || missing+=("$dev")
+done
 # The test images are built from the static busybox (a dynamic one would need libc in the image).
 dpkg -s busybox-static >/dev/null 2>&1 || missing+=(busybox-static)
 # Packaging and fleet tests: rpm to inspect the .rpm, lintian and rpmlint to lint
