@@ -125,22 +125,12 @@ fn read_trimmed(host: &Host, p: &str) -> String {
 }
 
 /// The prober's state across rounds.
+#[derive(Default)]
 pub struct Prober {
     round: u64,
     responders: Supervisor,
     inbound: Vec<Inbound>,
     last: Option<PeersRecord>,
-}
-
-impl Default for Prober {
-    fn default() -> Self {
-        Prober {
-            round: 0,
-            responders: Supervisor::new(),
-            inbound: Vec::new(),
-            last: None,
-        }
-    }
 }
 
 impl Prober {
