@@ -1,8 +1,9 @@
 #!/bin/sh
 # The peer-probe tier's guest (tests/vm_peers.rs), run by tests/vm/vm-guest like
-# guest.sh. The payload: this script as guest.sh, steps.sh, and the probe helper
-# built by `make -C probe` (rdma-node-agent-probe). It drives the helper against
-# a real Soft-RoCE device and records what it printed, per fault, as
+# guest.sh. The payload: this script as guest.sh, steps.sh and the agent's .deb.
+# The package is installed (dpkg checks the helper's library Depends), and its
+# probe helper, /usr/libexec/rdma-node-agent/rdma-node-agent-probe, is driven
+# against a real Soft-RoCE device; what it printed, per fault, is recorded as
 # NAME.out/.err/.rc under /results; the host asserts on them.
 #
 # One device, loopback (responder and prober on rxe0's address): the kernels of
@@ -13,7 +14,7 @@ set -u
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 . "$(dirname "$0")/steps.sh"
 [ "$PHASE" = early ] && exit 0
-P=/payload/rdma-node-agent-probe
+P=/usr/libexec/rdma-node-agent/rdma-node-agent-probe
 K=/etc/rdma-node-agent/peers.key
 BAD=/etc/rdma-node-agent/forged.key
 A=10.77.0.1
@@ -41,6 +42,7 @@ mkdir -p /etc/rdma-node-agent
 head -c 32 /dev/urandom | base64 >"$K"
 head -c 32 /dev/urandom | base64 >"$BAD"
 chmod 600 "$K" "$BAD"
+step install install_agent '# the peer tier: the daemon is not started'
 step ldd ldd "$P"
 step responder-start responder 1
 step ping-ok ping_to "$K" "$A"
@@ -57,6 +59,7 @@ step ping-address-removed ping_to "$K" "$A"
 sh_step responder-after-addr-del "sleep 1; cat $R/respond.jsonl"
 # Feasibility of one namespace per node: rxe on a veth inside another namespace.
 sh_step netns-rxe '
+    kill $(cat /run/responder.pid); sleep 1;
     ip netns add n1 && ip link set veth1 netns n1 &&
     ip netns exec n1 ip addr add 10.77.0.2/24 dev veth1 && ip netns exec n1 ip link set veth1 up &&
     ip addr add 10.77.0.1/24 dev veth0 && ip netns exec n1 rdma link add rxe1 type rxe netdev veth1 && rdma link show'
