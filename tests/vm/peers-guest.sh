@@ -48,6 +48,9 @@ step responder-start responder 1
 step ping-ok ping_to "$K" "$A"
 step ping-ok-2 ping_to "$K" "$A"
 step ping-forged ping_to "$BAD" "$A"
+# A probe's cost (scripts/bench-probes.sh reads it): 20 probes in a row, the
+# wall, user and system seconds of them all (bash's time, children included).
+step bench-probes bash -c "TIMEFORMAT='%R %U %S'; time (for i in \$(seq 20); do $P ping --src $A --dst $A --port 18770 --key-file $K --node node1 --rail 0 --timeout-ms 8000 >/dev/null; done)"
 cp "$K" /etc/rdma-node-agent/open.key && chmod 644 /etc/rdma-node-agent/open.key
 step ping-key-world-readable ping_to /etc/rdma-node-agent/open.key "$A"
 step ping-no-peer-address ping_to "$K" 10.77.0.9
