@@ -69,6 +69,25 @@ fn a_real_probe_both_ways_over_soft_roce() {
     );
 }
 
+/// The helper under the shipped unit's sandbox (its devices, address families,
+/// system calls): a probe from it, and its responder answering one.
+#[test]
+#[ignore = "boots a VM: run by scripts/test.sh (--include-ignored)"]
+fn the_helper_works_under_the_shipped_units_sandbox() {
+    let Some(dir) = vm() else { return };
+    let v = line(dir, "sandbox-ping");
+    assert_eq!(v["stage"], "done", "{v}");
+    let v = line(dir, "sandbox-respond");
+    assert_eq!(v["stage"], "done", "{v}");
+    assert_eq!(
+        (&v["answered_node"], &v["answered_rail"]),
+        (&"node2".into(), &1.into()),
+        "{v}"
+    );
+    let events = fs::read_to_string(dir.join("sandbox-respond.err")).unwrap_or_default();
+    assert!(events.contains("\"answered\""), "{events}");
+}
+
 #[test]
 #[ignore = "boots a VM: run by scripts/test.sh (--include-ignored)"]
 fn each_fault_names_its_stage() {
@@ -106,8 +125,8 @@ fn the_responder_reports_what_it_answered_and_refused() {
         .collect();
     let count = |kind: &str| events.iter().filter(|e| e["event"] == kind).count();
     assert!(count("ready") >= 2, "{events:?}");
-    // ping-ok, ping-ok-2 and the 20 of bench-probes.
-    assert_eq!(count("answered"), 22, "{events:?}");
+    // ping-ok, ping-ok-2, the 20 of bench-probes and sandbox-ping.
+    assert_eq!(count("answered"), 23, "{events:?}");
     let refused: Vec<_> = events.iter().filter(|e| e["event"] == "refused").collect();
     assert_eq!(refused.len(), 1, "{events:?}");
     assert_eq!(refused[0]["why"], "bad_key");

@@ -51,12 +51,37 @@ step ping-forged ping_to "$BAD" "$A"
 # A probe's cost (scripts/bench-probes.sh reads it): 20 probes in a row, the
 # wall, user and system seconds of them all (bash's time, children included).
 step bench-probes bash -c "TIMEFORMAT='%R %U %S'; time (for i in \$(seq 20); do $P ping --src $A --dst $A --port 18770 --key-file $K --node node1 --rail 0 --timeout-ms 8000 >/dev/null; done)"
+# The helper under the shipped unit's sandbox: the installed unit with its
+# ExecStart replaced (a oneshot ping, then a responder), as the daemon's child
+# would run (same devices, address families, system calls, capabilities).
+sandboxed() { # NAME TYPE COMMAND
+    sed -e "s|^ExecStart=.*|ExecStart=$3|" -e "s|^Type=.*|Type=$2\nStandardOutput=file:/run/$1.out|" \
+        -e '/^WatchdogSec=/d' -e '/^NotifyAccess=/d' -e '/^ExecReload=/d' -e '/^Restart=/d' \
+        /lib/systemd/system/rdma-node-agent.service >"/etc/systemd/system/$1.service"
+    systemctl daemon-reload
+}
+sandbox_ping() {
+    sandboxed rna-ping oneshot "$P ping --src $A --dst $A --port 18770 --key-file $K --node node1 --rail 0 --timeout-ms 8000" &&
+        systemctl start rna-ping
+    cat /run/rna-ping.out
+}
+sandbox_respond() {
+    kill "$(cat /run/responder.pid)"
+    sleep 1
+    sandboxed rna-respond simple "$P respond --addr $A --port 18770 --key-file $K --node node2 --rail 1" &&
+        systemctl start rna-respond && sleep 3 && ping_to "$K" "$A"
+    systemctl stop rna-respond
+    cat /run/rna-respond.out >&2
+}
+step sandbox-ping sandbox_ping
+step sandbox-respond sandbox_respond
+step responder-again responder 2
 cp "$K" /etc/rdma-node-agent/open.key && chmod 644 /etc/rdma-node-agent/open.key
 step ping-key-world-readable ping_to /etc/rdma-node-agent/open.key "$A"
 step ping-no-peer-address ping_to "$K" 10.77.0.9
 sh_step responder-stop 'kill $(cat /run/responder.pid); sleep 1'
 step ping-responder-stopped ping_to "$K" "$A"
-step responder-restart responder 2
+step responder-restart responder 3
 sh_step addr-del "ip addr del $A/24 dev veth0; sleep 2"
 step ping-address-removed ping_to "$K" "$A"
 sh_step responder-after-addr-del "sleep 1; cat $R/respond.jsonl"
@@ -66,7 +91,7 @@ sh_step netns-rxe '
     ip netns add n1 && ip link set veth1 netns n1 &&
     ip netns exec n1 ip addr add 10.77.0.2/24 dev veth1 && ip netns exec n1 ip link set veth1 up &&
     ip addr add 10.77.0.1/24 dev veth0 && ip netns exec n1 rdma link add rxe1 type rxe netdev veth1 && rdma link show'
-step netns-responder responder 3
+step netns-responder responder 4
 step ping-from-netns ip netns exec n1 "$P" ping --src 10.77.0.2 --dst "$A" --port 18770 --key-file "$K" --node node1 --rail 0 --timeout-ms 8000
 kill "$(cat /run/responder.pid)" 2>/dev/null
 cp "$R/respond.jsonl" "$R/respond.out"
