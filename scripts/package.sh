@@ -22,6 +22,12 @@ fi
 
 bin=$(bash scripts/release-build.sh)
 target=$(basename "$(dirname "$(dirname "$bin")")")
+# The peer-probe helper (dynamically linked: librdmacm dlopens the verbs
+# providers), beside the agent where both packagers take it from.
+for h in rdma/rdma_cma.h infiniband/verbs.h openssl/hmac.h; do
+    [ -f "/usr/include/$h" ] || { echo "package.sh: /usr/include/$h is missing: apt-get install librdmacm-dev libibverbs-dev libssl-dev" >&2; exit 1; }
+done
+make -s -C probe OUT="$(dirname "$bin")" >&2
 dist="$CARGO_TARGET_DIR/dist"
 mkdir -p "$dist"
 # Both tools take the binary from target/<triple>/release/ with --target.

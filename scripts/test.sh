@@ -48,6 +48,10 @@ missing=()
 for cmd in "${!packages[@]}"; do
     command -v "$cmd" >/dev/null 2>&1 || missing+=("${packages[$cmd]}")
 done
+# The peer-probe helper (probe/, built by scripts/package.sh) compiles against these.
+for dev in librdmacm-dev libibverbs-dev libssl-dev make; do
+    dpkg -s "$dev" >/dev/null 2>&1 || missing+=("$dev")
+done
 # The test images are built from the static busybox (a dynamic one would need libc in the image).
 dpkg -s busybox-static >/dev/null 2>&1 || missing+=(busybox-static)
 # Packaging and fleet tests: rpm to inspect the .rpm, lintian and rpmlint to lint
@@ -161,6 +165,8 @@ vm_lane() {
     phase vm-tier cargo test --test vm_rxe -- --include-ignored --nocapture
     # The ACS tier: two boots of the same image as a q35 machine with a PCIe switch.
     phase vm-acs cargo test --test vm_acs -- --include-ignored --nocapture
+    # The peer-probe tier: the package's probe helper over Soft-RoCE, one boot.
+    phase vm-peers cargo test --test vm_peers -- --include-ignored --nocapture
 }
 lane vm vm_lane
 
@@ -168,7 +174,7 @@ lane vm vm_lane
 # first, and the lanes still finish and report before the script fails.
 tests=(--lib --bins --benches --examples)
 while read -r name; do
-    case $name in vm_rxe | vm_acs) ;; *) tests+=(--test "$name") ;; esac
+    case $name in vm_rxe | vm_acs | vm_peers) ;; *) tests+=(--test "$name") ;; esac
 done < <(cargo metadata --no-deps --format-version 1 | /usr/bin/python3 -c '
 import json, sys
 for p in json.load(sys.stdin)["packages"]:

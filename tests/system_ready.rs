@@ -161,6 +161,7 @@ const UNSANDBOXED: &[&str] = &[
     "ProtectHostname=no",
     "ProtectProc=default",
     "BindReadOnlyPaths=",
+    "BindPaths=",
     "ReadWritePaths=",
 ];
 

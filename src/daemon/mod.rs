@@ -16,6 +16,7 @@ mod link_events;
 mod machine;
 mod nri;
 mod persist;
+pub mod probes;
 mod sandbox;
 mod state_copy;
 mod wakeups;

@@ -4,4 +4,8 @@
 //! verbs providers) and keeps their results as agent state (`record`), which
 //! `rdma.peers` judges and the fleet view compares.
 
+pub mod helper;
+pub mod local;
 pub mod record;
+pub mod responder;
+pub mod settings;
