@@ -35,6 +35,7 @@ pub static METRICS: &[MetricFamilies] = &[
     fleet_metrics::families,
     rdma::link::metrics::families,
     rdma::counters::metrics::counters,
+    rdma::peers::metrics::families,
 ];
 
 /// A list of concerns and what they declare. `Registry::of(ALL)` is the
