@@ -5,3 +5,4 @@
 //! `rdma.peers` judges and the fleet view compares.
 
 pub mod record;
+pub mod sources;

@@ -191,7 +191,7 @@ fn summarize(verdicts: &[Verdict]) -> Check {
             .join("; ")
     } else {
         let mut bad: Vec<&Verdict> = verdicts.iter().filter(|v| v.status != Status::Ok).collect();
-        bad.sort_by(|a, b| b.status.cmp(&a.status));
+        bad.sort_by_key(|v| std::cmp::Reverse(v.status));
         bad.iter()
             .map(|v| v.text.as_str())
             .collect::<Vec<_>>()
