@@ -9,6 +9,9 @@ pub mod analyse;
 pub mod cli;
 pub mod cohort;
 pub mod duration;
+pub mod matrix;
+#[cfg(test)]
+mod matrix_tests;
 pub mod offenders;
 pub mod outliers;
 pub mod render;
