@@ -284,3 +284,70 @@ pub fn analyse(edges: &[Edge]) -> PeerMatrix {
         rows,
     }
 }
+
+/// `fleet`'s peer-probe sections: bad rails and culprits (problems), and how
+/// many peers merely failed to reach them. Nothing without probes.
+pub fn render(out: &mut String, m: &PeerMatrix) {
+    use std::fmt::Write;
+    if m.probes == 0 {
+        return;
+    }
+    let _ = write!(
+        out,
+        "\nPeer probes: {} probe(s) from {} node(s) on {} rail(s), {} failed",
+        m.probes,
+        m.nodes,
+        m.rails.len(),
+        m.failed
+    );
+    out.push('\n');
+    super::render::section(
+        out,
+        "Bad rails (3 in 4 probes on the rail failed: its switch)",
+        &["RAIL", "UNITS", "FAILED", "PROBES"],
+        m.bad_rails
+            .iter()
+            .map(|b| {
+                vec![
+                    b.rail.clone(),
+                    b.units.to_string(),
+                    b.failed.to_string(),
+                    b.probes.to_string(),
+                ]
+            })
+            .collect(),
+    );
+    super::render::section(
+        out,
+        "Culprits (failures common to all their peers)",
+        &["NODE", "RAIL", "PORTS", "FAILED", "STAGES"],
+        m.culprits
+            .iter()
+            .map(|c| {
+                vec![
+                    c.node.clone(),
+                    c.rail.clone(),
+                    c.ports.join(","),
+                    format!("{}/{}", c.failed, c.probes),
+                    c.stages.join(","),
+                ]
+            })
+            .collect(),
+    );
+    if !m.victims.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n{} node/rail(s) merely failed to reach them (their own rdma.peers warns)",
+            m.victims.len()
+        );
+    }
+    if !m.unexplained.is_empty() {
+        let shown: Vec<&str> = m.unexplained.iter().take(10).map(String::as_str).collect();
+        let _ = writeln!(
+            out,
+            "\nFailed probes no culprit explains ({}): {}",
+            m.unexplained.len(),
+            shown.join("; ")
+        );
+    }
+}

@@ -192,3 +192,45 @@ fn bench_1024_nodes_8_rails_k3() {
     let limit = if cfg!(debug_assertions) { 10.0 } else { 1.0 };
     assert!(took.as_secs_f64() <= limit, "{took:?}");
 }
+
+/// Through `fleet`'s whole analysis: the culprit is a problem node and the
+/// text names it; the peers that failed to reach it are not problems.
+#[test]
+fn the_fleet_report_names_the_culprit_and_not_its_victims() {
+    let bad = |u: &Unit| u.0 == "gpu-0005";
+    let samples: Vec<Sample> = fleet(12, 1, |a, b| !bad(a) && !bad(b))
+        .into_iter()
+        .map(|e| Sample {
+            labels: [
+                ("node", e.from.0.as_str()),
+                ("device", "mlx5_0"),
+                ("port", "1"),
+                ("rail", "0"),
+                ("peer", e.to.0.as_str()),
+                ("peer_rail", "0"),
+                ("stage", e.stage.as_str()),
+            ]
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+            value: if e.ok { 1.0 } else { 0.0 },
+        })
+        .collect();
+    let input = super::Input {
+        peer_probes: samples,
+        ..super::Input::default()
+    };
+    let set = super::Settings {
+        node_label: "node".into(),
+        flap_threshold: 3.0,
+        flap_window: std::time::Duration::from_secs(3600),
+    };
+    let r = super::analyse::analyse(&input, &set);
+    assert_eq!(r.problem_nodes, ["gpu-0005"]);
+    let text = super::render::text(&r, "http://prom", &set, std::time::Duration::ZERO, 0.0);
+    assert!(text.contains("Culprits (failures common to all their peers):\n  NODE      RAIL  PORTS     FAILED  STAGES\n  gpu-0005  0     mlx5_0/1  6/6     connect\n"), "{text}");
+    assert!(
+        text.contains("6 node/rail(s) merely failed to reach them"),
+        "{text}"
+    );
+}
