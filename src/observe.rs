@@ -109,6 +109,14 @@ pub enum Observation {
         rtt_us: Option<u64>,
         path_mtu: Option<u32>,
     },
+    /// A running probe responder of this node (`rdma.peers`): what the
+    /// Prometheus peer source reads to learn whom to probe.
+    PeerResponder {
+        device: String,
+        port: u32,
+        addr: String,
+        rail: Option<u32>,
+    },
     /// Fleet comparison facts, link history, and state to keep (`crate::fleet`).
     Fleet(crate::fleet::Fact),
     /// A device-plugin resource the kubelet has registered, with its healthy devices.

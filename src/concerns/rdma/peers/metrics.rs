@@ -24,30 +24,44 @@ pub fn stage_name(s: Stage) -> &'static str {
     }
 }
 
-/// The newest round's probes from the ACTIVE ports, as observations.
+/// The running responders of ACTIVE ports and the newest round's probes from
+/// them, as observations.
 pub fn observations(rec: &PeersRecord, ports: &[LocalPort]) -> Vec<Observation> {
-    let Some(round) = rec.rounds.last() else {
-        return Vec::new();
-    };
-    round
-        .probes
+    let local =
+        |device: &str, port: u32| ports.iter().find(|l| l.device == device && l.port == port);
+    let mut out: Vec<Observation> = rec
+        .responders
         .iter()
-        .filter_map(|p| {
-            let local = ports
-                .iter()
-                .find(|l| l.device == p.device && l.port == p.port)?;
-            Some(Observation::PeerProbe {
-                device: p.device.clone(),
-                port: p.port,
-                rail: local.rail,
-                peer_node: p.peer.node.clone(),
-                peer_rail: p.peer.rail,
-                stage: stage_name(p.stage),
-                rtt_us: p.rtt_us,
-                path_mtu: p.path_mtu,
+        .filter(|r| r.running)
+        .filter_map(|r| {
+            let l = local(&r.device, r.port)?;
+            Some(Observation::PeerResponder {
+                device: r.device.clone(),
+                port: r.port,
+                addr: r.addr.clone(),
+                rail: l.rail,
             })
         })
-        .collect()
+        .collect();
+    let Some(round) = rec.rounds.last() else {
+        return out;
+    };
+    out.extend(round.probes.iter().filter_map(|p| {
+        let local = ports
+            .iter()
+            .find(|l| l.device == p.device && l.port == p.port)?;
+        Some(Observation::PeerProbe {
+            device: p.device.clone(),
+            port: p.port,
+            rail: local.rail,
+            peer_node: p.peer.node.clone(),
+            peer_rail: p.peer.rail,
+            stage: stage_name(p.stage),
+            rtt_us: p.rtt_us,
+            path_mtu: p.path_mtu,
+        })
+    }));
+    out
 }
 
 fn rail(r: &Option<u32>) -> String {
@@ -55,6 +69,30 @@ fn rail(r: &Option<u32>) -> String {
 }
 
 pub fn families(m: &mut Families, seen: &[Observation]) {
+    let f = m.family(
+        "peer_responder_info",
+        Kind::Gauge,
+        "1 per running peer-probe responder of an ACTIVE RDMA port; labels: device, port, addr (where peers probe it), rail (empty when unknown): what the Prometheus peer source reads, joined with port_info for the fabric",
+    );
+    for o in seen {
+        if let Observation::PeerResponder {
+            device,
+            port,
+            addr,
+            rail: r,
+        } = o
+        {
+            f.sample(
+                vec![
+                    ("device", device.clone()),
+                    ("port", port.to_string()),
+                    ("addr", addr.clone()),
+                    ("rail", rail(r)),
+                ],
+                1.0,
+            );
+        }
+    }
     let rows: Vec<_> = seen
         .iter()
         .filter_map(|o| match o {

@@ -412,7 +412,7 @@ fn metrics_carry_one_cell_per_probed_peer() {
         &facts(Some(record(vec![p])), Some(0)),
         &PeersConfig::default(),
     );
-    assert_eq!(obs.len(), 3);
+    assert_eq!(obs.len(), 4);
     let mut m = crate::exposition::Families::new("rdma_node_agent");
     metrics::families(&mut m, &obs);
     let text = m.render(crate::exposition::Format::Text);
@@ -426,6 +426,10 @@ fn metrics_carry_one_cell_per_probed_peer() {
     );
     assert!(
         text.contains("rdma_node_agent_peer_path_mtu_bytes{device=\"rxe0\",port=\"1\"} 4096"),
+        "{text}"
+    );
+    assert!(
+        text.contains("rdma_node_agent_peer_responder_info{device=\"rxe0\",port=\"1\",addr=\"10.0.0.1\",rail=\"0\"} 1"),
         "{text}"
     );
 }

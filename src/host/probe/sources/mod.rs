@@ -3,6 +3,7 @@
 //! failed and where; all of them are bounded (size, count, time).
 
 pub mod file;
+pub mod prometheus;
 
 use super::record::Peer;
 
