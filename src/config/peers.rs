@@ -10,14 +10,13 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use super::section::{Section, absolute};
+use crate::host::probe::sources::MAX_RAIL;
 
 /// The responder's RDMA-CM service port (RDMA_PS_TCP) when none is set.
 pub const DEFAULT_PORT: u16 = 18770;
 /// Peers probed per port and round, at most: the matrix's cardinality and the
 /// probe traffic grow with it.
 pub const MAX_K: u32 = 16;
-/// The highest rail index a node may name (8 rails is today's largest node).
-pub const MAX_RAIL: u32 = 63;
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]

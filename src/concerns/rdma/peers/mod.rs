@@ -7,6 +7,7 @@
 //! old, from before this boot — is `unknown`, never `ok`. See docs/peers.md.
 
 pub mod decide;
+pub mod gate;
 pub mod metrics;
 pub mod reasons;
 #[cfg(test)]

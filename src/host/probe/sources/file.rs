@@ -79,13 +79,17 @@ pub fn load(host: &Host, path: &Path) -> Result<Vec<Peer>, FileError> {
     parse(&text, &real)
 }
 
+/// 1-based line and column of a byte offset.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count());
+    (before.matches('\n').count() + 1, col + 1)
+}
+
 /// The peers of a peers file's text; `shown` names it in errors.
 pub fn parse(text: &str, shown: &Path) -> Result<Vec<Peer>, FileError> {
     let file: PeersFile = toml::from_str(text).map_err(|e| {
-        let (line, col) = e
-            .span()
-            .map(|s| crate::config::line_col(text, s.start))
-            .unwrap_or((1, 1));
+        let (line, col) = e.span().map(|s| line_col(text, s.start)).unwrap_or((1, 1));
         FileError::Parse {
             path: shown.to_owned(),
             why: format!("{line}:{col}: {}", e.message()),

@@ -10,9 +10,12 @@ use super::record::Peer;
 /// At most this many peers from any source: 10,000 nodes × 8 rails, with room.
 pub const MAX_PEERS: usize = 100_000;
 
+/// The highest rail index a node or peer may name (8 rails is today's largest node).
+pub const MAX_RAIL: u32 = 63;
+
 /// Checks one peer's fields: a node name, an IPv4/IPv6 address, a fabric as
 /// `fleet::Fact::Port` names it (`ib:<prefix>` or `roce:<IPv4 subnet>`), a
-/// rail within `config::peers::MAX_RAIL`.
+/// rail within `MAX_RAIL`.
 pub fn check_peer(p: &Peer) -> Result<(), String> {
     if p.node.is_empty() || p.node.len() > 253 || p.node.contains(char::is_whitespace) {
         return Err(format!("node {:?} is not a node name", p.node));
@@ -33,11 +36,8 @@ pub fn check_peer(p: &Peer) -> Result<(), String> {
             p.fabric
         ));
     }
-    if let Some(r) = p.rail.filter(|r| *r > crate::config::peers::MAX_RAIL) {
-        return Err(format!(
-            "rail {r} is above {}",
-            crate::config::peers::MAX_RAIL
-        ));
+    if let Some(r) = p.rail.filter(|r| *r > MAX_RAIL) {
+        return Err(format!("rail {r} is above {}", MAX_RAIL));
     }
     Ok(())
 }
