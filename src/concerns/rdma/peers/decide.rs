@@ -6,8 +6,9 @@
 //! Whose fault a failure is follows from how many peers share it: when (almost)
 //! every peer fails the same way the port is at fault and says so (`fail`);
 //! when a majority answered, the few that did not are named (`warn`): a
-//! healthy node is never the one blamed for a bad peer. A fault the newest
-//! round alone shows is `warn` until the round before confirms it.
+//! healthy node is never the one blamed for a bad peer. A port-level fault
+//! the newest round shows while the round before showed the port healthy is
+//! `warn` until the next round confirms it.
 
 use std::collections::BTreeMap;
 
@@ -162,7 +163,10 @@ pub fn judge_port(rec: &PeersRecord, local: &LocalPort, now: u64, cfg: &PeersCon
     let n = rec.rounds.len();
     let newest = of_port(rec.rounds.last(), local);
     let before = of_port(n.checked_sub(2).and_then(|i| rec.rounds.get(i)), local);
-    if let Some(v) = responder(&rec.responders, local) {
+    // A responder down because the port lost its address is that address's
+    // fault (`gid_missing`, below); otherwise it is the verdict.
+    let no_source = !newest.is_empty() && newest.iter().all(|p| p.stage == Stage::Source);
+    if let Some(v) = responder(&rec.responders, local).filter(|_| !no_source) {
         return v;
     }
     let counted_now: Vec<&Probe> = newest.iter().copied().filter(counted).collect();
@@ -193,7 +197,16 @@ pub fn judge_port(rec: &PeersRecord, local: &LocalPort, now: u64, cfg: &PeersCon
     let before_counted: Vec<&Probe> = before.iter().copied().filter(counted).collect();
     let failed_all_before =
         !before_counted.is_empty() && before_counted.iter().all(|p| p.stage != Stage::Done);
-    let confirmed = |s: Status| if failed_all_before { s } else { Status::Warn };
+    // A port-level fault is `warn` while the round before still showed the
+    // port healthy (one bad round may pass); with no round before (just
+    // started) nothing speaks for it.
+    let confirmed = |s: Status| {
+        if failed_all_before || before_counted.is_empty() {
+            s
+        } else {
+            Status::Warn
+        }
+    };
 
     if done.len() < quorum {
         // Too few answered: the port's fault (or its fabric's). Named by the

@@ -216,6 +216,14 @@ fn a_node_no_peer_reaches_names_itself_within_two_rounds() {
         Some(reasons::PEER_UNREACHABLE),
         &["0 of 3"],
     );
+    // Just started: no round before speaks for the port.
+    let c = judge(record(vec![all(Stage::Connect)]));
+    says(
+        &c,
+        Status::Fail,
+        Some(reasons::PEER_UNREACHABLE),
+        &["0 of 3"],
+    );
     let c = judge(record(vec![all(Stage::Connect), all(Stage::Connect)]));
     says(
         &c,
@@ -266,6 +274,17 @@ fn an_mtu_mismatch_on_the_port_fails_on_it_and_warns_on_its_peers() {
 #[test]
 fn a_lost_ipv4_address_is_gid_missing() {
     let c = judge(record(vec![all(Stage::Source), all(Stage::Source)]));
+    says(
+        &c,
+        Status::Fail,
+        Some(reasons::GID_MISSING),
+        &["no address to probe from"],
+    );
+    // Its responder stopped for the same cause: the cause is named.
+    let mut rec = record(vec![all(Stage::Source), all(Stage::Source)]);
+    rec.responders[0].running = false;
+    rec.responders[0].error = Some("rdma_bind_addr: no address".into());
+    let c = judge(rec);
     says(
         &c,
         Status::Fail,
