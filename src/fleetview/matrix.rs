@@ -46,8 +46,18 @@ pub fn edges(samples: &[Sample], node_label: &str) -> Vec<Edge> {
                 "" => rail.clone(),
                 r => r.to_owned(),
             };
+            // A peer is named by its node name; a prober without the node
+            // label by its scrape target's host, so both name one unit.
+            let from = match label(s, node_label) {
+                "" => {
+                    let i = node_name(s, node_label);
+                    let host = i.rsplit_once(':').map_or(i.as_str(), |(h, _)| h);
+                    host.trim_matches(['[', ']']).to_owned()
+                }
+                n => n.to_owned(),
+            };
             Edge {
-                from: (node_name(s, node_label), rail),
+                from: (from, rail),
                 to: (label(s, "peer").to_owned(), peer_rail),
                 port: format!("{}/{}", label(s, "device"), label(s, "port")),
                 ok: s.value == 1.0,

@@ -171,7 +171,7 @@ fn samples_become_edges_by_their_labels() {
             e[1].stage.as_str(),
             e[1].ok
         ),
-        ("c:9470", "rxe0/1", "full", false)
+        ("c", "rxe0/1", "full", false)
     );
 }
 
