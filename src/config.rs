@@ -15,6 +15,7 @@ pub mod globs;
 pub mod gpudirect;
 pub mod nri;
 pub mod pcie;
+pub mod peers;
 pub mod rdma;
 pub mod readiness;
 pub mod section;
@@ -59,6 +60,7 @@ pub struct Config {
     pub kernel: KernelConfig,
     pub kubelet: readiness::KubeletConfig,
     pub driver_health: driver_health::DriverHealthConfig,
+    pub peers: peers::PeersConfig,
     /// What the file says that is no longer read, and what to write instead.
     #[serde(skip)]
     pub warnings: Vec<String>,
@@ -152,7 +154,7 @@ impl Config {
     /// Every `[section]` of the file, each once, in the file's order: the one
     /// list validation iterates (a test holds it to the tables the parser
     /// accepts, so a new section cannot go unvalidated).
-    pub fn sections(&self) -> [&dyn AnySection; 13] {
+    pub fn sections(&self) -> [&dyn AnySection; 14] {
         [
             &self.containerd,
             &self.systemd,
@@ -167,6 +169,7 @@ impl Config {
             &self.kernel,
             &self.kubelet,
             &self.driver_health,
+            &self.peers,
         ]
     }
 

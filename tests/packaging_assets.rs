@@ -87,6 +87,11 @@ fn ansible_role_renders_every_table_as_a_config_the_agent_accepts() {
         "gpudirect": {"required_gpus": ["0000:1b:00.0"], "acs": "report"},
         "kernel": {"required_modules": [], "dkms_modules": []},
         "kubelet": {"expected_resources": ["rdma/hca"], "mismatch": "warn"},
+        "peers": {
+            "enabled": true, "k": 3, "interval": "60s", "gate": true,
+            "rails": {"mlx5_0": 0, "mlx5_1": 1},
+            "source": {"kind": "file", "path": "/etc/rdma-node-agent/peers.toml"},
+        },
         "mode": "report",
         "unused": null,
     });
@@ -115,6 +120,8 @@ fn ansible_role_renders_every_table_as_a_config_the_agent_accepts() {
         "[containerd.rlimits]\nRLIMIT_NOFILE = 1048576",
         "[rdma.min_active_ports]\nInfiniBand = 2",
         "[[rdma.expect_port]]\ndevice = \"mlx5_2\"",
+        "[peers.rails]\nmlx5_0 = 0",
+        "[peers.source]\nkind = \"file\"",
     ] {
         assert!(text.contains(line), "{line:?} not in:\n{text}");
     }
@@ -134,5 +141,57 @@ fn ansible_role_renders_every_table_as_a_config_the_agent_accepts() {
         !said.contains("config is invalid"),
         "{text}\n{said}{}",
         String::from_utf8_lossy(&check.stderr)
+    );
+}
+
+/// The peers file the role templates from `rdma_node_agent_peers` is one the
+/// agent's file source reads, entry for entry.
+#[test]
+#[ignore = "needs ansible-core (ansible-playbook): run via scripts/test.sh"]
+fn ansible_role_renders_a_peers_file_the_agent_reads() {
+    let role =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/ansible/roles/rdma_node_agent");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("peers.toml");
+    let play = format!(
+        "- hosts: localhost\n  gather_facts: false\n  vars_files: [{r}/defaults/main.yml]\n  tasks:\n    - ansible.builtin.template: {{src: {r}/templates/peers.toml.j2, dest: {o}, mode: \"0644\"}}\n",
+        r = role.display(),
+        o = out.display()
+    );
+    fs::write(dir.path().join("play.yml"), play).unwrap();
+    let vars = serde_json::json!({"rdma_node_agent_peers": [
+        {"node": "gpu-001", "addr": "10.0.0.1", "fabric": "roce:10.0.0.0/24", "rail": 0},
+        {"node": "gpu-002", "addr": "10.0.1.2", "fabric": "roce:10.0.1.0/24", "rail": 1},
+        {"node": "ib-001", "addr": "192.168.0.1", "fabric": "ib:fe80:0000:0000:0000"},
+    ]});
+    let run = Command::new("ansible-playbook")
+        .arg("play.yml")
+        .arg("-e")
+        .arg(vars.to_string())
+        .current_dir(dir.path())
+        .env("ANSIBLE_FILTER_PLUGINS", role.join("filter_plugins"))
+        .env("ANSIBLE_NOCOLOR", "1")
+        .output()
+        .expect("ansible-playbook (ansible-core) is installed by scripts/test.sh");
+    assert!(
+        run.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let text = fs::read_to_string(&out).unwrap();
+    let peers = rdma_node_agent::host::probe::sources::file::parse(&text, &out)
+        .unwrap_or_else(|e| panic!("{e}:\n{text}"));
+    let got: Vec<(&str, &str, Option<u32>)> = peers
+        .iter()
+        .map(|p| (p.node.as_str(), p.fabric.as_str(), p.rail))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("gpu-001", "roce:10.0.0.0/24", Some(0)),
+            ("gpu-002", "roce:10.0.1.0/24", Some(1)),
+            ("ib-001", "ib:fe80:0000:0000:0000", None),
+        ]
     );
 }

@@ -33,6 +33,7 @@ pub static ALL: &[&dyn Run] = &[
     &rdma::concern::Devices,
     &rdma::link::Link,
     &rdma::counters::Counters,
+    &rdma::peers::Peers,
     &gpudirect::Path,
     &pcie::Aer,
     &driver::Health,

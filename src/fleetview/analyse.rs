@@ -99,6 +99,8 @@ pub fn analyse(input: &Input, set: &Settings) -> Report {
     let link_flapping = outliers::flappers(input, &c, set.flap_threshold);
     let (port_error_offenders, node_error_offenders) = super::offenders::ports_and_nodes(input, &c);
     let aer_rising = super::offenders::aer_rising(input, &c);
+    let peer_matrix =
+        super::matrix::analyse(&super::matrix::edges(&input.peer_probes, &set.node_label));
 
     let mut problems: BTreeSet<&str> = BTreeSet::new();
     problems.extend(
@@ -113,6 +115,7 @@ pub fn analyse(input: &Input, set: &Settings) -> Report {
     problems.extend(setting_minority.iter().map(|o| o.node.as_str()));
     problems.extend(kubelet_rdma_zero.iter().map(|o| o.node.as_str()));
     problems.extend(link_flapping.iter().map(|o| o.node.as_str()));
+    problems.extend(peer_matrix.culprits.iter().map(|c| c.node.as_str()));
     let problem_nodes = sorted(problems.into_iter().map(str::to_owned));
 
     Report {
@@ -130,6 +133,7 @@ pub fn analyse(input: &Input, set: &Settings) -> Report {
         node_error_offenders,
         aer_rising,
         warnings,
+        peer_matrix,
         problem_nodes,
     }
 }

@@ -9,6 +9,9 @@ pub mod analyse;
 pub mod cli;
 pub mod cohort;
 pub mod duration;
+pub mod matrix;
+#[cfg(test)]
+mod matrix_tests;
 pub mod offenders;
 pub mod outliers;
 pub mod render;
@@ -49,6 +52,8 @@ pub struct Input {
     pub port_errors: Vec<Sample>,
     /// Per node, function and severity, the AER errors' rise over the last day.
     pub aer: Vec<Sample>,
+    /// Every node's newest peer probes, one series per probed peer (`matrix`).
+    pub peer_probes: Vec<Sample>,
 }
 
 /// Where a query's answer goes.
@@ -56,7 +61,7 @@ type Field = fn(&mut Input) -> &mut Vec<Sample>;
 
 /// The queries, each with the `Input` field it fills. Instant queries of the
 /// agents' series only, so any Prometheus-compatible API answers them.
-pub fn queries(window: Duration, threshold: f64) -> [(Field, String); 14] {
+pub fn queries(window: Duration, threshold: f64) -> [(Field, String); 15] {
     let w = duration::promql(window);
     [
         (|i| &mut i.ready, "rdma_node_agent_ready".into()),
@@ -100,6 +105,10 @@ pub fn queries(window: Duration, threshold: f64) -> [(Field, String); 14] {
         ),
         (|i| &mut i.port_errors, offenders::port_errors_query()),
         (|i| &mut i.aer, offenders::aer_query()),
+        (
+            |i| &mut i.peer_probes,
+            "rdma_node_agent_peer_probe_ok".into(),
+        ),
     ]
 }
 
@@ -218,6 +227,8 @@ pub struct Report {
     pub aer_rising: Vec<offenders::AerRising>,
     /// Reasons of `warn` checks on ready nodes: shown, not counted as problems.
     pub warnings: Vec<ReasonGroup>,
+    /// The peer probes' rail × node matrix: bad rails, culprits, their victims.
+    pub peer_matrix: matrix::PeerMatrix,
     /// Every node named above except under `warnings`, once.
     pub problem_nodes: Vec<String>,
 }
@@ -266,6 +277,7 @@ mod tests {
             last_flap,
             port_errors,
             aer,
+            peer_probes,
         } = input;
         let mut seen: Vec<f64> = [
             ready,
@@ -282,6 +294,7 @@ mod tests {
             last_flap,
             port_errors,
             aer,
+            peer_probes,
         ]
         .iter()
         .map(|v| {
@@ -290,7 +303,7 @@ mod tests {
         })
         .collect();
         seen.sort_by(f64::total_cmp);
-        assert_eq!(seen, (0..14).map(f64::from).collect::<Vec<_>>());
+        assert_eq!(seen, (0..15).map(f64::from).collect::<Vec<_>>());
         let flaps = &qs
             .iter()
             .find(|(_, q)| q.contains("flaps_total"))

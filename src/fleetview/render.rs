@@ -55,7 +55,7 @@ fn table(out: &mut String, head: &[&str], rows: &[Vec<String>]) {
     }
 }
 
-fn section(out: &mut String, title: &str, head: &[&str], rows: Vec<Vec<String>>) {
+pub(super) fn section(out: &mut String, title: &str, head: &[&str], rows: Vec<Vec<String>>) {
     let _ = writeln!(
         out,
         "\n{title}:{}",
@@ -122,6 +122,7 @@ pub fn text(r: &Report, url: &str, set: &Settings, took: Duration, now: f64) -> 
     consistency(&mut out, r);
     links(&mut out, r, set, now);
     offenders(&mut out, r);
+    super::matrix::render(&mut out, &r.peer_matrix);
     if !r.warnings.is_empty() {
         section(
             &mut out,
@@ -421,6 +422,7 @@ mod tests {
             node_error_offenders: vec![],
             aer_rising: vec![],
             warnings: vec![],
+            peer_matrix: Default::default(),
             problem_nodes: vec!["node-7".into(), "node-12".into()],
         };
         let set = Settings {

@@ -9,3 +9,4 @@ pub mod devices;
 pub mod gpudirect;
 pub mod link;
 pub mod netns;
+pub mod peers;

@@ -9,3 +9,4 @@ pub mod local;
 pub mod record;
 pub mod responder;
 pub mod settings;
+pub mod sources;

@@ -1,0 +1,427 @@
+//! The verdict, pure: each ACTIVE port judged from the last two probe rounds.
+//!
+//! The quorum: a port is `ok` when, in the newest round, a strict majority of
+//! the peers it probed (refusals for load — `rate_limited`, `busy` — not
+//! counted) answered both ways, and none of them from an unexpected rail.
+//! Whose fault a failure is follows from how many peers share it: when (almost)
+//! every peer fails the same way the port is at fault and says so (`fail`);
+//! when a majority answered, the few that did not are named (`warn`): a
+//! healthy node is never the one blamed for a bad peer. A port-level fault
+//! the newest round shows while the round before showed the port healthy is
+//! `warn` until the next round confirms it.
+
+use std::collections::BTreeMap;
+
+use crate::config::peers::PeersConfig;
+use crate::engine::check::Status;
+use crate::host::probe::record::{Inbound, PeersRecord, Probe, Responder, Round, Stage, VERSION};
+use crate::reason::Reason;
+
+use super::reasons;
+
+/// An ACTIVE local port, as the inventory and `[peers.rails]` name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalPort {
+    pub device: String,
+    pub port: u32,
+    pub rail: Option<u32>,
+}
+
+impl LocalPort {
+    pub fn name(&self) -> String {
+        format!("{}/{}", self.device, self.port)
+    }
+}
+
+/// What one port's verdict says.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verdict {
+    pub port: String,
+    pub status: Status,
+    pub reason: Option<Reason>,
+    pub text: String,
+}
+
+impl Verdict {
+    fn new(port: &LocalPort, status: Status, reason: Option<Reason>, text: String) -> Self {
+        Verdict {
+            port: port.name(),
+            status,
+            reason,
+            text: format!("{}: {text}", port.name()),
+        }
+    }
+}
+
+/// Why the record proves nothing about this boot now, if it does not.
+pub fn unproven(
+    record: &PeersRecord,
+    boot_id: Option<&str>,
+    now: u64,
+    cfg: &PeersConfig,
+) -> Option<String> {
+    if record.version != VERSION {
+        return Some(format!(
+            "the probe record is of version {} (this agent reads {VERSION})",
+            record.version
+        ));
+    }
+    match boot_id {
+        None => return Some("this boot's id cannot be read".into()),
+        Some(b) if b != record.boot_id => {
+            return Some(
+                "the probe record is from before this boot: no round has run since".into(),
+            );
+        }
+        Some(_) => {}
+    }
+    let Some(last) = record.rounds.last() else {
+        return Some("no probe round has finished yet".into());
+    };
+    let age = now.saturating_sub(last.finished_unix);
+    if age > cfg.stale_after_secs() {
+        return Some(format!(
+            "the newest probe round finished {age}s ago, more than three intervals ({}s): the prober is not running",
+            cfg.stale_after_secs()
+        ));
+    }
+    None
+}
+
+fn of_port<'a>(round: Option<&'a Round>, p: &LocalPort) -> Vec<&'a Probe> {
+    round
+        .map(|r| {
+            r.probes
+                .iter()
+                .filter(|x| x.device == p.device && x.port == p.port)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A refusal for load says nothing about the path.
+fn counted(p: &&Probe) -> bool {
+    let load = p.stage == Stage::Rejected
+        && matches!(p.reject_why.as_deref(), Some("rate_limited" | "busy"));
+    !load && p.stage != Stage::Helper
+}
+
+fn bad_key(p: &Probe) -> bool {
+    p.stage == Stage::Rejected && p.reject_why.as_deref() == Some("bad_key")
+}
+
+/// The rail a peer should answer from: this port's when it has one (rails are
+/// separate fabrics), else the one the source gave.
+fn expected_rail(local: &LocalPort, p: &Probe) -> Option<u32> {
+    local.rail.or(p.peer.rail)
+}
+
+fn wrong_rail(local: &LocalPort, p: &Probe) -> bool {
+    p.stage == Stage::Done
+        && matches!((expected_rail(local, p), p.answered_rail), (Some(e), Some(a)) if e != a)
+}
+
+/// The reason a failed probe stands for.
+fn stage_reason(p: &Probe) -> Reason {
+    match p.stage {
+        Stage::Source => reasons::GID_MISSING,
+        Stage::Full => reasons::MTU_MISMATCH,
+        Stage::Rejected if bad_key(p) => reasons::KEY_REJECTED,
+        _ => reasons::PEER_UNREACHABLE,
+    }
+}
+
+fn peer_list(ps: &[&Probe]) -> String {
+    let mut names: Vec<String> = ps
+        .iter()
+        .map(|p| {
+            let why = match (p.stage, &p.reject_why) {
+                (Stage::Rejected, Some(w)) => format!("refused: {w}"),
+                _ if p.error.is_empty() => format!("{:?}", p.stage).to_lowercase(),
+                _ => format!("{:?}: {}", p.stage, p.error).to_lowercase(),
+            };
+            format!("{} {} ({why})", p.peer.node, p.peer.addr)
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    names.join(", ")
+}
+
+/// Did this port's responder answer a peer within the last two intervals?
+fn answered_lately(inbound: &[Inbound], p: &LocalPort, now: u64, cfg: &PeersConfig) -> bool {
+    inbound.iter().any(|i| {
+        i.device == p.device
+            && i.port == p.port
+            && i.last_answered_unix
+                .is_some_and(|t| now.saturating_sub(t) <= 2 * cfg.interval_secs)
+    })
+}
+
+/// One port's verdict from the record (already known to be this boot's and fresh).
+pub fn judge_port(rec: &PeersRecord, local: &LocalPort, now: u64, cfg: &PeersConfig) -> Verdict {
+    let n = rec.rounds.len();
+    let newest = of_port(rec.rounds.last(), local);
+    let before = of_port(n.checked_sub(2).and_then(|i| rec.rounds.get(i)), local);
+    // A responder down because the port lost its address is that address's
+    // fault (`gid_missing`, below); otherwise it is the verdict.
+    let no_source = !newest.is_empty() && newest.iter().all(|p| p.stage == Stage::Source);
+    if let Some(v) = responder(&rec.responders, local).filter(|_| !no_source) {
+        return v;
+    }
+    let counted_now: Vec<&Probe> = newest.iter().copied().filter(counted).collect();
+    if counted_now.is_empty() {
+        let why = match newest.iter().find(|p| p.stage == Stage::Helper) {
+            Some(h) => format!("the probe helper could not run: {}", h.error),
+            None if newest.is_empty() => {
+                "the last round probed no peer from it (no peer on its fabric in the peer source?)"
+                    .into()
+            }
+            None => "every peer it probed refused for load (rate_limited, busy)".into(),
+        };
+        return Verdict::new(local, Status::Unknown, Some(reasons::PEERS_UNPROVEN), why);
+    }
+    let done: Vec<&Probe> = counted_now
+        .iter()
+        .copied()
+        .filter(|p| p.stage == Stage::Done)
+        .collect();
+    let failed: Vec<&Probe> = counted_now
+        .iter()
+        .copied()
+        .filter(|p| p.stage != Stage::Done)
+        .collect();
+    let total = counted_now.len();
+    let quorum = total / 2 + 1;
+    // The round before, as one fact: did this port fail everywhere then too?
+    let before_counted: Vec<&Probe> = before.iter().copied().filter(counted).collect();
+    let failed_all_before =
+        !before_counted.is_empty() && before_counted.iter().all(|p| p.stage != Stage::Done);
+    // A port-level fault is `warn` while the round before still showed the
+    // port healthy (one bad round may pass); with no round before (just
+    // started) nothing speaks for it.
+    let confirmed = |s: Status| {
+        if failed_all_before || before_counted.is_empty() {
+            s
+        } else {
+            Status::Warn
+        }
+    };
+
+    if done.len() < quorum {
+        // Too few answered: the port's fault (or its fabric's). Named by the
+        // stage most of its probes stopped at.
+        let reason = dominant(&failed);
+        let inbound_ok = answered_lately(&rec.inbound, local, now, cfg);
+        let reason = if reason == reasons::PEER_UNREACHABLE && inbound_ok {
+            reasons::ONE_WAY
+        } else {
+            reason
+        };
+        let what = match reason {
+            r if r == reasons::GID_MISSING => {
+                "it has no address to probe from (its netdev's IPv4 address, and so its RoCE v2 GID, is gone)".to_owned()
+            }
+            r if r == reasons::MTU_MISMATCH => {
+                "small messages went both ways but none of the path MTU's size did: the path carries less than the ports negotiated".to_owned()
+            }
+            r if r == reasons::KEY_REJECTED => {
+                "peers refused its probes' key (bad_key): this node's key file is not the fleet's".to_owned()
+            }
+            r if r == reasons::ONE_WAY => {
+                "peers' probes reach it (its responder answered in the last two intervals) but its own reach no peer".to_owned()
+            }
+            _ => "its probes reach no peer: the port, its link or its switch port".to_owned(),
+        };
+        return Verdict::new(
+            local,
+            confirmed(Status::Fail),
+            Some(reason),
+            format!(
+                "{} of {total} peers answered both ways (quorum {quorum}); {what}; failed: {}",
+                done.len(),
+                peer_list(&failed)
+            ),
+        );
+    }
+    // A majority answered. Answers from another rail than expected.
+    let wrong: Vec<&Probe> = done
+        .iter()
+        .copied()
+        .filter(|p| wrong_rail(local, p))
+        .collect();
+    if !wrong.is_empty() {
+        let rails: Vec<String> = wrong
+            .iter()
+            .map(|p| {
+                format!(
+                    "{} answered from rail {} (expected {})",
+                    p.peer.node,
+                    p.answered_rail.unwrap_or_default(),
+                    expected_rail(local, p).unwrap_or_default()
+                )
+            })
+            .collect();
+        let (status, whose) = if wrong.len() == done.len() && local.rail.is_some() {
+            (
+                Status::Fail,
+                "every answer: this port sits on another rail than [peers.rails] says",
+            )
+        } else {
+            (
+                Status::Warn,
+                "the named peers sit on another rail than the peer source says",
+            )
+        };
+        return Verdict::new(
+            local,
+            status,
+            Some(reasons::RAIL_MISMATCH),
+            format!("{}; {whose}", rails.join(", ")),
+        );
+    }
+    if !failed.is_empty() {
+        // A peer that failed in both rounds is the peer's fault; one that
+        // answered in the other round is a lossy path.
+        let answered_before = |p: &Probe| {
+            before_counted
+                .iter()
+                .any(|b| b.peer.addr == p.peer.addr && b.stage == Stage::Done)
+        };
+        let flaky: Vec<&Probe> = failed
+            .iter()
+            .copied()
+            .filter(|p| answered_before(p))
+            .collect();
+        if !flaky.is_empty() && flaky.len() == failed.len() {
+            return Verdict::new(
+                local,
+                Status::Warn,
+                Some(reasons::LOSS),
+                format!(
+                    "{} of {total} peers answered both ways; answered the round before, not now: {}",
+                    done.len(),
+                    peer_list(&flaky)
+                ),
+            );
+        }
+        return Verdict::new(
+            local,
+            Status::Warn,
+            Some(dominant(&failed)),
+            format!(
+                "{} of {total} peers answered both ways (quorum {quorum}); the fault is theirs, not this port's: {}",
+                done.len(),
+                peer_list(&failed)
+            ),
+        );
+    }
+    // Every counted probe answered now; a peer that failed the round before
+    // and answers now is a lossy path when this port failed to others too.
+    let lost_before: Vec<&Probe> = before_counted
+        .iter()
+        .copied()
+        .filter(|b| b.stage != Stage::Done && done.iter().any(|d| d.peer.addr == b.peer.addr))
+        .collect();
+    if !lost_before.is_empty() && !failed_all_before {
+        return Verdict::new(
+            local,
+            Status::Warn,
+            Some(reasons::LOSS),
+            format!(
+                "every peer answered now; the round before these did not: {}",
+                peer_list(&lost_before)
+            ),
+        );
+    }
+    Verdict::new(local, Status::Ok, None, ok_text(&done, total))
+}
+
+fn ok_text(done: &[&Probe], total: usize) -> String {
+    let mut rtts: Vec<u64> = done.iter().filter_map(|p| p.rtt_us).collect();
+    rtts.sort_unstable();
+    let mtu = done.iter().filter_map(|p| p.path_mtu).min();
+    let mut t = format!("{} of {total} peers answered both ways", done.len());
+    if let Some(m) = rtts.get(rtts.len() / 2) {
+        t.push_str(&format!(", median rtt {m} µs"));
+    }
+    if let Some(m) = mtu {
+        t.push_str(&format!(", path MTU {m}"));
+    }
+    t
+}
+
+/// The reason most failed probes stand for (ties: the order of `stage_reason`'s
+/// severity, the local cause first).
+fn dominant(failed: &[&Probe]) -> Reason {
+    let mut count: BTreeMap<&'static str, (usize, Reason)> = BTreeMap::new();
+    for p in failed {
+        let r = stage_reason(p);
+        count.entry(r.as_str()).or_insert((0, r)).0 += 1;
+    }
+    let order = [
+        reasons::GID_MISSING,
+        reasons::KEY_REJECTED,
+        reasons::MTU_MISMATCH,
+        reasons::PEER_UNREACHABLE,
+    ];
+    let best = count.values().map(|(n, _)| *n).max().unwrap_or(0);
+    order
+        .into_iter()
+        .find(|r| count.get(r.as_str()).is_some_and(|(n, _)| *n == best))
+        .unwrap_or(reasons::PEER_UNREACHABLE)
+}
+
+fn responder(rs: &[Responder], local: &LocalPort) -> Option<Verdict> {
+    let r = rs
+        .iter()
+        .find(|r| r.device == local.device && r.port == local.port && !r.running)?;
+    Some(Verdict::new(
+        local,
+        Status::Fail,
+        Some(reasons::RESPONDER_DOWN),
+        format!(
+            "its probe responder on {} is not running ({}): no peer can prove it",
+            r.addr,
+            r.error.as_deref().unwrap_or("no error given")
+        ),
+    ))
+}
+
+/// Senders this node's responder refused over the key in the last two
+/// intervals: a node with another key, or a forged probe.
+pub fn refused_senders(rec: &PeersRecord, now: u64, cfg: &PeersConfig) -> Vec<Verdict> {
+    rec.inbound
+        .iter()
+        .filter(|i| {
+            i.last_refused_unix
+                .is_some_and(|t| now.saturating_sub(t) <= 2 * cfg.interval_secs)
+                && matches!(
+                    i.last_refused_why.as_deref(),
+                    Some("bad_key" | "stale" | "replay")
+                )
+        })
+        .map(|i| {
+            let local = LocalPort {
+                device: i.device.clone(),
+                port: i.port,
+                rail: None,
+            };
+            Verdict::new(
+                &local,
+                Status::Warn,
+                Some(reasons::KEY_REJECTED),
+                format!(
+                    "its responder refused {} probe(s) from {}{} ({}): a node without the fleet key, or a forged or replayed probe",
+                    i.refused_total,
+                    i.from,
+                    i.from_node
+                        .as_ref()
+                        .map(|n| format!(" ({n})"))
+                        .unwrap_or_default(),
+                    i.last_refused_why.as_deref().unwrap_or("")
+                ),
+            )
+        })
+        .collect()
+}

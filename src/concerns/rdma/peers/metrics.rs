@@ -1,0 +1,186 @@
+//! The `rdma.peers` families of the exposition. Per port, the newest round's
+//! probes by stage and the smallest path MTU; per probed peer (k a port, so
+//! at most k × ports series: bounded) whether it answered both ways and its
+//! round-trip time: the cells `rdma-node-agent fleet` and the recording rules
+//! build the rail × node matrix from.
+
+use std::collections::BTreeMap;
+
+use super::decide::LocalPort;
+use crate::exposition::{Families, Kind};
+use crate::host::probe::record::{PeersRecord, Stage};
+use crate::observe::Observation;
+
+pub fn stage_name(s: Stage) -> &'static str {
+    match s {
+        Stage::Source => "source",
+        Stage::Resolve => "resolve",
+        Stage::Connect => "connect",
+        Stage::Rejected => "rejected",
+        Stage::Small => "small",
+        Stage::Full => "full",
+        Stage::Helper => "helper",
+        Stage::Done => "done",
+    }
+}
+
+/// The running responders of ACTIVE ports and the newest round's probes from
+/// them, as observations.
+pub fn observations(rec: &PeersRecord, ports: &[LocalPort]) -> Vec<Observation> {
+    let local =
+        |device: &str, port: u32| ports.iter().find(|l| l.device == device && l.port == port);
+    let mut out: Vec<Observation> = rec
+        .responders
+        .iter()
+        .filter(|r| r.running)
+        .filter_map(|r| {
+            let l = local(&r.device, r.port)?;
+            Some(Observation::PeerResponder {
+                device: r.device.clone(),
+                port: r.port,
+                addr: r.addr.clone(),
+                rail: l.rail,
+            })
+        })
+        .collect();
+    let Some(round) = rec.rounds.last() else {
+        return out;
+    };
+    out.extend(round.probes.iter().filter_map(|p| {
+        let local = ports
+            .iter()
+            .find(|l| l.device == p.device && l.port == p.port)?;
+        Some(Observation::PeerProbe {
+            device: p.device.clone(),
+            port: p.port,
+            rail: local.rail,
+            peer_node: p.peer.node.clone(),
+            peer_rail: p.peer.rail,
+            stage: stage_name(p.stage),
+            rtt_us: p.rtt_us,
+            path_mtu: p.path_mtu,
+        })
+    }));
+    out
+}
+
+fn rail(r: &Option<u32>) -> String {
+    r.map(|r| r.to_string()).unwrap_or_default()
+}
+
+pub fn families(m: &mut Families, seen: &[Observation]) {
+    let f = m.family(
+        "peer_responder_info",
+        Kind::Gauge,
+        "1 per running peer-probe responder of an ACTIVE RDMA port; labels: device, port, addr (where peers probe it), rail (empty when unknown): what the Prometheus peer source reads, joined with port_info for the fabric",
+    );
+    for o in seen {
+        if let Observation::PeerResponder {
+            device,
+            port,
+            addr,
+            rail: r,
+        } = o
+        {
+            f.sample(
+                vec![
+                    ("device", device.clone()),
+                    ("port", port.to_string()),
+                    ("addr", addr.clone()),
+                    ("rail", rail(r)),
+                ],
+                1.0,
+            );
+        }
+    }
+    let rows: Vec<_> = seen
+        .iter()
+        .filter_map(|o| match o {
+            Observation::PeerProbe {
+                device,
+                port,
+                rail,
+                peer_node,
+                peer_rail,
+                stage,
+                rtt_us,
+                path_mtu,
+            } => Some((
+                device, port, rail, peer_node, peer_rail, *stage, rtt_us, path_mtu,
+            )),
+            _ => None,
+        })
+        .collect();
+    let f = m.family(
+        "peer_probe_ok",
+        Kind::Gauge,
+        "1 when the newest round's probe from a local RDMA port to a peer answered both ways, else 0; labels: device, port, rail (the local port's, empty when unknown), peer (its node), peer_rail, stage (how far it got: done, source, resolve, connect, rejected, small, full); k series per port",
+    );
+    for (device, port, r, peer, pr, stage, _, _) in &rows {
+        f.sample(
+            vec![
+                ("device", (*device).clone()),
+                ("port", port.to_string()),
+                ("rail", rail(r)),
+                ("peer", (*peer).clone()),
+                ("peer_rail", rail(pr)),
+                ("stage", (*stage).to_owned()),
+            ],
+            if *stage == "done" { 1.0 } else { 0.0 },
+        );
+    }
+    let f = m.family(
+        "peer_probe_rtt_seconds",
+        Kind::Gauge,
+        "Round-trip time of the newest round's small exchange from a local RDMA port to a peer that answered both ways",
+    );
+    for (device, port, _, peer, _, _, rtt, _) in &rows {
+        if let Some(us) = rtt {
+            f.sample(
+                vec![
+                    ("device", (*device).clone()),
+                    ("port", port.to_string()),
+                    ("peer", (*peer).clone()),
+                ],
+                *us as f64 / 1e6,
+            );
+        }
+    }
+    let mut by_stage: BTreeMap<(String, u32, &'static str), u64> = BTreeMap::new();
+    let mut mtu: BTreeMap<(String, u32), u32> = BTreeMap::new();
+    for (device, port, _, _, _, stage, _, path_mtu) in &rows {
+        *by_stage
+            .entry(((*device).clone(), **port, *stage))
+            .or_default() += 1;
+        if let Some(m) = path_mtu {
+            let e = mtu.entry(((*device).clone(), **port)).or_insert(*m);
+            *e = (*e).min(*m);
+        }
+    }
+    let f = m.family(
+        "peer_probes",
+        Kind::Gauge,
+        "The newest round's probes from a local RDMA port, by stage (done: answered both ways; else the stage that failed)",
+    );
+    for ((device, port, stage), n) in &by_stage {
+        f.sample(
+            vec![
+                ("device", device.clone()),
+                ("port", port.to_string()),
+                ("stage", (*stage).to_owned()),
+            ],
+            *n as f64,
+        );
+    }
+    let f = m.family(
+        "peer_path_mtu_bytes",
+        Kind::Gauge,
+        "The smallest path MTU of the newest round's connected probes from a local RDMA port (bytes, 256..4096)",
+    );
+    for ((device, port), v) in &mtu {
+        f.sample(
+            vec![("device", device.clone()), ("port", port.to_string())],
+            f64::from(*v),
+        );
+    }
+}

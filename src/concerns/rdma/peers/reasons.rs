@@ -1,0 +1,52 @@
+//! The reason codes of `rdma.peers`, with what each means and what to do
+//! (docs/reasons.md is generated from them). Codes are a contract: never
+//! renamed or reused. A code names a port's own fault (`fail`) or a peer's
+//! (`warn`, naming the peer): a healthy node is never the one blamed.
+
+crate::reasons! {
+    PEER_UNREACHABLE = "peer_unreachable" {
+        checks: "`rdma.peers`",
+        means: "probes did not connect or complete: to (almost) every peer from this port (`fail`: the port, its link or its switch port), or to a few peers while the others answered (`warn`, naming them: their fault, not this node's)",
+        remedy: "`fail`: the port's link, cable and switch port (`ibv_devinfo`, `rdma link`), its address and route; `warn`: look at the named peer (its own `rdma.peers` names its fault); `rdma-node-agent fleet` names the culprit; see [peers](peers.md)",
+    },
+    ONE_WAY = "one_way" {
+        checks: "`rdma.peers`",
+        means: "peers reach this port (its responder answered their probes in the last two rounds) but its own probes reach none: the path works one way only",
+        remedy: "this port's outbound path: source address and route (`ip route get <peer> from <addr>`), ARP/neighbour entries, an ACL or a one-sided VLAN/PFC setting on the switch port",
+    },
+    MTU_MISMATCH = "mtu_mismatch" {
+        checks: "`rdma.peers`",
+        means: "the small message went both ways but the one of the connection's path-MTU size did not: something on the path carries less than the ports negotiated (a switch port's MTU below the NICs')",
+        remedy: "make the MTU the same end to end: the netdevs' MTU and the switch ports' (RoCE: a 4096 RDMA MTU needs an Ethernet MTU of at least 4200 everywhere); `fail`: from every peer (this port's link); `warn`: only to the named peers",
+    },
+    GID_MISSING = "gid_missing" {
+        checks: "`rdma.peers`",
+        means: "the port has no address to probe from: its netdev lost its IPv4 address, so the RoCE v2 IPv4 GID is gone (or the IPoIB address, on InfiniBand)",
+        remedy: "restore the netdev's address (`ip addr`, the node's network config: netplan, NetworkManager, the SR-IOV/host-device CNI); `rdma link` and `show_gids` list the GIDs",
+    },
+    RAIL_MISMATCH = "rail_mismatch" {
+        checks: "`rdma.peers`",
+        means: "a peer answered from another rail than expected: every answer (`fail`: this port is cabled into another rail's leaf, or `[peers.rails]` names it wrongly) or the named peers' (`warn`: theirs)",
+        remedy: "trace the cable to its leaf switch; fix `[peers.rails]` or the peer source where the rail is written wrongly",
+    },
+    LOSS = "loss" {
+        checks: "`rdma.peers`",
+        means: "probes to the same peers succeeded in one of the last two rounds and failed in the other: an intermittent, lossy path (drops, PFC or ECN misconfigured, a marginal cable)",
+        remedy: "the port's error counters (`rdma.counters`: retransmits, symbol errors), PFC/ECN settings on both ends, the cable",
+    },
+    KEY_REJECTED = "key_rejected" {
+        checks: "`rdma.peers`",
+        means: "probes were refused over the fleet key: every peer refused this node's (`fail`: its key file differs from the fleet's), or this node's responder refused a sender's (`warn`, naming it: a node with another key, or a forged probe)",
+        remedy: "deploy the same `[peers] key_file` to every node (the Ansible role does); a refused sender that is no node of the fleet is someone probing the port: see SECURITY.md",
+    },
+    RESPONDER_DOWN = "responder_down" {
+        checks: "`rdma.peers`",
+        means: "this port's probe responder is not running, so no peer can prove the port (the message says why: the helper missing, the port's address gone, the service port taken)",
+        remedy: "the daemon's log (`journalctl -u rdma-node-agent`), the probe helper's installation, `[peers] port` free on the node",
+    },
+    PEERS_UNPROVEN = "peers_unproven" {
+        checks: "`rdma.peers`",
+        means: "no probe round proves the port: none yet, the newest is older than three intervals, it is from before this boot, the probe helper could not run, or no peer shares the port's fabric (`unknown`, never `ok`)",
+        remedy: "wait a round after start; otherwise the daemon's log (the prober, the helper) and the peer source (`[peers.source]`): does it list peers on this port's fabric?",
+    },
+}
