@@ -6,10 +6,12 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde::Deserialize;
 
 use super::section::{Section, absolute};
+use crate::host::probe::settings::ProberSettings;
 use crate::host::probe::sources::MAX_RAIL;
 
 /// The responder's RDMA-CM service port (RDMA_PS_TCP) when none is set.
@@ -43,6 +45,11 @@ pub struct PeersConfig {
     pub rails: BTreeMap<String, u32>,
     /// Where the peers come from.
     pub source: PeerSource,
+    /// This node's name as the peer source writes it (its Kubernetes node
+    /// name); empty: the hostname. Its responders serve, and its ports probe
+    /// from, only the addresses the source lists under this name, so several
+    /// agents on one host never contend for an address.
+    pub node: String,
     /// The return-to-service gate: after a boot, a kernel or driver change or
     /// `rdma-node-agent gate reset`, the node is not ready for RDMA jobs until
     /// its selftest and a round of peer probes pass.
@@ -98,6 +105,7 @@ impl Default for PeersConfig {
             same_rail: false,
             rails: BTreeMap::new(),
             source: PeerSource::default(),
+            node: String::new(),
             gate: false,
         }
     }
@@ -110,6 +118,21 @@ impl PeersConfig {
             .get(device)
             .or_else(|| netdev.and_then(|n| self.rails.get(n)))
             .copied()
+    }
+
+    /// The prober's settings (`host::probe::settings`), from this section.
+    pub fn settings(&self) -> ProberSettings {
+        ProberSettings {
+            enabled: self.enabled,
+            key_file: self.key_file.clone(),
+            port: self.port,
+            k: self.k as usize,
+            interval: Duration::from_secs(self.interval_secs),
+            probe_timeout: Duration::from_secs(self.probe_timeout_secs),
+            same_rail: self.same_rail,
+            serve_unlisted: matches!(self.source, PeerSource::Prometheus { .. }),
+            ..ProberSettings::default()
+        }
     }
 
     /// How old the newest round may be before it proves nothing: three intervals.
@@ -152,6 +175,15 @@ impl Section for PeersConfig {
                 format!(
                     "{}s × k = {} is not shorter than interval = {}s: a round of timed-out probes would overlap the next",
                     self.probe_timeout_secs, self.k, self.interval_secs
+                ),
+            ));
+        }
+        if self.node.len() > 253 || self.node.contains(char::is_whitespace) {
+            return Err((
+                "node",
+                format!(
+                    "{:?} is not a node name: the peer source's name for this node (empty: the hostname)",
+                    self.node
                 ),
             ));
         }
@@ -238,6 +270,18 @@ url = "https://prometheus.example:9090"
         assert_eq!(p.rail("mlx5_2", None), None);
         assert!(matches!(&p.source, PeerSource::Prometheus { query, .. } if query.is_empty()));
         assert_eq!(p.stale_after_secs(), 360);
+        assert!(p.node.is_empty(), "empty: the hostname");
+        let s = p.settings();
+        assert_eq!((s.k, s.port, s.same_rail), (4, 18770, true));
+        assert!(s.serve_unlisted, "Prometheus lists running responders only");
+        assert!(!PeersConfig::default().settings().serve_unlisted);
+        assert_eq!(s.interval, Duration::from_secs(120));
+        assert_eq!(s.probe_timeout, Duration::from_secs(3));
+        assert_eq!(
+            s.helper,
+            ProberSettings::default().helper,
+            "the installed helper"
+        );
     }
 
     #[test]
@@ -249,6 +293,10 @@ url = "https://prometheus.example:9090"
             ),
             ("[peers]\nk = 17\n", "c.toml:2:1: k under [peers]"),
             ("[peers]\nport = 0\n", "c.toml:2:1: port under [peers]"),
+            (
+                "[peers]\nnode = \"gpu 1\"\n",
+                "c.toml:2:1: node under [peers]: \"gpu 1\" is not a node name",
+            ),
             (
                 "[peers]\ninterval = \"5s\"\n",
                 "c.toml:2:1: interval under [peers]",

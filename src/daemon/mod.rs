@@ -16,6 +16,7 @@ mod link_events;
 mod machine;
 mod nri;
 mod persist;
+mod prober;
 pub mod probes;
 mod sandbox;
 mod state_copy;
@@ -115,6 +116,8 @@ impl Daemon {
             source,
         })?;
         self.start_http(&host).await?;
+        // Lives as long as this loop: its end stops the prober and its responders.
+        let _prober = prober::start(host.clone(), self.last_good.clone());
         // Lives as long as this loop: its end stops the NRI task.
         let (_nri_stop, nri_stop) = tokio::sync::watch::channel(false);
         tokio::spawn(nri::supervise(

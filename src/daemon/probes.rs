@@ -4,6 +4,7 @@
 //! so `report` mode probes too. Settings and peers come from the caller (the
 //! `[peers]` section and its peer source).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,7 +17,6 @@ use crate::host::probe::responder::Supervisor;
 use crate::host::probe::{helper, settings::ProberSettings};
 use crate::host::state::{Record, STATE_DIR};
 use crate::host::state_writer::{Access, StateWriter};
-use crate::host::stop::Stop;
 
 /// Rounds kept: verdicts compare the last two; one more shows a trend.
 pub const KEEP_ROUNDS: usize = 3;
@@ -106,6 +106,7 @@ pub fn next_record(
         rounds,
         inbound,
         responders,
+        source_error: None,
     }
 }
 
@@ -131,29 +132,96 @@ pub struct Prober {
     responders: Supervisor,
     inbound: Vec<Inbound>,
     last: Option<PeersRecord>,
+    /// Each local port's own entry in the peer list when it last had an
+    /// address: a port that loses it (and its RoCE v2 IPv4 GID) still probes
+    /// from that entry, so the record says `Stage::Source` instead of nothing.
+    owned: BTreeMap<(String, u32), Peer>,
 }
 
 impl Prober {
+    /// The local ports the peer list assigns to `node`, with their entries:
+    /// by address, or, for a port without one, by the entry it had before
+    /// (this run, or the last record's probes from it) while the list still
+    /// names it. Other ports are not this agent's: no responder, no probe
+    /// (with `serve_unlisted`: a responder, no probe).
+    fn assigned(
+        &mut self,
+        node: &str,
+        ports: Vec<LocalPort>,
+        peers: &[Peer],
+        prev: Option<&PeersRecord>,
+        serve_unlisted: bool,
+    ) -> Vec<(LocalPort, Option<Peer>)> {
+        if self.owned.is_empty()
+            && let Some(prev) = prev
+        {
+            // Newest first: a port's latest address wins. After as many
+            // rounds without one as are kept, the port is forgotten (no
+            // probes: `unknown`, never ok).
+            for p in prev.rounds.iter().rev().flat_map(|r| &r.probes) {
+                let key = (p.device.clone(), p.port);
+                if p.src.is_empty() || self.owned.contains_key(&key) {
+                    continue;
+                }
+                if let Some(me) = peers.iter().find(|x| x.node == node && x.addr == p.src) {
+                    self.owned.insert(key, me.clone());
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for mut p in ports {
+            let key = (p.device.clone(), p.port);
+            let me = match p.addr {
+                Some(_) => own_entry(node, &p, peers).cloned(),
+                None => self.owned.get(&key).filter(|e| peers.contains(e)).cloned(),
+            };
+            let Some(me) = me else {
+                // Listed by nobody yet: a source that lists running responders
+                // only (Prometheus) needs this one to run first; it probes
+                // once the source names it.
+                if serve_unlisted && p.addr.is_some() {
+                    out.push((p, None));
+                }
+                continue;
+            };
+            self.owned.insert(key, me.clone());
+            p.fabric = Some(me.fabric.clone());
+            p.rail = me.rail;
+            out.push((p, Some(me)));
+        }
+        out
+    }
+
+    fn previous(&mut self, host: &Host) -> Option<PeersRecord> {
+        self.last.take().or_else(|| {
+            let bytes = host
+                .state_read(&Path::new(STATE_DIR).join(record::FILE))
+                .ok()
+                .flatten()?;
+            serde_json::from_slice(&bytes).ok()
+        })
+    }
+
     /// One round: responders reconciled, probes run, the record written.
+    /// `source_error`: why the peer source failed (then `peers` is the last
+    /// list read); kept in the record so `rdma.peers` says `unknown`.
     pub fn tick(
         &mut self,
         host: &Host,
         s: &ProberSettings,
         node: &str,
         peers: &[Peer],
+        source_error: Option<String>,
     ) -> crate::host::Result<PeersRecord> {
         let boot_id = read_trimmed(host, "/proc/sys/kernel/random/boot_id");
-        let mut ports = local::active_roce_ports(host);
-        for p in &mut ports {
-            if let Some(own) = own_entry(node, p, peers) {
-                p.fabric = Some(own.fabric.clone());
-                p.rail = own.rail;
-            }
-        }
+        let prev = self.previous(host);
+        let ports = local::active_roce_ports(host);
+        let mine = self.assigned(node, ports, peers, prev.as_ref(), s.serve_unlisted);
+        let ports: Vec<LocalPort> = mine.iter().map(|(p, _)| p.clone()).collect();
         let responders = self.responders.reconcile(s, node, &ports, Instant::now());
-        let work: Vec<(LocalPort, Peer)> = ports
+        let work: Vec<(LocalPort, Peer)> = mine
             .iter()
-            .filter_map(|p| Some((p, own_entry(node, p, peers)?)))
+            .filter_map(|(p, me)| Some((p, me.as_ref()?)))
             .flat_map(|(p, me)| {
                 pick(me, peers, s.k, s.same_rail, self.round)
                     .into_iter()
@@ -171,14 +239,8 @@ impl Prober {
         };
         self.round = self.round.wrapping_add(1);
         self.responders.drain(&mut self.inbound);
-        let prev = self.last.take().or_else(|| {
-            let bytes = host
-                .state_read(&Path::new(STATE_DIR).join(record::FILE))
-                .ok()
-                .flatten()?;
-            serde_json::from_slice(&bytes).ok()
-        });
-        let rec = next_record(prev, &boot_id, round, self.inbound.clone(), responders);
+        let mut rec = next_record(prev, &boot_id, round, self.inbound.clone(), responders);
+        rec.source_error = source_error;
         let mut bytes = serde_json::to_vec_pretty(&rec).unwrap_or_default();
         bytes.push(b'\n');
         let file = Record {
@@ -189,28 +251,6 @@ impl Prober {
         StateWriter::new(host).keep(&file, Access::Public)?;
         self.last = Some(rec.clone());
         Ok(rec)
-    }
-}
-
-/// The prober's thread: a round every interval until `stop`. `peers` is asked
-/// each round (the source may change); a failed write is logged, not fatal.
-pub fn run(host: Host, s: ProberSettings, peers: impl Fn() -> Vec<Peer>, stop: Stop) {
-    if !s.enabled || !host.is_live() {
-        return;
-    }
-    let node = read_trimmed(&host, "/proc/sys/kernel/hostname");
-    let mut prober = Prober::default();
-    loop {
-        if let Err(e) = prober.tick(&host, &s, &node, &peers()) {
-            tracing::warn!(
-                "peer probes: cannot write {}/{}: {e}",
-                STATE_DIR,
-                record::FILE
-            );
-        }
-        if stop.sleep(s.interval) {
-            return;
-        }
     }
 }
 

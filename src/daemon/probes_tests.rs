@@ -177,7 +177,7 @@ fn a_tick_probes_the_picked_peers_and_writes_the_record() {
         .collect();
     let host = Host::new(t.path());
     let mut prober = Prober::default();
-    let rec = prober.tick(&host, &s, "n1", &peers).unwrap();
+    let rec = prober.tick(&host, &s, "n1", &peers, None).unwrap();
     assert_eq!(rec.boot_id, "boot-1");
     let probes = &rec.rounds[0].probes;
     assert_eq!(probes.len(), 2, "{probes:?}");
@@ -198,6 +198,6 @@ fn a_tick_probes_the_picked_peers_and_writes_the_record() {
         std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
         0o644
     );
-    let second = prober.tick(&host, &s, "n1", &peers).unwrap();
+    let second = prober.tick(&host, &s, "n1", &peers, None).unwrap();
     assert_eq!(second.rounds.len(), 2);
 }

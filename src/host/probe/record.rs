@@ -120,4 +120,9 @@ pub struct PeersRecord {
     pub rounds: Vec<Round>,
     pub inbound: Vec<Inbound>,
     pub responders: Vec<Responder>,
+    /// Why the peer source could not be read for the newest round (the round
+    /// then ran on the last list read, if any): the record proves nothing
+    /// about the fleet while it is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_error: Option<String>,
 }

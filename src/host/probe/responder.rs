@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -205,7 +206,17 @@ fn spawn(
     key: &Key,
 ) -> Result<Child, String> {
     let rail = port.rail.map_or(-1, i64::from);
-    let mut child = Command::new(&s.helper)
+    let mut cmd = Command::new(&s.helper);
+    // Killed with the thread that supervises it (the prober's), so a daemon
+    // that exits mid-round leaves no responder holding the service port.
+    // SAFETY: between fork and exec only prctl(2) runs: async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                .map_err(std::io::Error::from)
+        });
+    }
+    let mut child = cmd
         .args(["respond", "--addr", &key.2, "--port", &s.port.to_string()])
         .args(["--key-file", &s.key_file.to_string_lossy(), "--node", node])
         .args(["--rail", &rail.to_string(), "--rate", &s.rate.to_string()])

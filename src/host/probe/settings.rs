@@ -29,6 +29,11 @@ pub struct ProberSettings {
     pub parallel: usize,
     /// Responder: connection requests per second, total (a quarter per sender).
     pub rate: u32,
+    /// Run responders on local ports the peer list does not name (yet): a
+    /// source built from running responders (Prometheus) lists none before.
+    /// Off, only the ports listed under this node's name respond, so several
+    /// agents on one host never contend for an address.
+    pub serve_unlisted: bool,
 }
 
 /// Past the probe's own timeout, how long the helper has to print its line.
@@ -47,6 +52,7 @@ impl Default for ProberSettings {
             same_rail: false,
             parallel: 4,
             rate: 20,
+            serve_unlisted: false,
         }
     }
 }

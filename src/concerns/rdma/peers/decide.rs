@@ -75,6 +75,11 @@ pub fn unproven(
         }
         Some(_) => {}
     }
+    if let Some(e) = &record.source_error {
+        return Some(format!(
+            "the peer source failed for the newest round, which ran on the last list read (if any): {e}"
+        ));
+    }
     let Some(last) = record.rounds.last() else {
         return Some("no probe round has finished yet".into());
     };

@@ -78,6 +78,7 @@ fn record(rounds: Vec<Vec<Probe>>) -> PeersRecord {
             running: true,
             error: None,
         }],
+        source_error: None,
     }
 }
 
@@ -158,6 +159,17 @@ fn no_record_stale_other_boot_and_old_version_are_unknown_never_ok() {
         Status::Unknown,
         Some(reasons::PEERS_UNPROVEN),
         &["more than three intervals (180s)"],
+    );
+    // The peer source failed: the round ran on an old list (or none), so
+    // healthy probes prove nothing about the fleet as it is now.
+    let mut blind = record(vec![healthy(), healthy()]);
+    blind.source_error = Some("cannot read the peers file /etc/p.toml: gone".into());
+    let c = evaluate(&facts(Some(blind), None), &cfg).0;
+    says(
+        &c,
+        Status::Unknown,
+        Some(reasons::PEERS_UNPROVEN),
+        &["peer source", "/etc/p.toml"],
     );
     let mut old = record(vec![healthy()]);
     old.version = VERSION + 1;

@@ -1,0 +1,202 @@
+//! The prober's thread in the daemon (`[peers] enabled`, report mode too:
+//! probing changes nothing on the host). Each round takes `[peers]` from the
+//! config the last reconcile loaded, so SIGHUP and config edits apply from the
+//! next round on; reads the peer list from the configured source (bounded:
+//! size, count, time); runs a round (`probes::Prober`). A source that fails is
+//! recorded with the round, so `rdma.peers` says `unknown` and why, never ok.
+//! Disabled, no responder runs. The thread ends with the daemon, and its
+//! responders with it.
+
+use std::path::Path;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::probes::Prober;
+use crate::config::Config;
+use crate::config::peers::{PeerSource, PeersConfig};
+use crate::host::Host;
+use crate::host::probe::record::Peer;
+use crate::host::probe::settings::ProberSettings;
+use crate::host::probe::sources::{file, prometheus};
+use crate::host::stop::Stop;
+
+/// While `[peers]` is off (or no config has loaded yet), how often the thread
+/// looks again.
+const IDLE: Duration = Duration::from_secs(10);
+/// How often a waiting thread looks for a changed `[peers]`.
+const LOOK: Duration = Duration::from_secs(1);
+/// The Prometheus source's budget per round, at most (a quarter of the
+/// interval when that is shorter): a slow server must not eat the round.
+const SOURCE_TIMEOUT: Duration = Duration::from_secs(10);
+/// At shutdown, how long the daemon waits for a round in flight to end.
+const JOIN_GRACE: Duration = Duration::from_millis(1500);
+
+/// The running thread; dropping it stops the prober and its responders.
+pub struct ProberThread {
+    stop: Stop,
+    ended: Receiver<()>,
+    handle: Option<JoinHandle<()>>,
+}
+
+/// Starts the thread on a live host (`--root` trees probe nothing).
+pub fn start(host: Host, config: Arc<Mutex<Option<Config>>>) -> Option<ProberThread> {
+    if !host.is_live() {
+        return None;
+    }
+    Some(spawn(host, config))
+}
+
+fn spawn(host: Host, config: Arc<Mutex<Option<Config>>>) -> ProberThread {
+    let stop = Stop::new();
+    let (ended_tx, ended) = mpsc::channel::<()>();
+    let s = stop.clone();
+    let handle = std::thread::Builder::new()
+        .name("prober".into())
+        .spawn(move || {
+            let _ended = ended_tx;
+            run(&host, &config, &s, None);
+        })
+        .map_err(|e| tracing::error!("peer probes: cannot start the prober thread: {e}"))
+        .ok();
+    ProberThread {
+        stop,
+        ended,
+        handle,
+    }
+}
+
+impl Drop for ProberThread {
+    fn drop(&mut self) {
+        self.stop.request();
+        match self.ended.recv_timeout(JOIN_GRACE) {
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => {
+                if let Some(h) = self.handle.take() {
+                    let _ = h.join();
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => tracing::warn!(
+                "peer probes: a round still runs after {JOIN_GRACE:?}; exiting (the responders die with the prober thread)"
+            ),
+        }
+    }
+}
+
+/// The loop: a round every interval while enabled, until `stop`; a changed
+/// `[peers]` (a reload) starts a round at once. `helper` replaces the
+/// installed probe helper (tests only: the config cannot name one).
+pub fn run(host: &Host, config: &Mutex<Option<Config>>, stop: &Stop, helper: Option<&Path>) {
+    let section = || {
+        config
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|c| c.peers.clone())
+            .filter(|p| p.enabled)
+    };
+    let mut prober: Option<Prober> = None;
+    let mut last: Option<(PeerSource, Vec<Peer>)> = None;
+    loop {
+        let used = section();
+        let wait = match &used {
+            // Dropping the prober stops its responders.
+            None => {
+                prober = None;
+                IDLE
+            }
+            Some(cfg) => {
+                let p = prober.get_or_insert_with(Prober::default);
+                let mut s = cfg.settings();
+                if let Some(h) = helper {
+                    s.helper = h.to_owned();
+                }
+                round(host, p, cfg, &s, &mut last);
+                Duration::from_secs(cfg.interval_secs)
+            }
+        };
+        let until = Instant::now() + wait;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            if stop.sleep(left.min(LOOK)) {
+                return;
+            }
+            if left <= LOOK || section() != used {
+                break;
+            }
+        }
+    }
+}
+
+/// One round with this config: the node's name, the peer list (or the last
+/// one this source gave, with the error), the probes and the record.
+pub fn round(
+    host: &Host,
+    prober: &mut Prober,
+    cfg: &PeersConfig,
+    s: &ProberSettings,
+    last: &mut Option<(PeerSource, Vec<Peer>)>,
+) {
+    let node = node_name(host, cfg);
+    let loaded = match &node {
+        Some(_) => load_peers(host, cfg),
+        None => Err(
+            "this node's name is unknown (/proc/sys/kernel/hostname is empty or unreadable): set [peers] node"
+                .into(),
+        ),
+    };
+    let (peers, source_error) = match loaded {
+        Ok(p) => {
+            *last = Some((cfg.source.clone(), p.clone()));
+            (p, None)
+        }
+        Err(e) => {
+            tracing::warn!("peer probes: {e}");
+            let kept = last
+                .as_ref()
+                .filter(|(src, _)| *src == cfg.source)
+                .map(|(_, p)| p.clone())
+                .unwrap_or_default();
+            (kept, Some(e))
+        }
+    };
+    let node = node.unwrap_or_default();
+    if let Err(e) = prober.tick(host, s, &node, &peers, source_error) {
+        tracing::warn!("peer probes: cannot write the probe record: {e}");
+    }
+}
+
+/// This node's name in the peer source: `[peers] node`, else the hostname.
+pub fn node_name(host: &Host, cfg: &PeersConfig) -> Option<String> {
+    if !cfg.node.is_empty() {
+        return Some(cfg.node.clone());
+    }
+    let name = host
+        .read_string(Path::new("/proc/sys/kernel/hostname"))
+        .ok()
+        .flatten()?
+        .trim()
+        .to_owned();
+    (!name.is_empty()).then_some(name)
+}
+
+/// The peers the configured source lists, or why it cannot say.
+pub fn load_peers(host: &Host, cfg: &PeersConfig) -> Result<Vec<Peer>, String> {
+    match &cfg.source {
+        PeerSource::File { path } => file::load(host, path).map_err(|e| e.to_string()),
+        PeerSource::Prometheus {
+            url,
+            query,
+            bearer_token_file,
+        } => {
+            let timeout = SOURCE_TIMEOUT
+                .min(Duration::from_secs(cfg.interval_secs / 4).max(Duration::from_secs(1)));
+            prometheus::load(url, query, bearer_token_file.as_deref(), timeout)
+                .map_err(|e| e.to_string())
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "prober_tests.rs"]
+mod tests;
