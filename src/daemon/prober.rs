@@ -40,15 +40,9 @@ pub struct ProberThread {
     handle: Option<JoinHandle<()>>,
 }
 
-/// Starts the thread on a live host (`--root` trees probe nothing).
-pub fn start(host: Host, config: Arc<Mutex<Option<Config>>>) -> Option<ProberThread> {
-    if !host.is_live() {
-        return None;
-    }
-    Some(spawn(host, config))
-}
-
-fn spawn(host: Host, config: Arc<Mutex<Option<Config>>>) -> ProberThread {
+/// Starts the thread. Under `--root` the helper and the key are the tree's
+/// (`host.path`), like every other file the agent reads there.
+pub fn start(host: Host, config: Arc<Mutex<Option<Config>>>) -> ProberThread {
     let stop = Stop::new();
     let (ended_tx, ended) = mpsc::channel::<()>();
     let s = stop.clone();
@@ -108,9 +102,8 @@ pub fn run(host: &Host, config: &Mutex<Option<Config>>, stop: &Stop, helper: Opt
             Some(cfg) => {
                 let p = prober.get_or_insert_with(Prober::default);
                 let mut s = cfg.settings();
-                if let Some(h) = helper {
-                    s.helper = h.to_owned();
-                }
+                s.helper = helper.map_or_else(|| host.path(&s.helper), Path::to_owned);
+                s.key_file = host.path(&s.key_file);
                 round(host, p, cfg, &s, &mut last);
                 Duration::from_secs(cfg.interval_secs)
             }
