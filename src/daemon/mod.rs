@@ -117,7 +117,7 @@ impl Daemon {
         })?;
         self.start_http(&host).await?;
         // Lives as long as this loop: its end stops the prober and its responders.
-        let _prober = prober::start(host.clone(), self.last_good.clone());
+        let prober = prober::start(host.clone(), self.last_good.clone());
         // Lives as long as this loop: its end stops the NRI task.
         let (_nri_stop, nri_stop) = tokio::sync::watch::channel(false);
         tokio::spawn(nri::supervise(
@@ -133,7 +133,8 @@ impl Daemon {
         let mut trigger = Trigger::Start;
         let mut holds = Holds::default();
         loop {
-            if machine.reconcile(trigger.clone()) {
+            let reload = machine.reconcile(trigger.clone());
+            if reload {
                 // `systemctl reload`: the operator asks for failed actions to be tried now.
                 holds.actions.clear();
             }
@@ -145,6 +146,10 @@ impl Daemon {
                 _ = wake.sigint.recv() => return self.stop_during(&mut machine, run).await,
             };
             holds = out.holds;
+            if reload {
+                // With the config this reconcile loaded: the peer list too.
+                prober.nudge();
+            }
             if let Some(why) = &out.cycle.stale_mounts {
                 return self.exit_for_mounts(&host, &mut machine, why);
             }

@@ -8,6 +8,7 @@
 //! responders with it.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -25,7 +26,7 @@ use crate::host::stop::Stop;
 /// While `[peers]` is off (or no config has loaded yet), how often the thread
 /// looks again.
 const IDLE: Duration = Duration::from_secs(10);
-/// How often a waiting thread looks for a changed `[peers]`.
+/// How often a waiting thread looks for a changed `[peers]` or a nudge.
 const LOOK: Duration = Duration::from_secs(1);
 /// The Prometheus source's budget per round, at most (a quarter of the
 /// interval when that is shorter): a slow server must not eat the round.
@@ -36,6 +37,8 @@ const JOIN_GRACE: Duration = Duration::from_millis(1500);
 /// The running thread; dropping it stops the prober and its responders.
 pub struct ProberThread {
     stop: Stop,
+    /// Bumped by `nudge`: the waiting thread runs a round at once.
+    nudged: Arc<AtomicU64>,
     ended: Receiver<()>,
     handle: Option<JoinHandle<()>>,
 }
@@ -44,20 +47,30 @@ pub struct ProberThread {
 /// (`host.path`), like every other file the agent reads there.
 pub fn start(host: Host, config: Arc<Mutex<Option<Config>>>) -> ProberThread {
     let stop = Stop::new();
+    let nudged = Arc::new(AtomicU64::new(0));
     let (ended_tx, ended) = mpsc::channel::<()>();
-    let s = stop.clone();
+    let (s, n) = (stop.clone(), nudged.clone());
     let handle = std::thread::Builder::new()
         .name("prober".into())
         .spawn(move || {
             let _ended = ended_tx;
-            run(&host, &config, &s, None);
+            run(&host, &config, &s, &n, None);
         })
         .map_err(|e| tracing::error!("peer probes: cannot start the prober thread: {e}"))
         .ok();
     ProberThread {
         stop,
+        nudged,
         ended,
         handle,
+    }
+}
+
+impl ProberThread {
+    /// After a SIGHUP reconcile (`systemctl reload`): the peer source is read
+    /// again and a round runs now, not at the next interval.
+    pub fn nudge(&self) {
+        self.nudged.fetch_add(1, Ordering::SeqCst);
     }
 }
 
@@ -78,9 +91,15 @@ impl Drop for ProberThread {
 }
 
 /// The loop: a round every interval while enabled, until `stop`; a changed
-/// `[peers]` (a reload) starts a round at once. `helper` replaces the
-/// installed probe helper (tests only: the config cannot name one).
-pub fn run(host: &Host, config: &Mutex<Option<Config>>, stop: &Stop, helper: Option<&Path>) {
+/// `[peers]` or a nudge (a reload) starts a round at once. `helper` replaces
+/// the installed probe helper (tests only: the config cannot name one).
+pub fn run(
+    host: &Host,
+    config: &Mutex<Option<Config>>,
+    stop: &Stop,
+    nudged: &AtomicU64,
+    helper: Option<&Path>,
+) {
     let section = || {
         config
             .lock()
@@ -92,6 +111,7 @@ pub fn run(host: &Host, config: &Mutex<Option<Config>>, stop: &Stop, helper: Opt
     let mut prober: Option<Prober> = None;
     let mut last: Option<(PeerSource, Vec<Peer>)> = None;
     loop {
+        let seen = nudged.load(Ordering::SeqCst);
         let used = section();
         let wait = match &used {
             // Dropping the prober stops its responders.
@@ -114,7 +134,7 @@ pub fn run(host: &Host, config: &Mutex<Option<Config>>, stop: &Stop, helper: Opt
             if stop.sleep(left.min(LOOK)) {
                 return;
             }
-            if left <= LOOK || section() != used {
+            if left <= LOOK || section() != used || nudged.load(Ordering::SeqCst) != seen {
                 break;
             }
         }

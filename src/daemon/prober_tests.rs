@@ -250,6 +250,17 @@ fn the_thread_follows_the_config_and_leaves_no_responder_behind() {
     wait_for("a responder", || !n.responder_pids().is_empty());
     let pid = n.responder_pids()[0];
     assert!(alive(pid));
+    // A reload (SIGHUP) runs a round now, not after the 10 s interval.
+    let rounds = || n.record().map_or(0, |r| r.rounds.len());
+    assert_eq!(rounds(), 1);
+    let nudged = Instant::now();
+    thread.nudge();
+    wait_for("a round after the nudge", || rounds() == 2);
+    assert!(
+        nudged.elapsed() < Duration::from_secs(5),
+        "the round waited for the interval: {:?}",
+        nudged.elapsed()
+    );
     // Disabled by a reload: the responder stops at the thread's next look.
     c.peers.enabled = false;
     *config.lock().unwrap() = Some(c.clone());
@@ -273,14 +284,16 @@ fn spawn_with_helper(n: &Node, config: Arc<Mutex<Option<Config>>>) -> ProberThre
     let helper = n.dir.path().join("probe");
     let host = n.host();
     let stop = Stop::new();
+    let nudged = Arc::new(AtomicU64::new(0));
     let (ended_tx, ended) = mpsc::channel::<()>();
-    let s = stop.clone();
+    let (s, n) = (stop.clone(), nudged.clone());
     let handle = std::thread::spawn(move || {
         let _ended = ended_tx;
-        run(&host, &config, &s, Some(&helper));
+        run(&host, &config, &s, &n, Some(&helper));
     });
     ProberThread {
         stop,
+        nudged,
         ended,
         handle: Some(handle),
     }
