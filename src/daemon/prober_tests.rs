@@ -176,6 +176,35 @@ fn a_port_that_loses_its_address_still_probes_and_says_source() {
     );
 }
 
+/// The Prometheus source lists running responders only: a port that lost its
+/// address (its responder stopped) drops out of the list, and still probes
+/// from its remembered entry, as `source`.
+#[test]
+fn with_a_source_of_responders_a_port_without_address_still_says_source() {
+    let n = Node::new();
+    n.port("rxe0", Some(1));
+    n.peers_file();
+    let cfg = n.config("");
+    let mut s = settings(&n, &cfg);
+    s.serve_unlisted = true;
+    let mut prober = Prober::default();
+    let all = load_peers(&n.host(), &cfg).unwrap();
+    prober.tick(&n.host(), &s, "gpu-a", &all, None).unwrap();
+    n.port("rxe0", None);
+    let without: Vec<Peer> = all.into_iter().filter(|p| p.node != "gpu-a").collect();
+    let rec = prober.tick(&n.host(), &s, "gpu-a", &without, None).unwrap();
+    let newest = &rec.rounds.last().unwrap().probes;
+    assert_eq!(newest.len(), 2, "{newest:?}");
+    assert!(
+        newest.iter().all(|p| p.stage == Stage::Source),
+        "{newest:?}"
+    );
+    // A file the operator edited to drop the port: it is not this agent's any more.
+    s.serve_unlisted = false;
+    let rec = prober.tick(&n.host(), &s, "gpu-a", &without, None).unwrap();
+    assert!(rec.rounds.last().unwrap().probes.is_empty());
+}
+
 #[test]
 fn a_failing_source_is_recorded_and_the_last_list_of_that_source_is_kept() {
     let n = Node::new();

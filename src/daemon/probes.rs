@@ -57,6 +57,17 @@ pub fn pick(me: &Peer, peers: &[Peer], k: usize, same_rail: bool, round: u64) ->
         .collect()
 }
 
+/// `pick`, with `me` in the ring even where the list no longer names it (a
+/// remembered entry of a port that lost its address).
+fn pick_listed(me: &Peer, peers: &[Peer], k: usize, same_rail: bool, round: u64) -> Vec<Peer> {
+    if peers.contains(me) {
+        return pick(me, peers, k, same_rail, round);
+    }
+    let mut ring = peers.to_vec();
+    ring.push(me.clone());
+    pick(me, &ring, k, same_rail, round)
+}
+
 /// Runs `probe` on every (port, peer) with at most `parallel` at once; the
 /// probes in the order given.
 pub fn run_all<F>(work: &[(LocalPort, Peer)], parallel: usize, probe: F) -> Vec<Probe>
@@ -173,7 +184,13 @@ impl Prober {
             let key = (p.device.clone(), p.port);
             let me = match p.addr {
                 Some(_) => own_entry(node, &p, peers).cloned(),
-                None => self.owned.get(&key).filter(|e| peers.contains(e)).cloned(),
+                // A source of running responders drops a port whose address
+                // went (its responder stopped): the port still probes, as `source`.
+                None => self
+                    .owned
+                    .get(&key)
+                    .filter(|e| serve_unlisted || peers.contains(e))
+                    .cloned(),
             };
             let Some(me) = me else {
                 // Listed by nobody yet: a source that lists running responders
@@ -223,7 +240,7 @@ impl Prober {
             .iter()
             .filter_map(|(p, me)| Some((p, me.as_ref()?)))
             .flat_map(|(p, me)| {
-                pick(me, peers, s.k, s.same_rail, self.round)
+                pick_listed(me, peers, s.k, s.same_rail, self.round)
                     .into_iter()
                     .map(|peer| (p.clone(), peer))
             })
