@@ -46,7 +46,7 @@ crate::reasons! {
     },
     PEERS_UNPROVEN = "peers_unproven" {
         checks: "`rdma.peers`",
-        means: "no probe round proves the port: none yet, the newest is older than three intervals, it is from before this boot, the probe helper could not run, or no peer shares the port's fabric (`unknown`, never `ok`)",
+        means: "no probe round proves the port: none yet, the newest is older than three intervals, it is from before this boot, the peer source failed (the round ran on its last list), the probe helper could not run, or no peer shares the port's fabric (`unknown`, never `ok`)",
         remedy: "wait a round after start; otherwise the daemon's log (the prober, the helper) and the peer source (`[peers.source]`): does it list peers on this port's fabric?",
     },
 }
