@@ -55,8 +55,9 @@ fn peers_check(status: &serde_json::Value) -> serde_json::Value {
         .unwrap_or_else(|| panic!("no rdma.peers check in {status}"))
 }
 
-#[test]
-fn serve_runs_the_prober_from_peers_config_and_stops_its_responders() {
+/// The rxe tree with [peers] on, this node n1 at 10.77.0.1 and three peers,
+/// the stand-in helper at the installed path.
+fn peers_node() -> tempfile::TempDir {
     let t = node("rxe");
     let root = t.path();
     // Hand-added (labelled above): the IPv4 GID 10.77.0.1 that `ip addr add`
@@ -109,6 +110,42 @@ fn serve_runs_the_prober_from_peers_config_and_stops_its_responders() {
     .concat();
     write(root, "/etc/rdma-node-agent/peers.toml", &list);
 
+    t
+}
+
+fn responder_pid(root: &Path) -> u32 {
+    wait_for("the responder", Duration::from_secs(20), || {
+        std::fs::read_to_string(root.join("responders"))
+            .ok()?
+            .lines()
+            .next()?
+            .parse()
+            .ok()
+    })
+}
+
+/// A daemon killed outright (SIGKILL, the OOM killer) leaves no responder
+/// holding the service port: it dies with the prober's thread.
+#[test]
+fn a_killed_daemon_leaves_no_responder() {
+    let t = peers_node();
+    let root = t.path();
+    let mut d = Serve::start(root);
+    let pid = responder_pid(root);
+    assert!(alive(pid));
+    d.child.kill().unwrap();
+    d.child.wait().unwrap();
+    wait_for(
+        "the responder to die with the daemon",
+        Duration::from_secs(5),
+        || (!alive(pid)).then_some(()),
+    );
+}
+
+#[test]
+fn serve_runs_the_prober_from_peers_config_and_stops_its_responders() {
+    let t = peers_node();
+    let root = t.path();
     let d = Serve::start(root);
     let rec = wait_for("the first round", Duration::from_secs(20), || {
         record(root).filter(|r| r["rounds"].as_array().is_some_and(|a| !a.is_empty()))
@@ -124,14 +161,7 @@ fn serve_runs_the_prober_from_peers_config_and_stops_its_responders() {
     let responders = rec["responders"].as_array().unwrap();
     assert_eq!(responders.len(), 1, "{rec}");
     assert_eq!(responders[0]["addr"], "10.77.0.1");
-    let pid: u32 = wait_for("the responder", Duration::from_secs(10), || {
-        std::fs::read_to_string(root.join("responders"))
-            .ok()?
-            .lines()
-            .next()?
-            .parse()
-            .ok()
-    });
+    let pid = responder_pid(root);
     assert!(alive(pid));
     let c = peers_check(&d.reconcile());
     assert_eq!(c["status"], "ok", "{c}");
