@@ -112,6 +112,8 @@ pub fn run(
     let mut last: Option<(PeerSource, Vec<Peer>)> = None;
     loop {
         let seen = nudged.load(Ordering::SeqCst);
+        // Rounds start every interval, however long one takes.
+        let began = Instant::now();
         let used = section();
         let wait = match &used {
             // Dropping the prober stops its responders.
@@ -128,7 +130,7 @@ pub fn run(
                 Duration::from_secs(cfg.interval_secs)
             }
         };
-        let until = Instant::now() + wait;
+        let until = began + wait;
         loop {
             let left = until.saturating_duration_since(Instant::now());
             if stop.sleep(left.min(LOOK)) {
