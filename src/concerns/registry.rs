@@ -8,6 +8,7 @@ use std::fmt;
 use serde::de::{Deserialize, Deserializer, Error as _};
 
 use super::{containerd, driver, fleet_metrics, gpudirect, kernel, pcie, rdma, readiness, reboot};
+use crate::config::section::{Declare, Declared};
 use crate::engine::check::CheckId;
 use crate::engine::concern::Run;
 use crate::exposition::Families;
@@ -37,6 +38,13 @@ pub static METRICS: &[MetricFamilies] = &[
     rdma::counters::metrics::counters,
     rdma::peers::metrics::families,
 ];
+
+/// Every concern's config section (its folder's `config.rs`): `Config`
+/// routes the file's `[table]` of that name to it, validates it at load and
+/// hands it back through `Config::section::<S>()`; a table no section of the
+/// agent's or of this list reads is an error. A concern with a section adds
+/// its line here.
+pub static SECTIONS: &[&dyn Declared] = &[&Declare::<pcie::config::PcieConfig>::NEW];
 
 /// A list of concerns and what they declare. `Registry::of(ALL)` is the
 /// agent's; a test may build one with a concern of its own.

@@ -4,6 +4,7 @@
 //! documented in etc/rdma-node-agent/config.toml. Self-contained: the section
 //! owns its types, defaults and checks, so it moves with its concern.
 
+use crate::config::section::Invalid;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -120,13 +121,16 @@ impl PeersConfig {
 
 impl Section for PeersConfig {
     const NAME: &'static str = "peers";
-    fn validate(&self) -> Result<(), (&'static str, String)> {
+    fn validate(&self) -> Result<(), Invalid> {
         absolute("key_file", &self.key_file)?;
         if self.port == 0 {
-            return Err(("port", "0 is no service port: the default is 18770".into()));
+            return Err(Invalid::new(
+                "port",
+                "0 is no service port: the default is 18770".into(),
+            ));
         }
         if self.k == 0 || self.k > MAX_K {
-            return Err((
+            return Err(Invalid::new(
                 "k",
                 format!(
                     "{} is outside 1..={MAX_K}: one peer cannot tell a bad peer from a bad port (3 is the default), and more than {MAX_K} only adds traffic and series",
@@ -135,7 +139,7 @@ impl Section for PeersConfig {
             ));
         }
         if self.interval_secs < 10 {
-            return Err((
+            return Err(Invalid::new(
                 "interval",
                 format!(
                     "{}s is shorter than 10s: probe traffic would exceed its budget (docs/peers.md \"Cost\"); use \"60s\"",
@@ -147,7 +151,7 @@ impl Section for PeersConfig {
         // before the next starts.
         let round = self.probe_timeout_secs.saturating_mul(u64::from(self.k));
         if self.probe_timeout_secs == 0 || round >= self.interval_secs {
-            return Err((
+            return Err(Invalid::new(
                 "probe_timeout",
                 format!(
                     "{}s × k = {} is not shorter than interval = {}s: a round of timed-out probes would overlap the next",
@@ -160,7 +164,7 @@ impl Section for PeersConfig {
             .iter()
             .find(|(n, r)| n.is_empty() || n.contains(['/', ' ']) || **r > MAX_RAIL)
         {
-            return Err((
+            return Err(Invalid::new(
                 "rails",
                 format!(
                     "{name:?} = {rail}: a key is an RDMA device or netdev name (mlx5_0, ens1f0np0) and a rail 0..={MAX_RAIL}"
@@ -168,7 +172,7 @@ impl Section for PeersConfig {
             ));
         }
         if self.same_rail && self.enabled && self.rails.is_empty() {
-            return Err((
+            return Err(Invalid::new(
                 "same_rail",
                 "true, but [peers.rails] names no port's rail: no peer could be chosen".into(),
             ));
@@ -181,7 +185,7 @@ impl Section for PeersConfig {
                 ..
             } => {
                 if !(url.starts_with("http://") || url.starts_with("https://")) {
-                    return Err((
+                    return Err(Invalid::new(
                         "source",
                         format!("url {url:?} is not an http:// or https:// URL of Prometheus"),
                     ));
@@ -198,18 +202,19 @@ impl Section for PeersConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::concerns::registry::SECTIONS;
     use crate::config::Config;
     use std::path::Path;
 
     fn err(text: &str) -> String {
-        Config::parse(text, Path::new("c.toml"))
+        Config::parse(text, Path::new("c.toml"), SECTIONS)
             .unwrap_err()
             .to_string()
     }
 
     #[test]
     fn off_by_default_and_a_full_section_parses() {
-        let c = Config::parse("", Path::new("c.toml")).unwrap();
+        let c = Config::parse("", Path::new("c.toml"), SECTIONS).unwrap();
         assert!(!c.peers.enabled && !c.peers.gate);
         assert_eq!(c.peers.port, 18770);
         let c = Config::parse(
@@ -229,6 +234,7 @@ kind = "prometheus"
 url = "https://prometheus.example:9090"
 "#,
             Path::new("c.toml"),
+            SECTIONS,
         )
         .unwrap();
         let p = &c.peers;

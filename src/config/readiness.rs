@@ -1,6 +1,7 @@
 //! The `[kubelet]` section: what the kubelet should advertise of this node's
 //! RDMA devices (the `kubelet.devices` cross-check).
 
+use crate::config::section::Invalid;
 use std::path::PathBuf;
 
 use serde::Deserialize;
@@ -43,7 +44,7 @@ impl Default for KubeletConfig {
 
 impl super::section::Section for KubeletConfig {
     const NAME: &'static str = "kubelet";
-    fn validate(&self) -> Result<(), (&'static str, String)> {
+    fn validate(&self) -> Result<(), Invalid> {
         super::section::absolute("device_plugins_dir", &self.device_plugins_dir)
     }
 }
