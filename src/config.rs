@@ -10,21 +10,16 @@ use serde::{Deserialize, Serialize};
 use crate::host::{Host, HostError};
 
 mod containerd;
-pub mod counters;
-pub mod driver_health;
 pub mod globs;
 pub mod gpudirect;
 pub mod nri;
 pub mod peers;
 pub mod rdma;
-pub mod readiness;
 pub mod section;
 mod sections;
 
 pub use containerd::{ContainerdConfig, RlimitName};
-pub use sections::{
-    DEFAULT_LISTEN, DaemonConfig, HttpConfig, KernelConfig, NfdConfig, SystemdConfig,
-};
+pub use sections::{DEFAULT_LISTEN, DaemonConfig, HttpConfig, NfdConfig, SystemdConfig};
 
 use section::{AnySection, Declared, Invalid, Section};
 
@@ -57,11 +52,7 @@ pub struct Config {
     pub http: HttpConfig,
     pub nfd: NfdConfig,
     pub rdma: rdma::RdmaConfig,
-    pub counters: counters::CountersConfig,
     pub gpudirect: gpudirect::GpuDirectConfig,
-    pub kernel: KernelConfig,
-    pub kubelet: readiness::KubeletConfig,
-    pub driver_health: driver_health::DriverHealthConfig,
     pub peers: peers::PeersConfig,
     /// The registered sections, as the file writes them (a section parsed
     /// without the registry, as by `Config::default()`, is its defaults).
@@ -103,19 +94,7 @@ macro_rules! agent_sections {
 }
 
 agent_sections!(
-    containerd,
-    systemd,
-    pods,
-    daemon,
-    http,
-    nfd,
-    rdma,
-    counters,
-    gpudirect,
-    kernel,
-    kubelet,
-    driver_health,
-    peers,
+    containerd, systemd, pods, daemon, http, nfd, rdma, gpudirect, peers,
 );
 
 /// The registered sections a config holds, each once, whatever their type.

@@ -44,7 +44,13 @@ pub static METRICS: &[MetricFamilies] = &[
 /// hands it back through `Config::section::<S>()`; a table no section of the
 /// agent's or of this list reads is an error. A concern with a section adds
 /// its line here.
-pub static SECTIONS: &[&dyn Declared] = &[&Declare::<pcie::config::PcieConfig>::NEW];
+pub static SECTIONS: &[&dyn Declared] = &[
+    &Declare::<rdma::counters::config::CountersConfig>::NEW,
+    &Declare::<pcie::config::PcieConfig>::NEW,
+    &Declare::<kernel::config::KernelConfig>::NEW,
+    &Declare::<readiness::config::KubeletConfig>::NEW,
+    &Declare::<driver::config::DriverHealthConfig>::NEW,
+];
 
 /// A list of concerns and what they declare. `Registry::of(ALL)` is the
 /// agent's; a test may build one with a concern of its own.

@@ -1,5 +1,5 @@
 //! The sections for the node's kernel, the agent's own service and its
-//! outputs: `[kernel]`, `[systemd]`, `[daemon]`, `[http]`, `[nfd]`; each with
+//! outputs: `[systemd]`, `[daemon]`, `[http]`, `[nfd]`; each with
 //! its own checks (`Section`).
 
 use crate::config::section::Invalid;
@@ -48,28 +48,6 @@ impl Default for HttpConfig {
 }
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9470";
-
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct KernelConfig {
-    pub enabled: bool,
-    /// Modules that must be loaded, with their files matching the running kernel.
-    pub required_modules: Vec<String>,
-    /// DKMS modules the RDMA stack needs; empty: every module registered in /var/lib/dkms.
-    pub dkms_modules: Vec<String>,
-}
-
-impl Default for KernelConfig {
-    fn default() -> Self {
-        KernelConfig {
-            enabled: true,
-            required_modules: ["ib_core", "ib_uverbs", "mlx5_core", "mlx5_ib", "rdma_ucm"]
-                .map(String::from)
-                .to_vec(),
-            dkms_modules: Vec::new(),
-        }
-    }
-}
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -143,27 +121,6 @@ impl Section for HttpConfig {
                 "max_connections",
                 "0 would refuse every probe".into(),
             ));
-        }
-        Ok(())
-    }
-}
-
-impl Section for KernelConfig {
-    const NAME: &'static str = "kernel";
-    fn validate(&self) -> Result<(), Invalid> {
-        for (key, names) in [
-            ("required_modules", &self.required_modules),
-            ("dkms_modules", &self.dkms_modules),
-        ] {
-            if let Some(bad) = names
-                .iter()
-                .find(|m| m.is_empty() || m.contains(['/', ' ', '\t']))
-            {
-                return Err(Invalid::new(
-                    key,
-                    format!("{bad:?} is not a module name (ib_core, mlx5_core)"),
-                ));
-            }
         }
         Ok(())
     }

@@ -2,7 +2,7 @@
 //! instances it watches beyond the RDMA NICs', and how much of the kernel log
 //! one pass may read.
 
-use crate::config::section::Invalid;
+use crate::config::section::{Invalid, Section};
 use serde::Deserialize;
 
 /// At most this much of the kernel log per pass: the ring buffer is
@@ -36,7 +36,7 @@ impl Default for DriverHealthConfig {
     }
 }
 
-impl super::section::Section for DriverHealthConfig {
+impl Section for DriverHealthConfig {
     const NAME: &'static str = "driver_health";
     fn validate(&self) -> Result<(), Invalid> {
         if let Some(bad) = self.also_watch.iter().find(|i| {
@@ -74,7 +74,6 @@ impl super::section::Section for DriverHealthConfig {
 
 #[cfg(test)]
 mod tests {
-    use super::super::section::Section;
     use super::*;
 
     #[test]

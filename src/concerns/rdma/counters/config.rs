@@ -2,10 +2,10 @@
 //! counters over, and per class the count within it that warns or fails. The
 //! defaults and their sources are on docs/checks/rdma.counters.md.
 
-use crate::config::section::Invalid;
+use crate::config::section::{Invalid, Section};
 use serde::Deserialize;
 
-use super::rdma::parse_window;
+use crate::config::rdma::parse_window;
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -80,7 +80,7 @@ impl CountersConfig {
     }
 }
 
-impl super::section::Section for CountersConfig {
+impl Section for CountersConfig {
     const NAME: &'static str = "counters";
     fn validate(&self) -> Result<(), Invalid> {
         // A fail below its warn would skip the warning: refused, naming both.
@@ -165,7 +165,7 @@ mod tests {
             SECTIONS,
         )
         .unwrap();
-        assert_eq!(c.counters.window_secs, 86_400);
+        assert_eq!(c.section::<super::CountersConfig>().window_secs, 86_400);
         assert!(
             Config::parse(
                 "[counters]\nwindow = \"30s\"\n",
