@@ -180,7 +180,9 @@ impl Config {
     ) -> Result<Config, ConfigError> {
         // It decides what a root daemon writes: refused unless only root can change it.
         match host.read_trusted(path, "the agent config")? {
-            None => Ok(Config::default()),
+            // The built-in defaults, every registered section held (so none
+            // is looked up in the defaults kept per type).
+            None => Config::parse("", &host.path(path), sections),
             Some(d) => {
                 let text = String::from_utf8(d.bytes).map_err(|_| HostError::NotUtf8 {
                     path: host.path(path),
