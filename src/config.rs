@@ -216,10 +216,11 @@ impl Config {
                 message: e.message().to_owned(),
             }
         };
-        let de = toml::de::Deserializer::parse(text).map_err(located)?;
+        let doc = toml::de::DeTable::parse(text).map_err(located)?;
+        let de = toml::de::Deserializer::from(doc.clone());
         let mut cfg = AgentSeed(sections).deserialize(de).map_err(located)?;
         for s in sections {
-            cfg.sections.0.push(s.parse(text).map_err(located)?);
+            cfg.sections.0.push(s.parse(&doc).map_err(located)?);
         }
         cfg.migrate(shown_path);
         cfg.validate(text, shown_path)?;

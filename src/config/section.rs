@@ -78,13 +78,17 @@ impl<S: Section> AnySection for S {
     }
 }
 
+/// The file, parsed once (spans kept); each section reads its table from a
+/// copy, so a bad value keeps its line and column.
+pub type Doc<'a> = toml::Spanned<toml::de::DeTable<'a>>;
+
 /// A registered section as the parser sees it: its table name, and how to
-/// read it out of the whole file (so a bad value keeps its line and column).
+/// read it out of the whole file.
 pub trait Declared: Sync {
     fn name(&self) -> &'static str;
     /// The section as the file writes it (its defaults when the file has no
     /// such table).
-    fn parse(&self, text: &str) -> Result<Box<dyn AnySection>, toml::de::Error>;
+    fn parse(&self, doc: &Doc<'_>) -> Result<Box<dyn AnySection>, toml::de::Error>;
 }
 
 /// The registration of section `S`: `&Declare::<PcieConfig>::NEW` in
@@ -99,8 +103,9 @@ impl<S: Section> Declared for Declare<S> {
     fn name(&self) -> &'static str {
         S::NAME
     }
-    fn parse(&self, text: &str) -> Result<Box<dyn AnySection>, toml::de::Error> {
-        let only: Only<S> = toml::from_str(text)?;
+    fn parse(&self, doc: &Doc<'_>) -> Result<Box<dyn AnySection>, toml::de::Error> {
+        use serde::Deserialize;
+        let only = Only::<S>::deserialize(toml::de::Deserializer::from(doc.clone()))?;
         Ok(Box::new(only.0.unwrap_or_default()))
     }
 }
