@@ -13,7 +13,6 @@ mod containerd;
 pub mod globs;
 pub mod gpudirect;
 pub mod nri;
-pub mod peers;
 pub mod rdma;
 pub mod section;
 mod sections;
@@ -53,7 +52,6 @@ pub struct Config {
     pub nfd: NfdConfig,
     pub rdma: rdma::RdmaConfig,
     pub gpudirect: gpudirect::GpuDirectConfig,
-    pub peers: peers::PeersConfig,
     /// The registered sections, as the file writes them (a section parsed
     /// without the registry, as by `Config::default()`, is its defaults).
     pub sections: Sections,
@@ -94,7 +92,7 @@ macro_rules! agent_sections {
 }
 
 agent_sections!(
-    containerd, systemd, pods, daemon, http, nfd, rdma, gpudirect, peers,
+    containerd, systemd, pods, daemon, http, nfd, rdma, gpudirect,
 );
 
 /// The registered sections a config holds, each once, whatever their type.

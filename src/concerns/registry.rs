@@ -50,6 +50,7 @@ pub static SECTIONS: &[&dyn Declared] = &[
     &Declare::<kernel::config::KernelConfig>::NEW,
     &Declare::<readiness::config::KubeletConfig>::NEW,
     &Declare::<driver::config::DriverHealthConfig>::NEW,
+    &Declare::<rdma::peers::config::PeersConfig>::NEW,
 ];
 
 /// A list of concerns and what they declare. `Registry::of(ALL)` is the

@@ -4,13 +4,13 @@
 //! documented in etc/rdma-node-agent/config.toml. Self-contained: the section
 //! owns its types, defaults and checks, so it moves with its concern.
 
-use crate::config::section::Invalid;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use super::section::{Section, absolute};
+use crate::config::rdma::parse_window;
+use crate::config::section::{Invalid, Section, absolute};
 use crate::host::probe::sources::MAX_RAIL;
 
 /// The responder's RDMA-CM service port (RDMA_PS_TCP) when none is set.
@@ -80,7 +80,7 @@ impl Default for PeerSource {
 
 fn duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     let text = String::deserialize(d)?;
-    super::rdma::parse_window(&text)
+    parse_window(&text)
         .map_err(|_| {
             format!("{text:?} is not a duration: a whole number with s, m, h or d (\"60s\")")
         })
@@ -215,8 +215,8 @@ mod tests {
     #[test]
     fn off_by_default_and_a_full_section_parses() {
         let c = Config::parse("", Path::new("c.toml"), SECTIONS).unwrap();
-        assert!(!c.peers.enabled && !c.peers.gate);
-        assert_eq!(c.peers.port, 18770);
+        assert!(!c.section::<PeersConfig>().enabled && !c.section::<PeersConfig>().gate);
+        assert_eq!(c.section::<PeersConfig>().port, 18770);
         let c = Config::parse(
             r#"
 [peers]
@@ -237,7 +237,7 @@ url = "https://prometheus.example:9090"
             SECTIONS,
         )
         .unwrap();
-        let p = &c.peers;
+        let p = c.section::<PeersConfig>();
         assert_eq!((p.k, p.interval_secs, p.probe_timeout_secs), (4, 120, 3));
         assert_eq!(p.rail("mlx5_0", Some("ens1f0np0")), Some(0));
         assert_eq!(p.rail("mlx5_1", Some("ens2f0np0")), Some(1));
