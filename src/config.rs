@@ -4,29 +4,23 @@
 
 use std::path::{Path, PathBuf};
 
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 use crate::host::{Host, HostError};
 
 mod containerd;
-pub mod counters;
-pub mod driver_health;
 pub mod globs;
 pub mod gpudirect;
 pub mod nri;
-pub mod pcie;
-pub mod peers;
 pub mod rdma;
-pub mod readiness;
 pub mod section;
 mod sections;
 
 pub use containerd::{ContainerdConfig, RlimitName};
-pub use sections::{
-    DEFAULT_LISTEN, DaemonConfig, HttpConfig, KernelConfig, NfdConfig, SystemdConfig,
-};
+pub use sections::{DEFAULT_LISTEN, DaemonConfig, HttpConfig, NfdConfig, SystemdConfig};
 
-use section::{AnySection, Section};
+use section::{AnySection, Declared, Invalid, Section};
 
 pub const DEFAULT_PATH: &str = "/etc/rdma-node-agent/config.toml";
 
@@ -43,8 +37,11 @@ pub enum ConfigError {
     },
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+/// The agent's config: its own settings and the sections the daemon, host
+/// and more than one concern read, as fields; every other section, each a
+/// concern's own (registered in `concerns::registry::SECTIONS`), in
+/// `sections`, read with `section::<S>()`.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Config {
     pub mode: Mode,
     pub containerd: ContainerdConfig,
@@ -54,20 +51,77 @@ pub struct Config {
     pub http: HttpConfig,
     pub nfd: NfdConfig,
     pub rdma: rdma::RdmaConfig,
-    pub counters: counters::CountersConfig,
     pub gpudirect: gpudirect::GpuDirectConfig,
-    pub pcie: pcie::PcieConfig,
-    pub kernel: KernelConfig,
-    pub kubelet: readiness::KubeletConfig,
-    pub driver_health: driver_health::DriverHealthConfig,
-    pub peers: peers::PeersConfig,
+    /// The registered sections, as the file writes them (a section parsed
+    /// without the registry, as by `Config::default()`, is its defaults).
+    pub sections: Sections,
     /// What the file says that is no longer read, and what to write instead.
-    #[serde(skip)]
     pub warnings: Vec<String>,
     /// SHA-256 of the file's bytes (None: no file, the built-in defaults), shown
     /// in `/status` so a rollout can wait for a reconcile with the config it wrote.
-    #[serde(skip)]
     pub sha256: Option<String>,
+}
+
+/// The agent's own sections: the one list they are parsed, validated and
+/// named from (so none can be read unvalidated), in the file's order.
+macro_rules! agent_sections {
+    ($($field:ident),* $(,)?) => {
+        impl Config {
+            /// Every top-level key the agent itself reads.
+            const AGENT_KEYS: &'static [&'static str] = &["mode", $(stringify!($field)),*];
+
+            fn agent_sections(&self) -> Vec<&dyn AnySection> {
+                vec![$(&self.$field),*]
+            }
+
+            /// Reads `key`'s value into its field; false when it is not the agent's.
+            fn read_agent_key<'de, A: MapAccess<'de>>(
+                &mut self,
+                key: &str,
+                map: &mut A,
+            ) -> Result<bool, A::Error> {
+                match key {
+                    "mode" => self.mode = map.next_value()?,
+                    $(stringify!($field) => self.$field = map.next_value()?,)*
+                    _ => return Ok(false),
+                }
+                Ok(true)
+            }
+        }
+    };
+}
+
+agent_sections!(
+    containerd, systemd, pods, daemon, http, nfd, rdma, gpudirect,
+);
+
+/// The registered sections a config holds, each once, whatever their type.
+#[derive(Debug, Default)]
+pub struct Sections(Vec<Box<dyn AnySection>>);
+
+impl Sections {
+    fn get(&self, id: std::any::TypeId) -> Option<&dyn AnySection> {
+        self.0
+            .iter()
+            .map(|s| s.as_ref())
+            .find(|s| s.as_any().type_id() == id)
+    }
+}
+
+impl Clone for Sections {
+    fn clone(&self) -> Self {
+        Sections(self.0.iter().map(|s| s.clone_box()).collect())
+    }
+}
+
+/// Equal when every section has the same values, one absent from a config
+/// counting as its defaults (as it reads through `Config::section`).
+impl PartialEq for Sections {
+    fn eq(&self, other: &Self) -> bool {
+        let one_way =
+            |a: &Sections, b: &Sections| a.0.iter().all(|s| s.same(b.get(s.as_any().type_id())));
+        one_way(self, other) && one_way(other, self)
+    }
 }
 
 /// What `serve` does with what it finds: converge, or only report (never writes).
@@ -102,7 +156,7 @@ impl Section for PodsConfig {
     const NAME: &'static str = "pods";
 
     // Both keys are enums: serde refuses any other value.
-    fn validate(&self) -> Result<(), (&'static str, String)> {
+    fn validate(&self) -> Result<(), Invalid> {
         Ok(())
     }
 }
@@ -115,16 +169,23 @@ pub enum Severity {
 }
 
 impl Config {
-    /// Reads the config under the root; a missing file means the built-in defaults.
-    pub fn load(host: &Host, path: &Path) -> Result<Config, ConfigError> {
+    /// Reads the config under the root; a missing file means the built-in
+    /// defaults. `sections`: the registered ones (`concerns::registry::SECTIONS`).
+    pub fn load(
+        host: &Host,
+        path: &Path,
+        sections: &[&dyn Declared],
+    ) -> Result<Config, ConfigError> {
         // It decides what a root daemon writes: refused unless only root can change it.
         match host.read_trusted(path, "the agent config")? {
-            None => Ok(Config::default()),
+            // The built-in defaults, every registered section held (so none
+            // is looked up in the defaults kept per type).
+            None => Config::parse("", &host.path(path), sections),
             Some(d) => {
                 let text = String::from_utf8(d.bytes).map_err(|_| HostError::NotUtf8 {
                     path: host.path(path),
                 })?;
-                let mut cfg = Config::parse(&text, &host.path(path))?;
+                let mut cfg = Config::parse(&text, &host.path(path), sections)?;
                 use sha2::Digest;
                 let digest = sha2::Sha256::digest(text.as_bytes());
                 cfg.sha256 = Some(digest.iter().map(|b| format!("{b:02x}")).collect());
@@ -136,8 +197,15 @@ impl Config {
         }
     }
 
-    pub fn parse(text: &str, shown_path: &Path) -> Result<Config, ConfigError> {
-        let mut cfg: Config = toml::from_str(text).map_err(|e| {
+    /// Parses the file strictly: each `[table]` goes to the agent's section
+    /// or the registered one of that name, any other is an error; then every
+    /// section, the agent's and each registered one, checks its values.
+    pub fn parse(
+        text: &str,
+        shown_path: &Path,
+        sections: &[&dyn Declared],
+    ) -> Result<Config, ConfigError> {
+        let located = |e: toml::de::Error| {
             let (line, column) = e.span().map(|s| line_col(text, s.start)).unwrap_or((1, 1));
             ConfigError::Invalid {
                 path: shown_path.to_owned(),
@@ -145,44 +213,59 @@ impl Config {
                 column,
                 message: e.message().to_owned(),
             }
-        })?;
+        };
+        let doc = toml::de::DeTable::parse(text).map_err(located)?;
+        let de = toml::de::Deserializer::from(doc.clone());
+        let mut cfg = AgentSeed(sections).deserialize(de).map_err(located)?;
+        for s in sections {
+            cfg.sections.0.push(s.parse(&doc).map_err(located)?);
+        }
         cfg.migrate(shown_path);
         cfg.validate(text, shown_path)?;
         Ok(cfg)
     }
 
-    /// Every `[section]` of the file, each once, in the file's order: the one
-    /// list validation iterates (a test holds it to the tables the parser
-    /// accepts, so a new section cannot go unvalidated).
-    pub fn sections(&self) -> [&dyn AnySection; 14] {
-        [
-            &self.containerd,
-            &self.systemd,
-            &self.pods,
-            &self.daemon,
-            &self.http,
-            &self.nfd,
-            &self.rdma,
-            &self.counters,
-            &self.gpudirect,
-            &self.pcie,
-            &self.kernel,
-            &self.kubelet,
-            &self.driver_health,
-            &self.peers,
-        ]
+    /// The registered section `S`: as the file wrote it, or its defaults.
+    pub fn section<S: Section>(&self) -> &S {
+        self.sections
+            .get(std::any::TypeId::of::<S>())
+            .and_then(|s| s.as_any().downcast_ref::<S>())
+            .unwrap_or_else(|| section::defaults::<S>())
     }
 
-    /// Every section's own checks, in the file's order of sections.
+    /// The registered section `S` to change (a test's config), its defaults
+    /// first when the config holds none.
+    pub fn section_mut<S: Section>(&mut self) -> &mut S {
+        let id = std::any::TypeId::of::<S>();
+        let at = match self
+            .sections
+            .0
+            .iter()
+            .position(|s| s.as_any().type_id() == id)
+        {
+            Some(at) => at,
+            None => {
+                self.sections.0.push(Box::new(S::default()));
+                self.sections.0.len() - 1
+            }
+        };
+        self.sections.0[at]
+            .as_any_mut()
+            .downcast_mut::<S>()
+            .expect("the section kept under S's type id is an S")
+    }
+
+    /// Every section's own checks: the agent's, then the registered ones.
     fn validate(&self, text: &str, shown_path: &Path) -> Result<(), ConfigError> {
-        for s in self.sections() {
-            s.check().map_err(|(key, why)| {
-                let (line, column) = section::locate(text, s.name(), key);
+        let registered = self.sections.0.iter().map(|s| s.as_ref());
+        for s in self.agent_sections().into_iter().chain(registered) {
+            s.check().map_err(|e| {
+                let (line, column) = section::locate(text, s.name(), e.key);
                 ConfigError::Invalid {
                     path: shown_path.to_owned(),
                     line,
                     column,
-                    message: format!("{key} under [{}]: {why}", s.name()),
+                    message: format!("{} under [{}]: {}", e.key, s.name(), e.why),
                 }
             })?;
         }
@@ -257,189 +340,41 @@ pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
     (line, col)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::host::limit::Limit;
-    use std::collections::BTreeSet;
+/// The agent's own keys read into a `Config`; a registered section's table
+/// skipped (read by its own parse), any other key refused.
+struct AgentSeed<'a>(&'a [&'a dyn Declared]);
 
-    #[test]
-    fn limits_parse() {
-        assert_eq!(Limit::parse("unlimited"), Ok(Limit::UNLIMITED));
-        assert_eq!(Limit::parse("infinity"), Ok(Limit::UNLIMITED));
-        assert_eq!(Limit::parse("4MiB"), Ok(Limit(4 << 20)));
-        assert_eq!(Limit::parse("4M"), Ok(Limit(4 << 20)));
-        assert_eq!(Limit::parse("65536"), Ok(Limit(65536)));
-        assert!(Limit::parse("4MB").unwrap_err().contains("decimal"));
-        assert!(Limit::parse("lots").is_err());
-        assert!(Limit::parse("99999999999TiB").is_err());
-        assert_eq!(Limit(4 << 20).to_string(), "4MiB");
-        assert_eq!(Limit::UNLIMITED.to_string(), "unlimited");
-        assert_eq!(Limit(1000).to_string(), "1000 bytes");
-    }
+impl<'de> DeserializeSeed<'de> for AgentSeed<'_> {
+    type Value = Config;
 
-    /// Every table the parser accepts (it names them when it refuses a key)
-    /// is a section that `sections()` lists, so validation reaches it.
-    #[test]
-    fn every_section_the_parser_accepts_is_validated() {
-        let e = Config::parse("probe_ = 0\n", Path::new("c.toml")).unwrap_err();
-        let e = e.to_string();
-        let expected = e.split_once("expected").expect("the fields it expects").1;
-        let tables: BTreeSet<&str> = expected
-            .split('`')
-            .skip(1)
-            .step_by(2)
-            .filter(|k| *k != "mode") // the one top-level key that is not a table
-            .collect();
-        let listed: BTreeSet<&str> = Config::default().sections().map(|s| s.name()).into();
-        assert_eq!(
-            tables, listed,
-            "a [section] that Config::sections() does not list"
-        );
-        assert_eq!(
-            listed.len(),
-            Config::default().sections().len(),
-            "a section twice"
-        );
-    }
-
-    #[test]
-    fn defaults_when_empty() {
-        let c = Config::parse("", Path::new("c.toml")).unwrap();
-        assert_eq!(c, Config::default());
-        assert!(c.containerd.memlock.is_unlimited());
-    }
-
-    #[test]
-    fn full_config() {
-        let c = Config::parse(
-            r#"
-[containerd]
-memlock = "4MiB"
-handlers = ["runc", "nvidia"]
-[containerd.rlimits]
-RLIMIT_NOFILE = 1048576
-[pods]
-below_target = "fail"
-"#,
-            Path::new("c.toml"),
-        )
-        .unwrap();
-        assert_eq!(c.containerd.memlock, Limit(4 << 20));
-        assert_eq!(c.containerd.handlers, vec!["runc", "nvidia"]);
-        assert_eq!(c.pods.below_target, Severity::Fail);
-        assert_eq!(c.containerd.rlimits.len(), 1);
-    }
-
-    #[test]
-    fn unknown_key_names_key_line_and_column() {
-        let e = Config::parse("[containerd]\nmemlok = \"4MiB\"\n", Path::new("/x/c.toml"))
-            .unwrap_err()
-            .to_string();
-        assert!(e.starts_with("/x/c.toml:2:1: "), "{e}");
-        assert!(e.contains("memlok"), "{e}");
-    }
-
-    #[test]
-    fn bad_values_are_located() {
-        let e = Config::parse("[containerd]\nmemlock = \"4MB\"\n", Path::new("c.toml"))
-            .unwrap_err()
-            .to_string();
-        assert!(e.starts_with("c.toml:2:11: "), "{e}");
-        assert!(e.contains("decimal"), "{e}");
-        let e = Config::parse(
-            "[containerd.rlimits]\nRLIMIT_MEMLOCK = 1\n",
-            Path::new("c.toml"),
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(e.contains("containerd.memlock"), "{e}");
-    }
-
-    #[test]
-    fn each_section_refuses_values_it_cannot_use() {
-        let err = |text: &str| {
-            Config::parse(text, Path::new("c.toml"))
-                .unwrap_err()
-                .to_string()
-        };
-        let cases = [
-            (
-                "[daemon]\ninterval_secs = 0\n",
-                "c.toml:2:1: interval_secs under [daemon]",
-            ),
-            (
-                "[rdma]\n  modprobe_file = \"/etc/modprobe.d/rdma\"\n",
-                "c.toml:2:3: modprobe_file under [rdma]: /etc/modprobe.d/rdma must end in .conf",
-            ),
-            (
-                "[systemd]\ndropin = \"50-x\"\n",
-                "c.toml:2:1: dropin under [systemd]",
-            ),
-            (
-                "[http]\nlisten = \"localhost\"\n",
-                "c.toml:2:1: listen under [http]",
-            ),
-            (
-                "[nfd]\npath = \"features.d/x\"\n",
-                "c.toml:2:1: path under [nfd]",
-            ),
-            (
-                "[containerd]\nunit = \"containerd\"\n",
-                "c.toml:2:1: unit under [containerd]",
-            ),
-            (
-                "[kernel]\nrequired_modules = [\"ib core\"]\n",
-                "c.toml:2:1: required_modules under [kernel]",
-            ),
-            (
-                "[gpudirect]\nrequired_gpus = [\"0000:1B:00.0\"]\n",
-                "c.toml:2:1: required_gpus under [gpudirect]",
-            ),
-            (
-                "[kubelet]\ndevice_plugins_dir = \"plugins\"\n",
-                "c.toml:2:1: device_plugins_dir under [kubelet]",
-            ),
-        ];
-        for (text, want) in cases {
-            let e = err(text);
-            assert!(e.starts_with(want), "{text:?}: {e}");
-        }
-        // The shipped defaults pass every section's checks.
-        Config::parse("", Path::new("c.toml")).unwrap();
-        let ok = "[gpudirect]\nrequired_gpus = [\"0000:1b:00.0\"]\n[http]\nlisten = \"unix:/run/x.sock\"\n";
-        Config::parse(ok, Path::new("c.toml")).unwrap();
-    }
-
-    /// One place says GPUDirect is required: the old `[rdma]` key still loads,
-    /// as the `[gpudirect]` one, with a warning that says what to write.
-    #[test]
-    fn the_old_gpudirect_key_loads_as_the_new_one_with_a_warning() {
-        use rdma::GpuDirectModule::{Gdrdrv, NvidiaPeermem};
-        let old = "[rdma]\ngpudirect_required = [\"nvidia_peermem\", \"gdrdrv\"]\n";
-        let c = Config::parse(old, Path::new("/etc/rdma-node-agent/config.toml")).unwrap();
-        assert_eq!(c.gpudirect.required_modules, [NvidiaPeermem, Gdrdrv]);
-        assert_eq!(c.rdma.gpudirect_required, None);
-        assert_eq!(
-            c.warnings,
-            [
-                "/etc/rdma-node-agent/config.toml: `gpudirect_required` under [rdma] is no longer read; it is taken as `required_modules = [\"nvidia_peermem\", \"gdrdrv\"]` under [gpudirect], the one place that says GPUDirect is required: write that there instead, and delete the line under [rdma]"
-            ]
-        );
-        // What the warning says to write means the same, with no warning.
-        let new = "[gpudirect]\nrequired_modules = [\"nvidia_peermem\", \"gdrdrv\"]\n";
-        let n = Config::parse(new, Path::new("c.toml")).unwrap();
-        assert_eq!(n.gpudirect, c.gpudirect);
-        assert!(n.warnings.is_empty());
-        // Both, differing: the new key wins, the old line is to go.
-        let both = format!("{old}[gpudirect]\nrequired_modules = [\"gdrdrv\"]\n");
-        let b = Config::parse(&both, Path::new("c.toml")).unwrap();
-        assert_eq!(b.gpudirect.required_modules, [Gdrdrv]);
-        assert!(
-            b.warnings[0]
-                .contains("is no longer read: `required_modules = [\"gdrdrv\"]` under [gpudirect]"),
-            "{:?}",
-            b.warnings
-        );
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Config, D::Error> {
+        d.deserialize_map(self)
     }
 }
+
+impl<'de> Visitor<'de> for AgentSeed<'_> {
+    type Value = Config;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "the agent config")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Config, A::Error> {
+        let mut cfg = Config::default();
+        while let Some(key) = map.next_key::<String>()? {
+            if cfg.read_agent_key(&key, &mut map)? {
+                continue;
+            }
+            if !self.0.iter().any(|s| s.name() == key) {
+                let mut known = Config::AGENT_KEYS.to_vec();
+                known.extend(self.0.iter().map(|s| s.name()));
+                return Err(section::unknown_table(&key, &known));
+            }
+            map.next_value::<IgnoredAny>()?;
+        }
+        Ok(cfg)
+    }
+}
+
+#[cfg(test)]
+mod tests;

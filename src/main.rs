@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 use rdma_node_agent::agent::Agent;
 use rdma_node_agent::concerns;
+use rdma_node_agent::concerns::registry::SECTIONS;
 use rdma_node_agent::config::{self, Config};
 use rdma_node_agent::engine::check::{EXIT_UNKNOWN, Report};
 use rdma_node_agent::host::Host;
@@ -138,7 +139,8 @@ impl Cli {
 fn load(cli: &Cli) -> anyhow::Result<Agent> {
     let host = Host::new(&cli.root);
     cli.check_config_exists(&host)?;
-    let config = Config::load(&host, &cli.config_path()).context("invalid agent config")?;
+    let config =
+        Config::load(&host, &cli.config_path(), SECTIONS).context("invalid agent config")?;
     // Live actions (systemd, netlink) only on the host itself, like `systemctl --root`.
     Ok(if cli.root == std::path::Path::new("/") {
         Agent::live(host, config)
@@ -318,7 +320,7 @@ fn status(cli: &Cli, json: bool, listen: Option<&str>) -> anyhow::Result<ExitCod
     let addr = match listen {
         Some(l) => l.to_owned(),
         None => {
-            Config::load(&host, &cli.config_path())
+            Config::load(&host, &cli.config_path(), SECTIONS)
                 .context(
                     "invalid agent config: cannot tell where the daemon listens (fix it, or pass --listen)",
                 )?
@@ -372,7 +374,8 @@ fn selftest(
     use rdma_node_agent::selftest::{self, Report, run::Perftest, run::find_program};
     let host = Host::new(&cli.root);
     cli.check_config_exists(&host)?;
-    let config = Config::load(&host, &cli.config_path()).context("invalid agent config")?;
+    let config =
+        Config::load(&host, &cli.config_path(), SECTIONS).context("invalid agent config")?;
     let snap = rdma_node_agent::host::snapshot::Snapshot::new(host.clone());
     let devs = devices::gather(&snap).context("cannot read the RDMA devices")?;
     let report = match selftest::targets(&devs, device) {

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use rdma_node_agent::concerns::registry::SECTIONS;
 use rdma_node_agent::config::Config;
 
 fn doc() -> String {
@@ -15,7 +16,7 @@ fn doc() -> String {
 #[test]
 fn shipped_file_parses_to_defaults() {
     assert_eq!(
-        Config::parse(&doc(), Path::new("config.toml")).unwrap(),
+        Config::parse(&doc(), Path::new("config.toml"), SECTIONS).unwrap(),
         Config::default()
     );
 }
@@ -50,7 +51,7 @@ fn every_documented_default_is_the_real_default() {
     }
     assert!(out.contains("below_target = \"warn\""), "{out}");
     assert_eq!(
-        Config::parse(&out, Path::new("uncommented.toml")).unwrap(),
+        Config::parse(&out, Path::new("uncommented.toml"), SECTIONS).unwrap(),
         Config::default(),
         "{out}"
     );

@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use rdma_node_agent::concerns::registry::SECTIONS;
 use rdma_node_agent::config::Config;
 use support::{agent, json, node};
 
@@ -112,7 +113,7 @@ fn fields(path: &[(String, bool)]) -> Option<Vec<String>> {
         }
     };
     let text = format!("{header}{PROBE} = 0\n");
-    let err = Config::parse(&text, Path::new("probe.toml"))
+    let err = Config::parse(&text, Path::new("probe.toml"), SECTIONS)
         .err()?
         .to_string();
     let rest = err.split_once(&format!("unknown field `{PROBE}`"))?.1;

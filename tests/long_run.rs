@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use probe::{Client, Figures, Serve};
 use rdma_node_agent::agent::Agent;
+use rdma_node_agent::concerns::registry::SECTIONS;
 use rdma_node_agent::config::{Config, DEFAULT_PATH};
 use rdma_node_agent::engine::Scope;
 use rdma_node_agent::host::Host;
@@ -98,7 +99,7 @@ fn which(cmd: &str) -> Option<PathBuf> {
 /// The files the daemon watches, as its concerns report them for this tree.
 fn watched(root: &Path) -> Vec<PathBuf> {
     let host = Host::new(root);
-    let config = Config::load(&host, Path::new(DEFAULT_PATH)).unwrap();
+    let config = Config::load(&host, Path::new(DEFAULT_PATH), SECTIONS).unwrap();
     let mut files = Agent::new(host, config).assess(Scope::All, true).watch;
     files.push(DEFAULT_PATH.into());
     files.sort();

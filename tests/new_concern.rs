@@ -1,19 +1,21 @@
 //! The worked example of DEVELOPMENT.md ("Adding a check"), compiled and run:
-//! a concern with a live action, a reason code and a metric family, written
-//! entirely outside the engine (here, outside the crate), planned by the
-//! unchanged engine and carried out by the unchanged executor; its reason code
-//! and its families reach the registry (docs/reasons.md's table, JSON read
-//! back, `/metrics`) through its registration lines alone. If adding one ever
-//! needs an edit to `src/engine/` or another central list, this file stops
-//! compiling or fails. Its observations are its own type (`Observation::Own`).
-//! (A new config section still needs a field of `Config`
-//! and a line of `Config::sections()`: not shown here.)
+//! a concern with a live action, a reason code, a metric family and a config
+//! section, written entirely outside the engine and `Config` (here, outside
+//! the crate), planned by the unchanged engine and carried out by the
+//! unchanged executor; its reason code, its families and its section reach
+//! the registry (docs/reasons.md's table, JSON read back, `/metrics`, the
+//! config file's parse and checks) through its registration lines alone. If
+//! adding one ever needs an edit to `src/engine/`, `src/config.rs` or another
+//! central list, this file stops compiling or fails. Its observations are its
+//! own type (`Observation::Own`).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use rdma_node_agent::concerns::registry::SECTIONS;
 use rdma_node_agent::config::Config;
+use rdma_node_agent::config::section::{Declare, Declared, Invalid, Section};
 use rdma_node_agent::engine::check::{Check, CheckId, Status};
 use rdma_node_agent::engine::concern::{Concern, Ctx, Decision, GatherError, Run};
 use rdma_node_agent::engine::effect::{
@@ -38,6 +40,44 @@ use rdma_node_agent::reason::Reason;
 
 const CHECK_ID: CheckId = CheckId::new("kernel.numa_balancing");
 const KNOB: &str = "/proc/sys/kernel/numa_balancing";
+
+/// Its config section, `[numa_balancing]` (src/concerns/kernel/numa/config.rs):
+/// strict keys with defaults, and the checks serde's types cannot make.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct NumaConfig {
+    /// Report `kernel.numa_balancing` at all.
+    enabled: bool,
+    /// The sysctl file read and turned off.
+    knob: PathBuf,
+}
+
+impl Default for NumaConfig {
+    fn default() -> Self {
+        NumaConfig {
+            enabled: true,
+            knob: KNOB.into(),
+        }
+    }
+}
+
+impl Section for NumaConfig {
+    const NAME: &'static str = "numa_balancing";
+
+    fn validate(&self) -> Result<(), Invalid> {
+        // Anything else would be read (and written) as if it were the sysctl.
+        if !self.knob.starts_with("/proc/sys/") {
+            return Err(Invalid::new(
+                "knob",
+                format!(
+                    "{} is not a sysctl file under /proc/sys/",
+                    self.knob.display()
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
 
 /// Automatic NUMA balancing migrates pages under registered RDMA memory;
 /// GPU/RDMA hosts usually turn it off.
@@ -72,13 +112,14 @@ impl Concern for NumaBalancing {
         reasons::ALL
     }
 
+    // Its section, read through the typed accessor: `Config` names no concern's.
     fn enabled(&self, cfg: &Config) -> bool {
-        cfg.kernel.enabled
+        cfg.section::<NumaConfig>().enabled
     }
 
     // Reads only: the snapshot gives a read-only view of the host.
-    fn gather(&self, snap: &Snapshot, _cfg: &Config) -> Result<Option<String>, GatherError> {
-        snap.read_string(Path::new(KNOB))
+    fn gather(&self, snap: &Snapshot, cfg: &Config) -> Result<Option<String>, GatherError> {
+        snap.read_string(&cfg.section::<NumaConfig>().knob)
             .map_err(GatherError::unknown)
     }
 
@@ -129,9 +170,17 @@ impl Effect for TurnOff {
     }
 }
 
-// ---- the registration line: `&kernel::numa::NumaBalancing,` in concerns::ALL ----
+// ---- the registration lines: `&kernel::numa::NumaBalancing,` in concerns::ALL,
+// ---- `&Declare::<kernel::numa::config::NumaConfig>::NEW,` in registry::SECTIONS ----
 
 static REGISTERED: &[&dyn Run] = &[&NumaBalancing];
+
+/// The agent's sections and the example's, as `registry::SECTIONS` would list them.
+fn sections() -> Vec<&'static dyn Declared> {
+    let mut list = SECTIONS.to_vec();
+    list.push(&Declare::<NumaConfig>::NEW);
+    list
+}
 
 // ---- what the engine and executor do with it, unchanged ----
 
@@ -293,4 +342,64 @@ fn its_metric_families_come_with_their_registry_line() {
     assert!(at("rdma_node_agent_demo_numa_balancing") < at("rdma_node_agent_reconciles_total"));
     let agent = families(&cycle, Totals::default(), METRICS).render(Format::Text);
     assert!(!agent.contains("demo_numa_balancing"));
+}
+
+// ---- its config section: parsed, defaulted, checked and located through the
+// ---- registration line alone ----
+
+fn parse(text: &str, sections: &[&dyn Declared]) -> Result<Config, String> {
+    Config::parse(
+        text,
+        Path::new("/etc/rdma-node-agent/config.toml"),
+        sections,
+    )
+    .map_err(|e| e.to_string())
+}
+
+#[test]
+fn its_config_section_comes_with_its_registration_line() {
+    // Defaults: a file without the table, and a config never parsed.
+    let empty = parse("", &sections()).unwrap();
+    assert_eq!(empty.section::<NumaConfig>(), &NumaConfig::default());
+    assert!(Config::default().section::<NumaConfig>().enabled);
+    assert_eq!(empty, Config::default());
+
+    // The file's values reach the concern: disabled, it reports nothing.
+    let off = parse("[numa_balancing]\nenabled = false\n", &sections()).unwrap();
+    assert!(!off.section::<NumaConfig>().enabled);
+    assert_ne!(off, Config::default());
+    let t = tempfile::tempdir().unwrap();
+    let snap = Snapshot::new(Host::new(t.path()));
+    let a = assess(&snap, &off, REGISTERED, Scope::All, false);
+    assert_eq!(a.checks[0].status, Status::Skipped, "{:?}", a.checks);
+    assert!(a.plan.unwrap().actions.is_empty());
+
+    // Its knob is the one read.
+    std::fs::create_dir_all(t.path().join("proc/sys/vm")).unwrap();
+    std::fs::write(t.path().join("proc/sys/vm/numa_knob"), "0\n").unwrap();
+    let moved = "[numa_balancing]\nknob = \"/proc/sys/vm/numa_knob\"\n";
+    let cfg = parse(moved, &sections()).unwrap();
+    let a = assess(&snap, &cfg, REGISTERED, Scope::All, false);
+    assert_eq!(a.checks[0].status, Status::Ok, "{:?}", a.checks);
+
+    // A value it cannot use is refused at load, located, with what is wrong.
+    let bad = "[daemon]\n[numa_balancing]\nknob = \"/etc/numa\"\n";
+    assert_eq!(
+        parse(bad, &sections()).unwrap_err(),
+        "/etc/rdma-node-agent/config.toml:3:1: knob under [numa_balancing]: /etc/numa is not a sysctl file under /proc/sys/"
+    );
+    // A key it does not have, too, as serde names it.
+    let typo = parse("[numa_balancing]\nenable = false\n", &sections()).unwrap_err();
+    assert!(
+        typo.starts_with("/etc/rdma-node-agent/config.toml:2:1: unknown field `enable`"),
+        "{typo}"
+    );
+
+    // Without its registration line the table is unknown to the agent, with
+    // the table names it does know.
+    let e = parse("[numa_balancing]\nenabled = false\n", SECTIONS).unwrap_err();
+    assert!(
+        e.contains("unknown field `numa_balancing`, expected one of `mode`"),
+        "{e}"
+    );
 }

@@ -8,6 +8,25 @@ use std::fs;
 use std::path::Path;
 use std::process::Command;
 
+/// Runs `play.yml` in `dir` with the role's filter plugins and `vars` as extra vars.
+fn playbook(dir: &Path, role: &Path, vars: &serde_json::Value) {
+    let run = Command::new("ansible-playbook")
+        .arg("play.yml")
+        .arg("-e")
+        .arg(vars.to_string())
+        .current_dir(dir)
+        .env("ANSIBLE_FILTER_PLUGINS", role.join("filter_plugins"))
+        .env("ANSIBLE_NOCOLOR", "1")
+        .output()
+        .expect("ansible-playbook (ansible-core) is installed by scripts/test.sh");
+    assert!(
+        run.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+}
+
 fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     fs::read_dir(dir)
         .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
@@ -97,21 +116,7 @@ fn ansible_role_renders_every_table_as_a_config_the_agent_accepts() {
     });
     let vars =
         serde_json::json!({"rdma_node_agent_memlock": "4MiB", "rdma_node_agent_config": config});
-    let run = Command::new("ansible-playbook")
-        .arg("play.yml")
-        .arg("-e")
-        .arg(vars.to_string())
-        .current_dir(dir.path())
-        .env("ANSIBLE_FILTER_PLUGINS", role.join("filter_plugins"))
-        .env("ANSIBLE_NOCOLOR", "1")
-        .output()
-        .expect("ansible-playbook (ansible-core) is installed by scripts/test.sh");
-    assert!(
-        run.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&run.stdout),
-        String::from_utf8_lossy(&run.stderr)
-    );
+    playbook(dir.path(), &role, &vars);
     let text = fs::read_to_string(&out).unwrap();
     for line in [
         "mode = \"report\"",
@@ -164,21 +169,7 @@ fn ansible_role_renders_a_peers_file_the_agent_reads() {
         {"node": "gpu-002", "addr": "10.0.1.2", "fabric": "roce:10.0.1.0/24", "rail": 1},
         {"node": "ib-001", "addr": "192.168.0.1", "fabric": "ib:fe80:0000:0000:0000"},
     ]});
-    let run = Command::new("ansible-playbook")
-        .arg("play.yml")
-        .arg("-e")
-        .arg(vars.to_string())
-        .current_dir(dir.path())
-        .env("ANSIBLE_FILTER_PLUGINS", role.join("filter_plugins"))
-        .env("ANSIBLE_NOCOLOR", "1")
-        .output()
-        .expect("ansible-playbook (ansible-core) is installed by scripts/test.sh");
-    assert!(
-        run.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&run.stdout),
-        String::from_utf8_lossy(&run.stderr)
-    );
+    playbook(dir.path(), &role, &vars);
     let text = fs::read_to_string(&out).unwrap();
     let peers = rdma_node_agent::host::probe::sources::file::parse(&text, &out)
         .unwrap_or_else(|e| panic!("{e}:\n{text}"));

@@ -271,7 +271,12 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let snap = Snapshot::new(crate::host::Host::new(t.path()));
         let via = |text: &str| {
-            let cfg = Config::parse(text, Path::new("c.toml")).unwrap();
+            let cfg = Config::parse(
+                text,
+                Path::new("c.toml"),
+                crate::concerns::registry::SECTIONS,
+            )
+            .unwrap();
             memlock_via(&cfg, &snap)
         };
         assert_eq!(via(""), "base-spec");

@@ -8,6 +8,7 @@ use std::fmt;
 use serde::de::{Deserialize, Deserializer, Error as _};
 
 use super::{containerd, driver, fleet_metrics, gpudirect, kernel, pcie, rdma, readiness, reboot};
+use crate::config::section::{Declare, Declared};
 use crate::engine::check::CheckId;
 use crate::engine::concern::Run;
 use crate::exposition::Families;
@@ -36,6 +37,20 @@ pub static METRICS: &[MetricFamilies] = &[
     rdma::link::metrics::families,
     rdma::counters::metrics::counters,
     rdma::peers::metrics::families,
+];
+
+/// Every concern's config section (its folder's `config.rs`): `Config`
+/// routes the file's `[table]` of that name to it, validates it at load and
+/// hands it back through `Config::section::<S>()`; a table no section of the
+/// agent's or of this list reads is an error. A concern with a section adds
+/// its line here.
+pub static SECTIONS: &[&dyn Declared] = &[
+    &Declare::<rdma::counters::config::CountersConfig>::NEW,
+    &Declare::<pcie::config::PcieConfig>::NEW,
+    &Declare::<kernel::config::KernelConfig>::NEW,
+    &Declare::<readiness::config::KubeletConfig>::NEW,
+    &Declare::<driver::config::DriverHealthConfig>::NEW,
+    &Declare::<rdma::peers::config::PeersConfig>::NEW,
 ];
 
 /// A list of concerns and what they declare. `Registry::of(ALL)` is the

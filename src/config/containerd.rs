@@ -1,6 +1,7 @@
 //! The `[containerd]` section: which containerd, which config, the memlock
 //! and rlimits its base specs carry; with its own checks (`Section`).
 
+use crate::config::section::Invalid;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -129,20 +130,23 @@ impl<'de> Deserialize<'de> for RlimitName {
 
 impl Section for ContainerdConfig {
     const NAME: &'static str = "containerd";
-    fn validate(&self) -> Result<(), (&'static str, String)> {
+    fn validate(&self) -> Result<(), Invalid> {
         absolute("base_spec_path", &self.base_spec_path)?;
         absolute("nri_socket", &self.nri_socket)?;
-        super::nri::index(&self.nri_index).map_err(|e| ("nri_index", e))?;
+        super::nri::index(&self.nri_index).map_err(|e| Invalid::new("nri_index", e))?;
         if let Some(p) = &self.config_path {
             absolute("config_path", p)?;
         }
         if let Some(u) = &self.unit {
             if !u.ends_with(".service") || u.contains('/') {
-                return Err(("unit", format!("{u:?} is not a service unit name")));
+                return Err(Invalid::new(
+                    "unit",
+                    format!("{u:?} is not a service unit name"),
+                ));
             }
         }
         if self.binary.as_os_str().is_empty() {
-            return Err(("binary", "is empty".into()));
+            return Err(Invalid::new("binary", "is empty".into()));
         }
         Ok(())
     }

@@ -46,11 +46,12 @@ pub fn expect_port_device<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::
 
 #[cfg(test)]
 mod tests {
+    use crate::concerns::registry::SECTIONS;
     use crate::config::Config;
     use std::path::Path;
 
     fn err(text: &str) -> String {
-        Config::parse(text, Path::new("c.toml"))
+        Config::parse(text, Path::new("c.toml"), SECTIONS)
             .unwrap_err()
             .to_string()
     }
@@ -78,7 +79,7 @@ mod tests {
         // Valid ones load.
         Config::parse(
             "[rdma]\nshared_plugin_sockets = [\"*shared*.sock\"]\n[kubelet]\nrdma_resources = [\"rdma/*\"]\n",
-            Path::new("c.toml"),
+            Path::new("c.toml"), SECTIONS,
         )
         .unwrap();
     }

@@ -3,6 +3,7 @@
 //! RDMA path to their nearest NIC, which GPUDirect modules must be loaded, and
 //! whether `apply` clears the ACS redirect bits on those paths.
 
+use crate::config::section::Invalid;
 use serde::Deserialize;
 
 use super::rdma::GpuDirectModule;
@@ -47,7 +48,7 @@ impl Default for GpuDirectConfig {
 
 impl super::section::Section for GpuDirectConfig {
     const NAME: &'static str = "gpudirect";
-    fn validate(&self) -> Result<(), (&'static str, String)> {
+    fn validate(&self) -> Result<(), Invalid> {
         // Compared with sysfs' names: the full, lowercase form, or never matched.
         let full = |g: &str| {
             let b = g.as_bytes();
@@ -61,7 +62,7 @@ impl super::section::Section for GpuDirectConfig {
                     .all(|(_, c)| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
         };
         match self.required_gpus.iter().find(|g| !full(g)) {
-            Some(g) => Err((
+            Some(g) => Err(Invalid::new(
                 "required_gpus",
                 format!(
                     "{g:?} is not a PCI address as sysfs writes it: domain:bus:device.function in lowercase hex, e.g. \"0000:1b:00.0\""

@@ -89,13 +89,18 @@ pub fn index(d: &str) -> Result<String, String> {
 
 #[cfg(test)]
 mod tests {
+    use crate::concerns::registry::SECTIONS;
     use crate::config::Config;
     use std::path::Path;
 
     #[test]
     fn modes_parse_and_bad_ones_say_what_is_allowed() {
-        let c =
-            Config::parse("[containerd]\nmemlock_via = \"nri\"\n", Path::new("c.toml")).unwrap();
+        let c = Config::parse(
+            "[containerd]\nmemlock_via = \"nri\"\n",
+            Path::new("c.toml"),
+            SECTIONS,
+        )
+        .unwrap();
         assert_eq!(c.containerd.memlock_via, super::MemlockVia::Nri);
         assert_eq!(
             Config::default().containerd.memlock_via,
@@ -104,6 +109,7 @@ mod tests {
         let e = Config::parse(
             "[containerd]\nmemlock_via = \"ulimit\"\n",
             Path::new("c.toml"),
+            SECTIONS,
         )
         .unwrap_err()
         .to_string();
@@ -111,9 +117,13 @@ mod tests {
             e.contains("c.toml:2:") && e.contains("\"base-spec\""),
             "{e}"
         );
-        let e = Config::parse("[containerd]\nnri_index = \"7\"\n", Path::new("c.toml"))
-            .unwrap_err()
-            .to_string();
+        let e = Config::parse(
+            "[containerd]\nnri_index = \"7\"\n",
+            Path::new("c.toml"),
+            SECTIONS,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("two digits"), "{e}");
     }
 

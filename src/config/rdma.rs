@@ -1,6 +1,7 @@
 //! The `[rdma]` section of the agent config: what the RDMA concerns expect of
 //! the devices and which netns mode they keep.
 
+use crate::config::section::Invalid;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -169,12 +170,12 @@ impl GpuDirectModule {
 
 impl super::section::Section for RdmaConfig {
     const NAME: &'static str = "rdma";
-    fn validate(&self) -> Result<(), (&'static str, String)> {
+    fn validate(&self) -> Result<(), Invalid> {
         super::section::absolute("modprobe_file", &self.modprobe_file)?;
         // modprobe reads only *.conf under modprobe.d (modprobe.d(5)): any
         // other name would persist nothing, silently.
         if self.modprobe_file.extension().is_none_or(|e| e != "conf") {
-            return Err((
+            return Err(Invalid::new(
                 "modprobe_file",
                 format!(
                     "{} must end in .conf: modprobe reads no other file in modprobe.d",
@@ -183,7 +184,7 @@ impl super::section::Section for RdmaConfig {
             ));
         }
         if let Some(p) = self.expect_port.iter().find(|p| p.device.is_empty()) {
-            return Err((
+            return Err(Invalid::new(
                 "expect_port",
                 format!("an entry has no device (port {:?})", p.port),
             ));

@@ -1,7 +1,8 @@
 //! The sections for the node's kernel, the agent's own service and its
-//! outputs: `[kernel]`, `[systemd]`, `[daemon]`, `[http]`, `[nfd]`; each with
+//! outputs: `[systemd]`, `[daemon]`, `[http]`, `[nfd]`; each with
 //! its own checks (`Section`).
 
+use crate::config::section::Invalid;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -50,28 +51,6 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:9470";
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct KernelConfig {
-    pub enabled: bool,
-    /// Modules that must be loaded, with their files matching the running kernel.
-    pub required_modules: Vec<String>,
-    /// DKMS modules the RDMA stack needs; empty: every module registered in /var/lib/dkms.
-    pub dkms_modules: Vec<String>,
-}
-
-impl Default for KernelConfig {
-    fn default() -> Self {
-        KernelConfig {
-            enabled: true,
-            required_modules: ["ib_core", "ib_uverbs", "mlx5_core", "mlx5_ib", "rdma_ucm"]
-                .map(String::from)
-                .to_vec(),
-            dkms_modules: Vec::new(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
 pub struct SystemdConfig {
     pub enabled: bool,
     /// No longer read (the drop-in goes to the unit that runs containerd): an
@@ -116,20 +95,20 @@ impl Default for DaemonConfig {
 
 impl Section for NfdConfig {
     const NAME: &'static str = "nfd";
-    fn validate(&self) -> Result<(), (&'static str, String)> {
+    fn validate(&self) -> Result<(), Invalid> {
         absolute("path", &self.path)
     }
 }
 
 impl Section for HttpConfig {
     const NAME: &'static str = "http";
-    fn validate(&self) -> Result<(), (&'static str, String)> {
+    fn validate(&self) -> Result<(), Invalid> {
         let ok = match self.listen.strip_prefix("unix:") {
             Some(p) => Path::new(p).is_absolute(),
             None => self.listen.parse::<std::net::SocketAddr>().is_ok(),
         };
         if !ok {
-            return Err((
+            return Err(Invalid::new(
                 "listen",
                 format!(
                     "{:?} is neither host:port (127.0.0.1:9470, [::1]:9470) nor unix:/absolute/path",
@@ -138,28 +117,10 @@ impl Section for HttpConfig {
             ));
         }
         if self.max_connections == 0 {
-            return Err(("max_connections", "0 would refuse every probe".into()));
-        }
-        Ok(())
-    }
-}
-
-impl Section for KernelConfig {
-    const NAME: &'static str = "kernel";
-    fn validate(&self) -> Result<(), (&'static str, String)> {
-        for (key, names) in [
-            ("required_modules", &self.required_modules),
-            ("dkms_modules", &self.dkms_modules),
-        ] {
-            if let Some(bad) = names
-                .iter()
-                .find(|m| m.is_empty() || m.contains(['/', ' ', '\t']))
-            {
-                return Err((
-                    key,
-                    format!("{bad:?} is not a module name (ib_core, mlx5_core)"),
-                ));
-            }
+            return Err(Invalid::new(
+                "max_connections",
+                "0 would refuse every probe".into(),
+            ));
         }
         Ok(())
     }
@@ -167,11 +128,11 @@ impl Section for KernelConfig {
 
 impl Section for SystemdConfig {
     const NAME: &'static str = "systemd";
-    fn validate(&self) -> Result<(), (&'static str, String)> {
+    fn validate(&self) -> Result<(), Invalid> {
         // systemd reads only *.conf files in a unit's .d directory.
         let d = &self.dropin;
         if d.contains('/') || d.starts_with('.') || !d.ends_with(".conf") || d.len() <= 5 {
-            return Err((
+            return Err(Invalid::new(
                 "dropin",
                 format!("{d:?} must be a file name ending in .conf (systemd reads no other)"),
             ));
@@ -182,12 +143,12 @@ impl Section for SystemdConfig {
 
 impl Section for DaemonConfig {
     const NAME: &'static str = "daemon";
-    fn validate(&self) -> Result<(), (&'static str, String)> {
+    fn validate(&self) -> Result<(), Invalid> {
         if self.interval_secs == 0 {
-            return Err(("interval_secs", "must be at least 1".into()));
+            return Err(Invalid::new("interval_secs", "must be at least 1".into()));
         }
         if self.restart_timeout_secs == 0 {
-            return Err((
+            return Err(Invalid::new(
                 "restart_timeout_secs",
                 "must be at least 1: no restart could be verified".into(),
             ));

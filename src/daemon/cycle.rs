@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use super::state_copy::{StateCopy, WriteBack};
 use crate::agent::{Agent, AgentError, Connection};
+use crate::concerns::registry::SECTIONS;
 use crate::config::{Config, Mode};
 use crate::engine::check::Report;
 use crate::engine::executor::{ApplyOutcome, ExecError};
@@ -220,7 +221,7 @@ fn load_config(
     config_path: &Path,
     last_good: &Mutex<Option<Config>>,
 ) -> Result<(Config, Option<String>), String> {
-    let loaded = Config::load(host, config_path);
+    let loaded = Config::load(host, config_path, SECTIONS);
     let kept = last_good.lock().expect("config lock").clone();
     match (loaded, kept) {
         (Ok(c), _) => {

@@ -23,6 +23,7 @@ mod state_copy;
 mod wakeups;
 
 use crate::agent::Connection;
+use crate::concerns::registry::SECTIONS;
 use crate::config::Config;
 use crate::engine::holds::Holds;
 use crate::host::Host;
@@ -233,7 +234,7 @@ impl Daemon {
     async fn start_http(&self, host: &Host) -> Result<(), DaemonError> {
         // Settings come from the config at start; a config that does not parse
         // yet still gets the default endpoint, which then reports the error.
-        let config = match Config::load(host, &self.config_path) {
+        let config = match Config::load(host, &self.config_path, SECTIONS) {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(

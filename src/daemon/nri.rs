@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::concerns::containerd::nri::{self as decide, Target, Verdict};
+use crate::concerns::registry::SECTIONS;
 use crate::config::Config;
 use crate::host::Host;
 use crate::host::nri::plugin::{self, Identity};
@@ -38,7 +39,7 @@ fn load_quietly(host: &Host, path: &std::path::Path) -> Option<Config> {
         Ok(None) => Some(Config::default()),
         Ok(Some(d)) => String::from_utf8(d.bytes)
             .ok()
-            .and_then(|t| Config::parse(&t, &host.path(path)).ok()),
+            .and_then(|t| Config::parse(&t, &host.path(path), SECTIONS).ok()),
         Err(_) => None,
     }
 }

@@ -15,8 +15,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::probes::Prober;
+use crate::concerns::rdma::peers::config::{PeerSource, PeersConfig};
 use crate::config::Config;
-use crate::config::peers::{PeerSource, PeersConfig};
 use crate::host::Host;
 use crate::host::probe::record::Peer;
 use crate::host::probe::settings::ProberSettings;
@@ -105,7 +105,7 @@ pub fn run(
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
-            .map(|c| c.peers.clone())
+            .map(|c| c.section::<PeersConfig>().clone())
             .filter(|p| p.enabled)
     };
     let mut prober: Option<Prober> = None;

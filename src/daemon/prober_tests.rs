@@ -270,10 +270,8 @@ fn the_thread_follows_the_config_and_leaves_no_responder_behind() {
     let thread = spawn_with_helper(&n, config.clone());
     std::thread::sleep(Duration::from_millis(300));
     assert!(n.record().is_none(), "no config yet: no round");
-    let mut c = Config {
-        peers: n.config(""),
-        ..Config::default()
-    };
+    let mut c = Config::default();
+    *c.section_mut::<PeersConfig>() = n.config("");
     *config.lock().unwrap() = Some(c.clone());
     wait_for("the first round", || n.record().is_some());
     wait_for("a responder", || !n.responder_pids().is_empty());
@@ -291,10 +289,10 @@ fn the_thread_follows_the_config_and_leaves_no_responder_behind() {
         nudged.elapsed()
     );
     // Disabled by a reload: the responder stops at the thread's next look.
-    c.peers.enabled = false;
+    c.section_mut::<PeersConfig>().enabled = false;
     *config.lock().unwrap() = Some(c.clone());
     wait_for("the responder to stop when disabled", || !alive(pid));
-    c.peers.enabled = true;
+    c.section_mut::<PeersConfig>().enabled = true;
     *config.lock().unwrap() = Some(c);
     wait_for("a new responder", || n.responder_pids().len() == 2);
     let pid = n.responder_pids()[1];

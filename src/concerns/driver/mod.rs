@@ -9,6 +9,7 @@
 //! goes out as a `Persist` fact and the daemon writes it after the reconcile,
 //! as `rdma.link` keeps its history.
 
+pub mod config;
 pub mod metrics;
 pub mod patterns;
 pub mod reasons;
@@ -30,6 +31,7 @@ use crate::host::snapshot::Snapshot;
 use crate::host::state::Record;
 use crate::observe::Observation;
 use crate::reason::Reason;
+use config::DriverHealthConfig;
 use state::{LogReading, State};
 
 pub const CHECK_ID: CheckId = CheckId::new("driver.health");
@@ -78,7 +80,7 @@ impl Concern for Health {
     }
 
     fn enabled(&self, cfg: &Config) -> bool {
-        cfg.driver_health.enabled
+        cfg.section::<DriverHealthConfig>().enabled
     }
 
     fn gather(&self, snap: &Snapshot, cfg: &Config) -> Result<Facts, GatherError> {
@@ -93,9 +95,9 @@ impl Concern for Health {
         let nics = nics(snap);
         // The helper unit only where there is a NIC to watch: a node without
         // one starts no unit each cycle to read a log it has no use for.
-        let watch =
-            nics.iter().any(|n| n.pci.is_some()) || !cfg.driver_health.also_watch.is_empty();
-        let log = cfg.driver_health.kernel_log.then(|| {
+        let watch = nics.iter().any(|n| n.pci.is_some())
+            || !cfg.section::<DriverHealthConfig>().also_watch.is_empty();
+        let log = cfg.section::<DriverHealthConfig>().kernel_log.then(|| {
             let after = state
                 .as_ref()
                 .ok()
@@ -124,7 +126,13 @@ impl Concern for Health {
         let reading = f.log.as_ref().and_then(|l| l.as_ref().ok());
         let next = state::update(&old, f.boot_id.as_deref(), reporters, reading);
         let missed = reading.and_then(|l| state::missed(&old, f.boot_id.as_deref(), l));
-        let v = verdict::judge(f, &next, missed, state_error, &ctx.config.driver_health);
+        let v = verdict::judge(
+            f,
+            &next,
+            missed,
+            state_error,
+            ctx.config.section::<DriverHealthConfig>(),
+        );
         let mut observations = vec![Observation::DriverHealth {
             reporters: matches!(f.devlink, Devlink::Reporters(_)).then_some(v.watched as u64),
             kernel_log_read: f.log.as_ref().map(Result::is_ok),
@@ -192,8 +200,8 @@ fn read_log(
     cfg: &Config,
 ) -> Option<Result<LogReading, String>> {
     let caps = Caps {
-        max_bytes: cfg.driver_health.kernel_log_max_bytes,
-        max_records: cfg.driver_health.kernel_log_max_records,
+        max_bytes: cfg.section::<DriverHealthConfig>().kernel_log_max_bytes,
+        max_records: cfg.section::<DriverHealthConfig>().kernel_log_max_records,
     };
     let read = kmsg_helper::read(snap, helper, after, patterns::DRIVER_PREFIX, caps);
     let log = match read {

@@ -189,7 +189,8 @@ fn a_nic_without_reporters_is_named_and_a_watched_instance_without_them_is_unkno
         c.message
     );
     let mut cfg = Config::default();
-    cfg.driver_health.also_watch = vec!["netdevsim/netdevsim10".into()];
+    cfg.section_mut::<super::config::DriverHealthConfig>()
+        .also_watch = vec!["netdevsim/netdevsim10".into()];
     let (c, _) = run_with(&facts(healthy(), State::default()), &cfg);
     assert_eq!(c.status, Status::Unknown, "{}", c.message);
     assert!(

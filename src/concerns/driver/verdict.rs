@@ -5,10 +5,10 @@
 use crate::concerns::driver::reasons;
 use serde_json::json;
 
+use super::config::DriverHealthConfig;
 use super::patterns::{self, Severity};
 use super::state::{self, State};
 use super::{CHECK_ID, Devlink, Facts};
-use crate::config::driver_health::DriverHealthConfig;
 use crate::engine::check::{Check, Status};
 use crate::host::devlink::Reporter;
 use crate::reason::Reason;

@@ -1,6 +1,7 @@
 //! `kernel.change`, `kernel.modules` and `kernel.dkms` as one concern: one
 //! gather of the kernel's facts serves the three checks.
 
+use super::config::KernelConfig;
 use super::{
     CHANGE, DKMS, Facts, MODULES, changed_from, check_change, check_dkms, check_modules, gather,
     hold_back_reasons, next_state, state_path,
@@ -27,15 +28,15 @@ impl Concern for Kernel {
     }
 
     fn enabled(&self, cfg: &Config) -> bool {
-        cfg.kernel.enabled
+        cfg.section::<KernelConfig>().enabled
     }
 
     fn gather(&self, snap: &Snapshot, cfg: &Config) -> Result<Facts, GatherError> {
-        gather(snap, &cfg.kernel).map_err(GatherError::unknown)
+        gather(snap, cfg.section::<KernelConfig>()).map_err(GatherError::unknown)
     }
 
     fn decide(&self, f: &Facts, ctx: &Ctx) -> Decision {
-        let cfg = &ctx.config.kernel;
+        let cfg = ctx.config.section::<KernelConfig>();
         let mut observations: Vec<Observation> = hold_back_reasons(f, cfg)
             .into_iter()
             .map(Observation::RebootHeldBack)

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::json;
 
+use super::config::KernelConfig;
 use super::{DKMS, Facts, compare_releases};
-use crate::config::KernelConfig;
 use crate::engine::check::{Check, Status};
 use crate::reason::Reason;
 

@@ -4,12 +4,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
+use super::config::KernelConfig;
 use super::dkms::{BuildState, DkmsBuild, DkmsLine, ToolError, parse_dkms_status};
 use super::{
     Facts, InstalledKernel, KernelState, ModuleFile, ModuleTree, Resolved, modinfo, module_name,
     norm, state_path,
 };
-use crate::config::KernelConfig;
 use crate::host::HostError;
 use crate::host::command::RunError;
 use crate::host::read::ReadHost;

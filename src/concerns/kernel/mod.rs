@@ -12,6 +12,7 @@
 
 mod change;
 pub mod concern;
+pub mod config;
 mod dkms;
 mod gather;
 pub mod metrics;

@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::json;
 
+use super::config::KernelConfig;
 use super::{Facts, MODULES, ModuleTree, Resolved, norm};
-use crate::config::KernelConfig;
 use crate::engine::check::{Check, Status};
 use crate::reason::Reason;
 

@@ -5,8 +5,8 @@ use crate::concerns::kernel::reasons;
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::config::KernelConfig;
 use super::*;
-use crate::config::KernelConfig;
 use crate::engine::check::Status;
 
 #[test]

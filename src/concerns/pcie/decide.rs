@@ -21,11 +21,11 @@
 use crate::concerns::pcie::reasons;
 use serde_json::{Value, json};
 
+use super::config::{PcieConfig, WithoutAer};
 use super::gather::{Function, Watched};
 use super::history::{FnHistory, History};
 use super::parse::{Severity, show_speed};
 use crate::config::Severity as ConfigSeverity;
-use crate::config::pcie::{PcieConfig, WithoutAer};
 use crate::engine::check::Status;
 use crate::reason::Reason;
 

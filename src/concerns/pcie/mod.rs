@@ -9,6 +9,7 @@
 //! The concern only reads: the next history goes out as a `Persist` fact that
 //! the daemon writes after the reconcile (`check` never writes).
 
+pub mod config;
 pub mod decide;
 pub mod gather;
 pub mod history;
@@ -29,6 +30,7 @@ use crate::host::snapshot::{self, Snapshot};
 use crate::host::state::Record;
 use crate::observe::Observation;
 use crate::reason::Reason;
+use config::PcieConfig;
 use gather::Watched;
 use history::{History, Reading, Readings};
 
@@ -59,7 +61,7 @@ impl Concern for Aer {
     }
 
     fn enabled(&self, cfg: &Config) -> bool {
-        cfg.pcie.enabled
+        cfg.section::<PcieConfig>().enabled
     }
 
     fn gather(&self, snap: &Snapshot, _cfg: &Config) -> Result<Facts, GatherError> {
@@ -81,7 +83,7 @@ impl Concern for Aer {
     }
 
     fn decide(&self, f: &Facts, ctx: &Ctx) -> Decision {
-        let cfg = &ctx.config.pcie;
+        let cfg = ctx.config.section::<PcieConfig>();
         let (old, history_error) = match &f.history {
             Ok(h) => (h.clone(), None),
             Err(e) => (History::default(), Some(e.as_str())),

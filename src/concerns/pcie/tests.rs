@@ -121,7 +121,9 @@ fn the_real_gpu_host_without_aer_statistics_warns_never_ok() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gpudirect/gpu-host");
     // `[pcie] without_aer = "unknown"`: not ready until AER can be read.
     let mut strict = Config::default();
-    strict.pcie.without_aer = crate::config::pcie::WithoutAer::Unknown;
+    strict
+        .section_mut::<super::config::PcieConfig>()
+        .without_aer = super::config::WithoutAer::Unknown;
     let (c, _) = decide(&facts(&root), &strict);
     assert_eq!(c.status, Status::Unknown, "{}", c.message);
     assert_eq!(c.reason, Some(reasons::AER_UNAVAILABLE));
@@ -229,7 +231,12 @@ fn nonfatal_warns_or_fails_as_configured() {
         c.message,
         "0000:05:00.0 (GPU): aer_dev_nonfatal TOTAL_ERR_NONFATAL 3 since boot (UnsupReq 3)"
     );
-    let cfg = Config::parse("[pcie]\nnonfatal = \"fail\"\n", Path::new("/c")).unwrap();
+    let cfg = Config::parse(
+        "[pcie]\nnonfatal = \"fail\"\n",
+        Path::new("/c"),
+        crate::concerns::registry::SECTIONS,
+    )
+    .unwrap();
     let (c, _) = decide(&facts(root), &cfg);
     assert_eq!(c.status, Status::Fail, "{}", c.message);
     // A root port's non-fatal totals (from a function below it) follow the same setting.

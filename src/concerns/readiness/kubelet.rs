@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use serde_json::json;
 
 use super::checkpoint::Checkpoint;
-use crate::config::readiness::KubeletConfig;
+use super::config::KubeletConfig;
 use crate::config::{Config, Severity};
 use crate::engine::check::{Check, Status};
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
@@ -378,17 +378,17 @@ impl Concern for Kubelet {
     }
 
     fn enabled(&self, cfg: &Config) -> bool {
-        cfg.kubelet.enabled
+        cfg.section::<KubeletConfig>().enabled
     }
 
     fn gather(&self, snap: &Snapshot, cfg: &Config) -> Result<Facts, GatherError> {
-        gather(snap, &cfg.kubelet).map_err(GatherError::unknown)
+        gather(snap, cfg.section::<KubeletConfig>()).map_err(GatherError::unknown)
     }
 
     fn decide(&self, f: &Facts, ctx: &Ctx) -> Decision {
         let (check, observations) = decide(
             f,
-            &ctx.config.kubelet,
+            ctx.config.section::<KubeletConfig>(),
             ctx.observations,
             ctx.config.rdma.enabled,
         );

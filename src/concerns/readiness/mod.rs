@@ -4,6 +4,7 @@
 //! compares what the kubelet advertises with the host's RDMA ports.
 
 pub mod checkpoint;
+pub mod config;
 pub mod kubelet;
 pub mod metrics;
 pub mod pods_rdma;

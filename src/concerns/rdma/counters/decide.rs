@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use super::classes::{Class, Dir, class_of};
+use super::config::CountersConfig;
 use super::gather::PortRead;
 use super::history::{History, PortHistory};
-use crate::config::counters::CountersConfig;
 use crate::engine::check::Status;
 use crate::reason::Reason;
 

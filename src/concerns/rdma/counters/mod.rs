@@ -10,6 +10,7 @@
 //! that the daemon writes after the reconcile (`check` never writes).
 
 pub mod classes;
+pub mod config;
 pub mod decide;
 pub mod gather;
 pub mod history;
@@ -30,6 +31,7 @@ use crate::host::snapshot::Snapshot;
 use crate::host::state::Record;
 use crate::observe::Observation;
 use crate::reason::Reason;
+use config::CountersConfig;
 use decide::{Finding, Summary};
 use gather::Gathered;
 use history::{History, PortReading, Readings};
@@ -59,7 +61,7 @@ impl Concern for Counters {
     }
 
     fn enabled(&self, cfg: &Config) -> bool {
-        cfg.rdma.enabled && cfg.counters.enabled
+        cfg.rdma.enabled && cfg.section::<CountersConfig>().enabled
     }
 
     fn gather(&self, snap: &Snapshot, _cfg: &Config) -> Result<Facts, GatherError> {
@@ -77,7 +79,7 @@ impl Concern for Counters {
     }
 
     fn decide(&self, f: &Facts, ctx: &Ctx) -> Decision {
-        let (check, next, observations) = evaluate(f, &ctx.config.counters);
+        let (check, next, observations) = evaluate(f, ctx.config.section::<CountersConfig>());
         let mut observations = observations;
         // Written only when it changed: an idle port's baselines stay put.
         if f.history.as_ref() != Ok(&next) {
@@ -101,10 +103,7 @@ impl Concern for Counters {
 }
 
 /// The check, the next history and the per-class observations.
-pub fn evaluate(
-    f: &Facts,
-    cfg: &crate::config::counters::CountersConfig,
-) -> (Check, History, Vec<Observation>) {
+pub fn evaluate(f: &Facts, cfg: &CountersConfig) -> (Check, History, Vec<Observation>) {
     let shown_window = shown(cfg.window_secs);
     let (old, history_error) = decide::old_history(&f.history);
     let readings = Readings {
@@ -192,7 +191,7 @@ fn judge_port(
     p: &gather::PortRead,
     ctx: &PortCtx,
     now: u64,
-    cfg: &crate::config::counters::CountersConfig,
+    cfg: &CountersConfig,
     shown_window: &str,
     all: &mut Judged,
 ) {

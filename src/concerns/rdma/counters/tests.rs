@@ -1,9 +1,9 @@
 use crate::concerns::rdma::counters::reasons;
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::config::CountersConfig;
 use super::gather::PortRead;
 use super::*;
-use crate::config::counters::CountersConfig;
 
 fn port(dev: &str, netdev: &str, values: &[(&str, u64)]) -> PortRead {
     PortRead {

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::config::peers::PeersConfig;
+use super::config::PeersConfig;
 use crate::engine::check::Status;
 use crate::host::probe::record::{Inbound, PeersRecord, Probe, Responder, Round, Stage, VERSION};
 use crate::reason::Reason;

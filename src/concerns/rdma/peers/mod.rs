@@ -6,6 +6,7 @@
 //! two rounds (`decide`). A record that proves nothing about now — none, too
 //! old, from before this boot — is `unknown`, never `ok`. See docs/peers.md.
 
+pub mod config;
 pub mod decide;
 pub mod gate;
 pub mod metrics;
@@ -18,7 +19,6 @@ use std::time::SystemTime;
 use serde_json::json;
 
 use crate::config::Config;
-use crate::config::peers::PeersConfig;
 use crate::engine::check::{Check, CheckId, Status};
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::host::probe::record::{FILE, PeersRecord};
@@ -26,6 +26,7 @@ use crate::host::snapshot::Snapshot;
 use crate::host::state::STATE_DIR;
 use crate::observe::Observation;
 use crate::reason::Reason;
+use config::PeersConfig;
 use decide::{LocalPort, Verdict};
 
 pub const CHECK_ID: CheckId = CheckId::new("rdma.peers");
@@ -54,7 +55,7 @@ impl Concern for Peers {
     }
 
     fn enabled(&self, cfg: &Config) -> bool {
-        cfg.peers.enabled
+        cfg.section::<PeersConfig>().enabled
     }
 
     fn gather(&self, snap: &Snapshot, cfg: &Config) -> Result<Facts, GatherError> {
@@ -86,7 +87,9 @@ impl Concern for Peers {
                                 Some(LocalPort {
                                     device: dev.name.clone(),
                                     port: p.name.parse().ok()?,
-                                    rail: cfg.peers.rail(&dev.name, ndev.as_deref()),
+                                    rail: cfg
+                                        .section::<PeersConfig>()
+                                        .rail(&dev.name, ndev.as_deref()),
                                 })
                             })
                     })
@@ -105,7 +108,7 @@ impl Concern for Peers {
     }
 
     fn decide(&self, f: &Facts, ctx: &Ctx) -> Decision {
-        let (check, observations) = evaluate(f, &ctx.config.peers);
+        let (check, observations) = evaluate(f, ctx.config.section::<PeersConfig>());
         Decision {
             checks: vec![check],
             observations,

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::section::{Section, absolute};
+use crate::config::rdma::parse_window;
+use crate::config::section::{Invalid, Section, absolute};
 use crate::host::probe::settings::ProberSettings;
 use crate::host::probe::sources::MAX_RAIL;
 
@@ -86,7 +87,7 @@ impl Default for PeerSource {
 
 fn duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     let text = String::deserialize(d)?;
-    super::rdma::parse_window(&text)
+    parse_window(&text)
         .map_err(|_| {
             format!("{text:?} is not a duration: a whole number with s, m, h or d (\"60s\")")
         })
@@ -143,13 +144,16 @@ impl PeersConfig {
 
 impl Section for PeersConfig {
     const NAME: &'static str = "peers";
-    fn validate(&self) -> Result<(), (&'static str, String)> {
+    fn validate(&self) -> Result<(), Invalid> {
         absolute("key_file", &self.key_file)?;
         if self.port == 0 {
-            return Err(("port", "0 is no service port: the default is 18770".into()));
+            return Err(Invalid::new(
+                "port",
+                "0 is no service port: the default is 18770".into(),
+            ));
         }
         if self.k == 0 || self.k > MAX_K {
-            return Err((
+            return Err(Invalid::new(
                 "k",
                 format!(
                     "{} is outside 1..={MAX_K}: one peer cannot tell a bad peer from a bad port (3 is the default), and more than {MAX_K} only adds traffic and series",
@@ -158,7 +162,7 @@ impl Section for PeersConfig {
             ));
         }
         if self.interval_secs < 10 {
-            return Err((
+            return Err(Invalid::new(
                 "interval",
                 format!(
                     "{}s is shorter than 10s: probe traffic would exceed its budget (docs/peers.md \"Cost\"); use \"60s\"",
@@ -170,7 +174,7 @@ impl Section for PeersConfig {
         // before the next starts.
         let round = self.probe_timeout_secs.saturating_mul(u64::from(self.k));
         if self.probe_timeout_secs == 0 || round >= self.interval_secs {
-            return Err((
+            return Err(Invalid::new(
                 "probe_timeout",
                 format!(
                     "{}s × k = {} is not shorter than interval = {}s: a round of timed-out probes would overlap the next",
@@ -179,7 +183,7 @@ impl Section for PeersConfig {
             ));
         }
         if self.node.len() > 253 || self.node.contains(char::is_whitespace) {
-            return Err((
+            return Err(Invalid::new(
                 "node",
                 format!(
                     "{:?} is not a node name: the peer source's name for this node (empty: the hostname)",
@@ -192,7 +196,7 @@ impl Section for PeersConfig {
             .iter()
             .find(|(n, r)| n.is_empty() || n.contains(['/', ' ']) || **r > MAX_RAIL)
         {
-            return Err((
+            return Err(Invalid::new(
                 "rails",
                 format!(
                     "{name:?} = {rail}: a key is an RDMA device or netdev name (mlx5_0, ens1f0np0) and a rail 0..={MAX_RAIL}"
@@ -200,7 +204,7 @@ impl Section for PeersConfig {
             ));
         }
         if self.same_rail && self.enabled && self.rails.is_empty() {
-            return Err((
+            return Err(Invalid::new(
                 "same_rail",
                 "true, but [peers.rails] names no port's rail: no peer could be chosen".into(),
             ));
@@ -213,7 +217,7 @@ impl Section for PeersConfig {
                 ..
             } => {
                 if !(url.starts_with("http://") || url.starts_with("https://")) {
-                    return Err((
+                    return Err(Invalid::new(
                         "source",
                         format!("url {url:?} is not an http:// or https:// URL of Prometheus"),
                     ));
@@ -230,20 +234,21 @@ impl Section for PeersConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::concerns::registry::SECTIONS;
     use crate::config::Config;
     use std::path::Path;
 
     fn err(text: &str) -> String {
-        Config::parse(text, Path::new("c.toml"))
+        Config::parse(text, Path::new("c.toml"), SECTIONS)
             .unwrap_err()
             .to_string()
     }
 
     #[test]
     fn off_by_default_and_a_full_section_parses() {
-        let c = Config::parse("", Path::new("c.toml")).unwrap();
-        assert!(!c.peers.enabled && !c.peers.gate);
-        assert_eq!(c.peers.port, 18770);
+        let c = Config::parse("", Path::new("c.toml"), SECTIONS).unwrap();
+        assert!(!c.section::<PeersConfig>().enabled && !c.section::<PeersConfig>().gate);
+        assert_eq!(c.section::<PeersConfig>().port, 18770);
         let c = Config::parse(
             r#"
 [peers]
@@ -261,9 +266,10 @@ kind = "prometheus"
 url = "https://prometheus.example:9090"
 "#,
             Path::new("c.toml"),
+            SECTIONS,
         )
         .unwrap();
-        let p = &c.peers;
+        let p = c.section::<PeersConfig>();
         assert_eq!((p.k, p.interval_secs, p.probe_timeout_secs), (4, 120, 3));
         assert_eq!(p.rail("mlx5_0", Some("ens1f0np0")), Some(0));
         assert_eq!(p.rail("mlx5_1", Some("ens2f0np0")), Some(1));

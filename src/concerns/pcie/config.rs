@@ -4,7 +4,9 @@
 
 use serde::Deserialize;
 
-use super::Severity;
+use crate::config::Severity;
+use crate::config::rdma::parse_window;
+use crate::config::section::{Invalid, Section};
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -50,17 +52,17 @@ impl Default for PcieConfig {
 
 fn window<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     let text = String::deserialize(d)?;
-    super::rdma::parse_window(&text)
+    parse_window(&text)
         .map_err(|e| e.replacen("flap_window", "correctable_window", 1))
         .map_err(serde::de::Error::custom)
 }
 
-impl super::section::Section for PcieConfig {
+impl Section for PcieConfig {
     const NAME: &'static str = "pcie";
-    fn validate(&self) -> Result<(), (&'static str, String)> {
+    fn validate(&self) -> Result<(), Invalid> {
         // 0 would warn at the first correctable error of a healthy link.
         if self.correctable_threshold == 0 {
-            return Err((
+            return Err(Invalid::new(
                 "correctable_threshold",
                 "must be at least 1: healthy links see a correctable error now and then; write a number of errors per correctable_window".into(),
             ));
@@ -71,35 +73,46 @@ impl super::section::Section for PcieConfig {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::{Config, Severity};
+    use super::PcieConfig;
+    use crate::concerns::registry::SECTIONS;
+    use crate::config::{Config, ConfigError, Severity};
     use std::path::Path;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, Path::new("/c.toml"), SECTIONS)
+    }
 
     #[test]
     fn the_section_parses_and_refuses_what_it_cannot_use() {
-        let c = Config::parse(
-            "[pcie]\ncorrectable_threshold = 5\ncorrectable_window = \"10m\"\nnonfatal = \"fail\"\n",
-            Path::new("/c.toml"),
-        )
+        let c = parse("[pcie]\ncorrectable_threshold = 5\ncorrectable_window = \"10m\"\nnonfatal = \"fail\"\n")
         .unwrap();
-        assert_eq!(c.pcie.correctable_threshold, 5);
-        assert_eq!(c.pcie.correctable_window_secs, 600);
-        assert_eq!(c.pcie.nonfatal, Severity::Fail);
-        assert_eq!(c.pcie.without_aer, super::WithoutAer::Warn);
-        let u = Config::parse("[pcie]\nwithout_aer = \"unknown\"\n", Path::new("/c.toml")).unwrap();
-        assert_eq!(u.pcie.without_aer, super::WithoutAer::Unknown);
-        assert!(Config::parse("[pcie]\nwithout_aer = \"ok\"\n", Path::new("/c.toml")).is_err());
-        assert_eq!(Config::default().pcie.correctable_window_secs, 3600);
-        let e = Config::parse(
-            "[pcie]\ncorrectable_window = \"1w\"\n",
-            Path::new("/c.toml"),
-        )
-        .unwrap_err()
-        .to_string();
+        assert_eq!(c.section::<PcieConfig>().correctable_threshold, 5);
+        assert_eq!(c.section::<PcieConfig>().correctable_window_secs, 600);
+        assert_eq!(c.section::<PcieConfig>().nonfatal, Severity::Fail);
+        assert_eq!(
+            c.section::<PcieConfig>().without_aer,
+            super::WithoutAer::Warn
+        );
+        let u = parse("[pcie]\nwithout_aer = \"unknown\"\n").unwrap();
+        assert_eq!(
+            u.section::<PcieConfig>().without_aer,
+            super::WithoutAer::Unknown
+        );
+        assert!(parse("[pcie]\nwithout_aer = \"ok\"\n").is_err());
+        assert_eq!(
+            Config::default()
+                .section::<PcieConfig>()
+                .correctable_window_secs,
+            3600
+        );
+        let e = parse("[pcie]\ncorrectable_window = \"1w\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("correctable_window \"1w\" is not a duration"),
             "{e}"
         );
-        let e = Config::parse("[pcie]\ncorrectable_threshold = 0\n", Path::new("/c.toml"))
+        let e = parse("[pcie]\ncorrectable_threshold = 0\n")
             .unwrap_err()
             .to_string();
         assert!(e.contains("correctable_threshold under [pcie]"), "{e}");

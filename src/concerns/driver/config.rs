@@ -2,6 +2,7 @@
 //! instances it watches beyond the RDMA NICs', and how much of the kernel log
 //! one pass may read.
 
+use crate::config::section::{Invalid, Section};
 use serde::Deserialize;
 
 /// At most this much of the kernel log per pass: the ring buffer is
@@ -35,9 +36,9 @@ impl Default for DriverHealthConfig {
     }
 }
 
-impl super::section::Section for DriverHealthConfig {
+impl Section for DriverHealthConfig {
     const NAME: &'static str = "driver_health";
-    fn validate(&self) -> Result<(), (&'static str, String)> {
+    fn validate(&self) -> Result<(), Invalid> {
         if let Some(bad) = self.also_watch.iter().find(|i| {
             let parts: Vec<&str> = i.split('/').collect();
             parts.len() != 2
@@ -45,7 +46,7 @@ impl super::section::Section for DriverHealthConfig {
                     .iter()
                     .any(|p| p.is_empty() || p.contains(char::is_whitespace))
         }) {
-            return Err((
+            return Err(Invalid::new(
                 "also_watch",
                 format!(
                     "{bad:?} is not a devlink instance: write it as `devlink dev show` prints it, bus/device (\"pci/0000:81:00.0\")"
@@ -53,7 +54,7 @@ impl super::section::Section for DriverHealthConfig {
             ));
         }
         if self.kernel_log_max_bytes == 0 || self.kernel_log_max_bytes > MAX_KMSG_BYTES {
-            return Err((
+            return Err(Invalid::new(
                 "kernel_log_max_bytes",
                 format!(
                     "{} is not between 1 and {MAX_KMSG_BYTES}",
@@ -62,7 +63,10 @@ impl super::section::Section for DriverHealthConfig {
             ));
         }
         if self.kernel_log_max_records == 0 {
-            return Err(("kernel_log_max_records", "0 would read nothing".into()));
+            return Err(Invalid::new(
+                "kernel_log_max_records",
+                "0 would read nothing".into(),
+            ));
         }
         Ok(())
     }
@@ -70,7 +74,6 @@ impl super::section::Section for DriverHealthConfig {
 
 #[cfg(test)]
 mod tests {
-    use super::super::section::Section;
     use super::*;
 
     #[test]
@@ -80,11 +83,11 @@ mod tests {
             also_watch: vec!["0000:81:00.0".into()],
             ..Default::default()
         };
-        assert_eq!(bad.validate().unwrap_err().0, "also_watch");
+        assert_eq!(bad.validate().unwrap_err().key, "also_watch");
         let big = DriverHealthConfig {
             kernel_log_max_bytes: 1 << 40,
             ..Default::default()
         };
-        assert_eq!(big.validate().unwrap_err().0, "kernel_log_max_bytes");
+        assert_eq!(big.validate().unwrap_err().key, "kernel_log_max_bytes");
     }
 }

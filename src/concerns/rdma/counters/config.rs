@@ -2,9 +2,10 @@
 //! counters over, and per class the count within it that warns or fails. The
 //! defaults and their sources are on docs/checks/rdma.counters.md.
 
+use crate::config::section::{Invalid, Section};
 use serde::Deserialize;
 
-use super::rdma::parse_window;
+use crate::config::rdma::parse_window;
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -79,9 +80,9 @@ impl CountersConfig {
     }
 }
 
-impl super::section::Section for CountersConfig {
+impl Section for CountersConfig {
     const NAME: &'static str = "counters";
-    fn validate(&self) -> Result<(), (&'static str, String)> {
+    fn validate(&self) -> Result<(), Invalid> {
         // A fail below its warn would skip the warning: refused, naming both.
         let pairs: [(&'static str, u64, u64); 6] = [
             (
@@ -118,7 +119,7 @@ impl super::section::Section for CountersConfig {
         for (key, warn, fail) in pairs {
             if fail != 0 && warn != 0 && fail < warn {
                 let class = key.trim_end_matches("_fail");
-                return Err((
+                return Err(Invalid::new(
                     key,
                     format!(
                         "{fail} is below {class}_warn = {warn}: a class fails at or above its warning (0 turns either off)"
@@ -127,7 +128,7 @@ impl super::section::Section for CountersConfig {
             }
         }
         if self.window_secs < 60 {
-            return Err((
+            return Err(Invalid::new(
                 "window",
                 format!(
                     "{}s is shorter than a minute: counts over a reconcile or two are noise; use \"1h\" or more",
@@ -141,6 +142,7 @@ impl super::section::Section for CountersConfig {
 
 #[cfg(test)]
 mod tests {
+    use crate::concerns::registry::SECTIONS;
     use crate::config::Config;
     use std::path::Path;
 
@@ -149,6 +151,7 @@ mod tests {
         let e = Config::parse(
             "[counters]\nsymbol_errors_warn = 50\nsymbol_errors_fail = 20\n",
             Path::new("c.toml"),
+            SECTIONS,
         )
         .unwrap_err()
         .to_string();
@@ -156,8 +159,20 @@ mod tests {
             e.contains("c.toml:3:1: symbol_errors_fail under [counters]"),
             "{e}"
         );
-        let c = Config::parse("[counters]\nwindow = \"1d\"\n", Path::new("c.toml")).unwrap();
-        assert_eq!(c.counters.window_secs, 86_400);
-        assert!(Config::parse("[counters]\nwindow = \"30s\"\n", Path::new("c.toml")).is_err());
+        let c = Config::parse(
+            "[counters]\nwindow = \"1d\"\n",
+            Path::new("c.toml"),
+            SECTIONS,
+        )
+        .unwrap();
+        assert_eq!(c.section::<super::CountersConfig>().window_secs, 86_400);
+        assert!(
+            Config::parse(
+                "[counters]\nwindow = \"30s\"\n",
+                Path::new("c.toml"),
+                SECTIONS
+            )
+            .is_err()
+        );
     }
 }

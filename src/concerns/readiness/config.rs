@@ -1,11 +1,12 @@
 //! The `[kubelet]` section: what the kubelet should advertise of this node's
 //! RDMA devices (the `kubelet.devices` cross-check).
 
+use crate::config::section::{Invalid, Section, absolute};
 use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use super::Severity;
+use crate::config::Severity;
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -15,13 +16,13 @@ pub struct KubeletConfig {
     /// The kubelet's device-plugin directory: its checkpoint and the plugins' sockets.
     pub device_plugins_dir: PathBuf,
     /// Resource names (globs) that stand for RDMA devices.
-    #[serde(deserialize_with = "super::globs::rdma_resources")]
+    #[serde(deserialize_with = "crate::config::globs::rdma_resources")]
     pub rdma_resources: Vec<String>,
     /// Other resources to report (their device counts), e.g. GPUs.
-    #[serde(deserialize_with = "super::globs::report_resources")]
+    #[serde(deserialize_with = "crate::config::globs::report_resources")]
     pub report_resources: Vec<String>,
     /// Resources that must be registered with at least one healthy device.
-    #[serde(deserialize_with = "super::globs::expected_resources")]
+    #[serde(deserialize_with = "crate::config::globs::expected_resources")]
     pub expected_resources: Vec<String>,
     /// How a mismatch between the host's RDMA ports and the kubelet's RDMA
     /// resources is reported (ports up but no resource, or the reverse).
@@ -41,9 +42,9 @@ impl Default for KubeletConfig {
     }
 }
 
-impl super::section::Section for KubeletConfig {
+impl Section for KubeletConfig {
     const NAME: &'static str = "kubelet";
-    fn validate(&self) -> Result<(), (&'static str, String)> {
-        super::section::absolute("device_plugins_dir", &self.device_plugins_dir)
+    fn validate(&self) -> Result<(), Invalid> {
+        absolute("device_plugins_dir", &self.device_plugins_dir)
     }
 }
