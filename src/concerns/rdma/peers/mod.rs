@@ -8,6 +8,8 @@
 
 pub mod decide;
 pub mod gate;
+pub mod gate_check;
+pub mod gate_reset;
 pub mod metrics;
 pub mod reasons;
 #[cfg(test)]

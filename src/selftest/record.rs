@@ -1,0 +1,47 @@
+//! The selftest's verdict kept as agent state (`selftest.json`): what the
+//! return-to-service gate (`rdma.gate`) waits on. Written by
+//! `rdma-node-agent selftest` through the state writer; read back through the
+//! snapshot. Only a pass on this boot counts.
+
+use serde::{Deserialize, Serialize};
+
+use super::Report;
+use crate::host::state::Record;
+
+pub const FILE: &str = "/var/lib/rdma-node-agent/selftest.json";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SelftestRecord {
+    pub boot_id: String,
+    pub finished_unix: u64,
+    /// Every ACTIVE port passed (exit 0); `false` for a failure and for
+    /// "could not test" (exit 2) alike: neither proves the node.
+    pub passed: bool,
+    pub summary: String,
+}
+
+impl SelftestRecord {
+    pub fn of(report: &Report, boot_id: String, finished_unix: u64) -> Self {
+        SelftestRecord {
+            boot_id,
+            finished_unix,
+            passed: report.ok && report.exit_code == super::EXIT_PASS,
+            summary: report.summary.clone(),
+        }
+    }
+
+    pub fn record(&self) -> Record {
+        let mut bytes = serde_json::to_vec_pretty(self).expect("record serializes");
+        bytes.push(b'\n');
+        Record {
+            path: FILE.into(),
+            bytes,
+            note: None,
+        }
+    }
+
+    /// When it passed on the boot `boot_id` names; `None` otherwise.
+    pub fn passed_on(&self, boot_id: Option<&str>) -> Option<u64> {
+        (self.passed && boot_id == Some(self.boot_id.as_str())).then_some(self.finished_unix)
+    }
+}
