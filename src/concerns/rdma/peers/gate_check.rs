@@ -54,9 +54,9 @@ impl Concern for Gate {
         &[GATE_ID]
     }
 
-    fn needs(&self) -> &'static [CheckId] {
-        &[super::CHECK_ID]
-    }
+    // No `needs`: the engine would turn the gate `unknown` whenever
+    // `rdma.peers` is (after every boot), where the gate is plainly closed.
+    // It reads `rdma.peers` only to open, as registered before it.
 
     fn enabled(&self, cfg: &Config) -> bool {
         cfg.peers.enabled && cfg.peers.gate
