@@ -45,3 +45,23 @@ impl SelftestRecord {
         (self.passed && boot_id == Some(self.boot_id.as_str())).then_some(self.finished_unix)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_pass_of_this_boot_counts() {
+        let mut report = Report::unable("no ACTIVE RDMA port to test".into());
+        let r = SelftestRecord::of(&report, "b1".into(), 100);
+        assert!(!r.passed, "could not test is no pass");
+        report.ok = true;
+        report.exit_code = super::super::EXIT_PASS;
+        let r = SelftestRecord::of(&report, "b1".into(), 100);
+        assert_eq!(r.passed_on(Some("b1")), Some(100));
+        assert_eq!(r.passed_on(Some("b2")), None);
+        assert_eq!(r.passed_on(None), None);
+        let back: SelftestRecord = serde_json::from_slice(&r.record().bytes).unwrap();
+        assert_eq!(back, r);
+    }
+}

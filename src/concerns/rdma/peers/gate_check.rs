@@ -205,3 +205,66 @@ fn identity(snap: &Snapshot, boot_id: Option<String>) -> Result<Identity, String
         driver: drivers.join(", "),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: u64 = 1_795_678_000;
+
+    fn facts(prev: Option<GateState>) -> Facts {
+        Facts {
+            identity: Ok(Identity {
+                boot_id: "b1".into(),
+                kernel: "6.8.0".into(),
+                driver: "mlx5_core".into(),
+            }),
+            prev,
+            selftest: Some(SelftestRecord {
+                boot_id: "b1".into(),
+                finished_unix: T0 + 10,
+                passed: true,
+                summary: String::new(),
+            }),
+            reset: None,
+            round_finished_unix: Some(T0 + 20),
+            now: T0 + 30,
+        }
+    }
+
+    #[test]
+    fn unreadable_identity_is_unknown_and_keeps_nothing() {
+        let mut f = facts(None);
+        f.identity = Err("the boot id cannot be read".into());
+        let (c, keep) = evaluate(&f, true);
+        assert_eq!(c.status, Status::Unknown);
+        assert_eq!(c.reason, Some(Reason::FACT_UNREADABLE));
+        assert!(keep.is_none());
+    }
+
+    #[test]
+    fn opens_only_on_a_passing_peers_check_and_keeps_the_state_only_when_it_changes() {
+        // The first reading closes it (at `now`): earlier passes do not count.
+        let (c, keep) = evaluate(&facts(None), true);
+        assert_eq!(c.status, Status::Fail);
+        assert_eq!(c.reason, Some(reasons::GATE_CLOSED));
+        let state: GateState = serde_json::from_slice(&keep.unwrap().bytes).unwrap();
+        let mut f = facts(Some(state.clone()));
+        f.now = T0 + 100;
+        f.selftest.as_mut().unwrap().finished_unix = T0 + 60;
+        f.round_finished_unix = Some(T0 + 90);
+        // rdma.peers not ok: the round does not count.
+        let (c, keep) = evaluate(&f, false);
+        assert_eq!(c.status, Status::Fail);
+        assert!(keep.is_none(), "nothing changed, nothing written");
+        // A selftest of another boot does not count either.
+        f.selftest.as_mut().unwrap().boot_id = "b0".into();
+        assert_eq!(evaluate(&f, true).0.status, Status::Fail);
+        f.selftest.as_mut().unwrap().boot_id = "b1".into();
+        let (c, keep) = evaluate(&f, true);
+        assert_eq!(c.status, Status::Ok, "{}", c.message);
+        let open: GateState = serde_json::from_slice(&keep.unwrap().bytes).unwrap();
+        assert_eq!(open.opened_unix, Some(T0 + 100));
+        assert_eq!(open.closed_since_unix, state.closed_since_unix);
+    }
+}
