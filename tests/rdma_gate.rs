@@ -173,7 +173,21 @@ fn closed_after_a_boot_opens_on_selftest_and_a_round_closes_on_reset() {
     let o = agent(root, &["gate", "reset"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stdout).contains("the daemon closes the gate"));
-    let s = d.reconcile();
+    // No signal: the daemon's watch on the request file starts the reconcile.
+    let start = std::time::Instant::now();
+    let s = loop {
+        let s: Value = serde_json::from_str(&d.get("/status")).unwrap_or_default();
+        if gate(&s)["status"] == "fail" {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the reset was not acted on: {}",
+            gate(&s)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_ne!(s["trigger"], "SIGHUP", "{}", s["trigger"]);
     assert_closed(&d, root, &s, "reset by the operator");
     std::thread::sleep(Duration::from_millis(1100));
     selftest_passed(root, true);
@@ -214,5 +228,23 @@ fn off_by_default_there_is_no_gate() {
         !root
             .join("var/lib/rdma-node-agent/peers-gate.json")
             .exists()
+    );
+}
+
+#[test]
+fn the_selftest_keeps_its_verdict_for_the_gate() {
+    let t = node("rxe");
+    let root = t.path();
+    write(root, "proc/sys/kernel/random/boot_id", &format!("{BOOT}\n"));
+    // Whatever it finds here (no perftest, or no RDMA under the test's own
+    // /sys), its verdict is kept with this boot's id; only a pass opens the gate.
+    let o = agent(root, &["selftest", "--json"]);
+    let kept: Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join(SELFTEST)).unwrap()).unwrap();
+    assert_eq!(kept["boot_id"], BOOT, "{kept}");
+    assert_eq!(kept["passed"], o.status.code() == Some(0), "{kept}");
+    assert!(
+        kept["finished_unix"].as_u64().unwrap() >= now() - 60,
+        "{kept}"
     );
 }
