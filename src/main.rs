@@ -211,6 +211,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             action: GateAction::Reset,
         } => {
             let host = Host::new(&cli.root);
+            let config = Config::load(&host, &cli.config_path()).context("invalid agent config")?;
+            if !(config.peers.enabled && config.peers.gate) {
+                anyhow::bail!(
+                    "the return-to-service gate is off ([peers] enabled and gate = true in {}): nothing to reset",
+                    cli.config_path().display()
+                );
+            }
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs());

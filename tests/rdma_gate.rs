@@ -229,6 +229,15 @@ fn off_by_default_there_is_no_gate() {
             .join("var/lib/rdma-node-agent/peers-gate.json")
             .exists()
     );
+    // A reset of a gate that is off is an error that says so, and leaves nothing.
+    let o = agent(root, &["gate", "reset"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("the return-to-service gate is off"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(!root.join("run/rdma-node-agent/gate-reset.json").exists());
 }
 
 #[test]
