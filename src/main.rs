@@ -461,15 +461,21 @@ fn selftest(
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let kept =
-        selftest::record::SelftestRecord::of(&report, snap.boot_id().unwrap_or_default(), now);
+    use rdma_node_agent::concerns::rdma::peers::selftest_record::{self as record, SelftestRecord};
+    let kept = SelftestRecord {
+        boot_id: snap.boot_id().unwrap_or_default(),
+        finished_unix: now,
+        // "Could not test" (exit 2) proves nothing either.
+        passed: report.ok && report.exit_code == selftest::EXIT_PASS,
+        summary: report.summary.clone(),
+    };
     if let Err(e) = rdma_node_agent::host::state_writer::StateWriter::new(&host).keep(
         &kept.record(),
         rdma_node_agent::host::state_writer::Access::Public,
     ) {
         eprintln!(
             "warning: cannot record the selftest's verdict for the gate ({}): {e}",
-            selftest::record::FILE
+            record::FILE
         );
     }
     Ok(ExitCode::from(report.exit_code as u8))

@@ -6,7 +6,6 @@
 //! is compared with the port's rate. Run by hand (or Ansible), never by the daemon.
 
 pub mod perftest;
-pub mod record;
 pub mod run;
 
 use serde::Serialize;

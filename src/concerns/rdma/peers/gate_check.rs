@@ -14,6 +14,7 @@ use serde_json::json;
 
 use super::gate::{self, GateState, Identity, Inputs, ResetRequest};
 use super::reasons;
+use super::selftest_record::{FILE as SELFTEST_FILE, SelftestRecord};
 use crate::config::Config;
 use crate::engine::check::{Check, CheckId, Status};
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
@@ -23,7 +24,6 @@ use crate::host::snapshot::Snapshot;
 use crate::host::state::{Record, STATE_DIR};
 use crate::observe::Observation;
 use crate::reason::Reason;
-use crate::selftest::record::{FILE as SELFTEST_FILE, SelftestRecord};
 
 pub const GATE_ID: CheckId = CheckId::new("rdma.gate");
 

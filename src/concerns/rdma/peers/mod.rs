@@ -12,6 +12,7 @@ pub mod gate_check;
 pub mod gate_reset;
 pub mod metrics;
 pub mod reasons;
+pub mod selftest_record;
 #[cfg(test)]
 mod tests;
 
