@@ -28,6 +28,14 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+enum GateAction {
+    /// Close the gate (after a repair): the node reports not ready for RDMA jobs until the
+    /// loopback selftest and a round of peer probes pass again. Asks the running daemon
+    /// (a request file it watches), which keeps the gate's state.
+    Reset,
+}
+
+#[derive(Subcommand)]
 enum Command {
     /// Read-only checks. Exit 0 ok, 1 a check failed, 2 could not tell (node-problem-detector's convention).
     Check {
@@ -75,7 +83,7 @@ enum Command {
     /// For each ACTIVE RDMA port, perftest's ib_write_bw loopback with the memlock pods get
     /// (and no CAP_IPC_LOCK), then with 64 KiB as a control; the bandwidth against the port's
     /// rate. Exit 0 every port passed, 1 one failed, 2 nothing could be tested (no RDMA,
-    /// no ACTIVE port, no perftest). Never run by the daemon.
+    /// no ACTIVE port, no perftest). Its verdict is kept for the return-to-service gate.
     Selftest {
         /// Only this RDMA device's ports (e.g. mlx5_0).
         #[arg(long, value_name = "DEVICE")]
@@ -93,6 +101,11 @@ enum Command {
         no_control: bool,
     },
     Fleet(rdma_node_agent::fleetview::cli::FleetArgs),
+    /// The return-to-service gate (`[peers] gate = true`).
+    Gate {
+        #[command(subcommand)]
+        action: GateAction,
+    },
     /// The privileged helper systemd runs for the daemon (PCI config space).
     #[command(hide = true)]
     PciConfig(rdma_node_agent::host::pci_helper::Args),
@@ -196,6 +209,31 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             *min_percent,
             !no_control,
         ),
+        Command::Gate {
+            action: GateAction::Reset,
+        } => {
+            let host = Host::new(&cli.root);
+            let config = Config::load(&host, &cli.config_path(), SECTIONS)
+                .context("invalid agent config")?;
+            let peers = config.section::<concerns::rdma::peers::config::PeersConfig>();
+            if !(peers.enabled && peers.gate) {
+                anyhow::bail!(
+                    "the return-to-service gate is off ([peers] enabled and gate = true in {}): nothing to reset",
+                    cli.config_path().display()
+                );
+            }
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            let said = rdma_node_agent::concerns::rdma::peers::gate_reset::reset(
+                &host,
+                rdma_node_agent::daemon::DAEMON_LOCK,
+                now,
+            )
+            .map_err(anyhow::Error::msg)?;
+            println!("{said}");
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Serve { listen } => serve(&cli, listen),
         Command::Revert { json, force } => revert(&cli, *json, *force),
     }
@@ -423,6 +461,27 @@ fn selftest(
         print_json(&report);
     } else {
         print!("{}", report.to_text());
+    }
+    // The verdict is agent state the return-to-service gate waits on.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    use rdma_node_agent::concerns::rdma::peers::selftest_record::{self as record, SelftestRecord};
+    let kept = SelftestRecord {
+        boot_id: snap.boot_id().unwrap_or_default(),
+        finished_unix: now,
+        // "Could not test" (exit 2) proves nothing either.
+        passed: report.ok && report.exit_code == selftest::EXIT_PASS,
+        summary: report.summary.clone(),
+    };
+    if let Err(e) = rdma_node_agent::host::state_writer::StateWriter::new(&host).keep(
+        &kept.record(),
+        rdma_node_agent::host::state_writer::Access::Public,
+    ) {
+        eprintln!(
+            "warning: cannot record the selftest's verdict for the gate ({}): {e}",
+            record::FILE
+        );
     }
     Ok(ExitCode::from(report.exit_code as u8))
 }

@@ -106,26 +106,6 @@ pub enum Observation {
         total: u64,
         per_second: Option<f64>,
     },
-    /// One peer probe of the newest round (`rdma.peers`): a cell of the fleet's
-    /// rail × node matrix. `stage` is the record's (`done`, `connect`, …).
-    PeerProbe {
-        device: String,
-        port: u32,
-        rail: Option<u32>,
-        peer_node: String,
-        peer_rail: Option<u32>,
-        stage: &'static str,
-        rtt_us: Option<u64>,
-        path_mtu: Option<u32>,
-    },
-    /// A running probe responder of this node (`rdma.peers`): what the
-    /// Prometheus peer source reads to learn whom to probe.
-    PeerResponder {
-        device: String,
-        port: u32,
-        addr: String,
-        rail: Option<u32>,
-    },
     /// Fleet comparison facts, link history, and state to keep (`crate::fleet`).
     Fleet(crate::fleet::Fact),
     /// A device-plugin resource the kubelet has registered, with its healthy devices.

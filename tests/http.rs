@@ -273,7 +273,7 @@ fn readyz_counts_warn_and_skipped_as_ready() {
     let (code, body) = get(&d.addr, "/readyz");
     assert_eq!(code, 200, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(v["summary"], "RDMA host ready: 1 warn, 3 ok, 13 skipped");
+    assert_eq!(v["summary"], "RDMA host ready: 1 warn, 3 ok, 14 skipped");
     assert_eq!(v["failing"], serde_json::json!([]));
     assert!(
         get(&d.addr, "/metrics")

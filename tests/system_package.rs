@@ -40,6 +40,8 @@ const MAN_PAGES: &[&str] = &[
     "rdma-node-agent-selftest.8",
     "rdma-node-agent-fleet.8",
     "rdma-node-agent-revert.8",
+    "rdma-node-agent-gate.8",
+    "rdma-node-agent-gate-reset.8",
 ];
 
 /// Files the agent may touch, with their bytes (None: absent).

@@ -25,6 +25,9 @@ _rdma__node__agent() {
             rdma__node__agent,fleet)
                 cmd="rdma__node__agent__subcmd__fleet"
                 ;;
+            rdma__node__agent,gate)
+                cmd="rdma__node__agent__subcmd__gate"
+                ;;
             rdma__node__agent,generate-assets)
                 cmd="rdma__node__agent__subcmd__generate__subcmd__assets"
                 ;;
@@ -52,6 +55,18 @@ _rdma__node__agent() {
             rdma__node__agent,status)
                 cmd="rdma__node__agent__subcmd__status"
                 ;;
+            rdma__node__agent__subcmd__gate,help)
+                cmd="rdma__node__agent__subcmd__gate__subcmd__help"
+                ;;
+            rdma__node__agent__subcmd__gate,reset)
+                cmd="rdma__node__agent__subcmd__gate__subcmd__reset"
+                ;;
+            rdma__node__agent__subcmd__gate__subcmd__help,help)
+                cmd="rdma__node__agent__subcmd__gate__subcmd__help__subcmd__help"
+                ;;
+            rdma__node__agent__subcmd__gate__subcmd__help,reset)
+                cmd="rdma__node__agent__subcmd__gate__subcmd__help__subcmd__reset"
+                ;;
             rdma__node__agent__subcmd__help,apply)
                 cmd="rdma__node__agent__subcmd__help__subcmd__apply"
                 ;;
@@ -60,6 +75,9 @@ _rdma__node__agent() {
                 ;;
             rdma__node__agent__subcmd__help,fleet)
                 cmd="rdma__node__agent__subcmd__help__subcmd__fleet"
+                ;;
+            rdma__node__agent__subcmd__help,gate)
+                cmd="rdma__node__agent__subcmd__help__subcmd__gate"
                 ;;
             rdma__node__agent__subcmd__help,generate-assets)
                 cmd="rdma__node__agent__subcmd__help__subcmd__generate__subcmd__assets"
@@ -87,6 +105,9 @@ _rdma__node__agent() {
                 ;;
             rdma__node__agent__subcmd__help,status)
                 cmd="rdma__node__agent__subcmd__help__subcmd__status"
+                ;;
+            rdma__node__agent__subcmd__help__subcmd__gate,reset)
+                cmd="rdma__node__agent__subcmd__help__subcmd__gate__subcmd__reset"
                 ;;
             rdma__node__agent__subcmd__help__subcmd__pci__subcmd__config,read)
                 cmd="rdma__node__agent__subcmd__help__subcmd__pci__subcmd__config__subcmd__read"
@@ -119,7 +140,7 @@ _rdma__node__agent() {
 
     case "${cmd}" in
         rdma__node__agent)
-            opts="-h -V --root --config --help --version check plan apply serve status selftest fleet pci-config kernel-log generate-assets revert help"
+            opts="-h -V --root --config --help --version check plan apply serve status selftest fleet gate pci-config kernel-log generate-assets revert help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -250,6 +271,92 @@ _rdma__node__agent() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        rdma__subcmd__node__subcmd__agent__subcmd__gate)
+            opts="-h --root --config --help reset help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --root)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        rdma__subcmd__node__subcmd__agent__subcmd__gate__subcmd__help)
+            opts="reset help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        rdma__subcmd__node__subcmd__agent__subcmd__gate__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        rdma__subcmd__node__subcmd__agent__subcmd__gate__subcmd__help__subcmd__reset)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        rdma__subcmd__node__subcmd__agent__subcmd__gate__subcmd__reset)
+            opts="-h --root --config --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --root)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         rdma__subcmd__node__subcmd__agent__subcmd__generate__subcmd__assets)
             opts="-h --root --config --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -273,7 +380,7 @@ _rdma__node__agent() {
             return 0
             ;;
         rdma__subcmd__node__subcmd__agent__subcmd__help)
-            opts="check plan apply serve status selftest fleet pci-config kernel-log generate-assets revert help"
+            opts="check plan apply serve status selftest fleet gate pci-config kernel-log generate-assets revert help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -317,6 +424,34 @@ _rdma__node__agent() {
         rdma__subcmd__node__subcmd__agent__subcmd__help__subcmd__fleet)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        rdma__subcmd__node__subcmd__agent__subcmd__help__subcmd__gate)
+            opts="reset"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        rdma__subcmd__node__subcmd__agent__subcmd__help__subcmd__gate__subcmd__reset)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi

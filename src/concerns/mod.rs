@@ -34,6 +34,7 @@ pub static ALL: &[&dyn Run] = &[
     &rdma::link::Link,
     &rdma::counters::Counters,
     &rdma::peers::Peers,
+    &rdma::peers::gate_check::Gate,
     &gpudirect::Path,
     &pcie::Aer,
     &driver::Health,

@@ -36,6 +36,19 @@ pub fn labels(
         ));
     }
     out.extend(readiness_labels(checks, observations));
+    // `gate`: the return-to-service gate (`rdma.gate`, only with `[peers] gate`):
+    // `open` when it said ok, else `closed` (an unknown gate is no open one);
+    // none when the gate is off (skipped).
+    if let Some(c) = checks
+        .iter()
+        .find(|c| c.id == "rdma.gate" && c.status != crate::engine::check::Status::Skipped)
+    {
+        let open = c.status == crate::engine::check::Status::Ok;
+        out.push((
+            "rdma-node-agent.gate".to_owned(),
+            if open { "open" } else { "closed" }.to_owned(),
+        ));
+    }
     // `gpudirect`: peermem, dmabuf or none (only with NVIDIA GPUs, and only
     // when gpudirect.path could tell).
     if let Some(mech) = observations.iter().find_map(|o| match o {

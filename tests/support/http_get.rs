@@ -31,3 +31,8 @@ pub fn get(addr: &str, path: &str) -> Option<String> {
 pub fn status_code(addr: &str, path: &str) -> Option<u16> {
     exchange(addr, path).map(|(code, _)| code)
 }
+
+/// The body of any answer (a 503's too), `None` while nothing answers.
+pub fn get_any(addr: &str, path: &str) -> Option<String> {
+    exchange(addr, path).and_then(|(_, body)| body)
+}

@@ -5,16 +5,24 @@
 //! kernel and driver until the next reset: a later fault is `rdma.peers`'s
 //! own verdict to give, not the gate's.
 //!
-//! Not wired yet: the selftest's record (`rdma-node-agent selftest` writing its
-//! verdict as agent state) and `rdma-node-agent gate reset` go through the
-//! daemon's one state channel, which the prober's merge brings.
+//! The check that carries it is `rdma.gate` (`gate_check.rs`).
 
 use serde::{Deserialize, Serialize};
 
 use crate::engine::check::Status;
 
-/// Where the gate's state lives, under the agent's state directory.
-pub const FILE: &str = "peers-gate.json";
+/// Where the gate's state lives (agent state, kept by the daemon each cycle).
+pub const FILE: &str = "/var/lib/rdma-node-agent/peers-gate.json";
+
+/// Where `rdma-node-agent gate reset` leaves its request for the daemon (it
+/// watches the file): under /run, since a boot closes the gate anyway.
+pub const RESET_FILE: &str = "/run/rdma-node-agent/gate-reset.json";
+
+/// An operator's request to close the gate.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResetRequest {
+    pub requested_unix: u64,
+}
 
 /// What a gate opening holds for: the boot, kernel and RDMA driver it saw.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

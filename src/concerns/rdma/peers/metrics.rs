@@ -9,7 +9,31 @@ use std::collections::BTreeMap;
 use super::decide::LocalPort;
 use crate::exposition::{Families, Kind};
 use crate::host::probe::record::{PeersRecord, Stage};
-use crate::observe::Observation;
+use crate::observe::{Observation, Own, owned};
+
+/// One probe of the newest round: a cell of the fleet's rail × node matrix.
+/// `stage` is the record's (`done`, `connect`, …).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PeerProbe {
+    pub device: String,
+    pub port: u32,
+    pub rail: Option<u32>,
+    pub peer_node: String,
+    pub peer_rail: Option<u32>,
+    pub stage: &'static str,
+    pub rtt_us: Option<u64>,
+    pub path_mtu: Option<u32>,
+}
+
+/// A running probe responder of an ACTIVE port: what the Prometheus peer
+/// source reads to learn whom to probe.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PeerResponder {
+    pub device: String,
+    pub port: u32,
+    pub addr: String,
+    pub rail: Option<u32>,
+}
 
 pub fn stage_name(s: Stage) -> &'static str {
     match s {
@@ -35,12 +59,12 @@ pub fn observations(rec: &PeersRecord, ports: &[LocalPort]) -> Vec<Observation> 
         .filter(|r| r.running)
         .filter_map(|r| {
             let l = local(&r.device, r.port)?;
-            Some(Observation::PeerResponder {
+            Some(Observation::Own(Own::new(PeerResponder {
                 device: r.device.clone(),
                 port: r.port,
                 addr: r.addr.clone(),
                 rail: l.rail,
-            })
+            })))
         })
         .collect();
     let Some(round) = rec.rounds.last() else {
@@ -50,7 +74,7 @@ pub fn observations(rec: &PeersRecord, ports: &[LocalPort]) -> Vec<Observation> 
         let local = ports
             .iter()
             .find(|l| l.device == p.device && l.port == p.port)?;
-        Some(Observation::PeerProbe {
+        Some(Observation::Own(Own::new(PeerProbe {
             device: p.device.clone(),
             port: p.port,
             rail: local.rail,
@@ -59,7 +83,7 @@ pub fn observations(rec: &PeersRecord, ports: &[LocalPort]) -> Vec<Observation> 
             stage: stage_name(p.stage),
             rtt_us: p.rtt_us,
             path_mtu: p.path_mtu,
-        })
+        })))
     }));
     out
 }
@@ -74,41 +98,29 @@ pub fn families(m: &mut Families, seen: &[Observation]) {
         Kind::Gauge,
         "1 per running peer-probe responder of an ACTIVE RDMA port; labels: device, port, addr (where peers probe it), rail (empty when unknown): what the Prometheus peer source reads, joined with port_info for the fabric",
     );
-    for o in seen {
-        if let Observation::PeerResponder {
-            device,
-            port,
-            addr,
-            rail: r,
-        } = o
-        {
-            f.sample(
-                vec![
-                    ("device", device.clone()),
-                    ("port", port.to_string()),
-                    ("addr", addr.clone()),
-                    ("rail", rail(r)),
-                ],
-                1.0,
-            );
-        }
+    for r in owned::<PeerResponder>(seen) {
+        f.sample(
+            vec![
+                ("device", r.device.clone()),
+                ("port", r.port.to_string()),
+                ("addr", r.addr.clone()),
+                ("rail", rail(&r.rail)),
+            ],
+            1.0,
+        );
     }
-    let rows: Vec<_> = seen
-        .iter()
-        .filter_map(|o| match o {
-            Observation::PeerProbe {
-                device,
-                port,
-                rail,
-                peer_node,
-                peer_rail,
-                stage,
-                rtt_us,
-                path_mtu,
-            } => Some((
-                device, port, rail, peer_node, peer_rail, *stage, rtt_us, path_mtu,
-            )),
-            _ => None,
+    let rows: Vec<_> = owned::<PeerProbe>(seen)
+        .map(|p| {
+            (
+                &p.device,
+                &p.port,
+                &p.rail,
+                &p.peer_node,
+                &p.peer_rail,
+                p.stage,
+                &p.rtt_us,
+                &p.path_mtu,
+            )
         })
         .collect();
     let f = m.family(

@@ -9,8 +9,11 @@
 pub mod config;
 pub mod decide;
 pub mod gate;
+pub mod gate_check;
+pub mod gate_reset;
 pub mod metrics;
 pub mod reasons;
+pub mod selftest_record;
 #[cfg(test)]
 mod tests;
 

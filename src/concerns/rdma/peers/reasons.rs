@@ -50,3 +50,12 @@ crate::reasons! {
         remedy: "wait a round after start; otherwise the daemon's log (the prober, the helper) and the peer source (`[peers.source]`): does it list peers on this port's fabric?",
     },
 }
+
+// The return-to-service gate's own check (`rdma.gate`).
+crate::reasons! { list GATE;
+    GATE_CLOSED = "gate_closed" {
+        checks: "`rdma.gate`",
+        means: "the return-to-service gate is closed: since a boot, a kernel or RDMA driver change, or `rdma-node-agent gate reset`, the loopback selftest or a round of peer probes (`rdma.peers` ok on every ACTIVE port) has not passed yet; the node is not ready for RDMA jobs",
+        remedy: "run `rdma-node-agent selftest` on the node (after each boot: the daemon does not run it itself) and wait for the next probe round; the message names what is still missing, `rdma-node-agent check --only rdma.peers` what fails; see [peers](peers.md#the-return-to-service-gate)",
+    },
+}
