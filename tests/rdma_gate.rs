@@ -119,6 +119,21 @@ fn assert_closed(d: &Serve, root: &Path, s: &Value, why: &str) {
     assert_eq!(nfd_label(root), "closed");
 }
 
+/// Until the daemon's own prober has written its round after the last
+/// reconcile (it runs one when it starts and on each SIGHUP; without a peer
+/// source here its round carries `source_error`): a hand-made record written
+/// before that would be overwritten under the next reconcile's feet.
+fn settled(root: &Path) {
+    let start = std::time::Instant::now();
+    while !std::fs::read_to_string(root.join(PEERS)).is_ok_and(|t| t.contains("source_error")) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the prober wrote no round"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn assert_open(d: &Serve, root: &Path, s: &Value) {
     let g = gate(s);
     assert_eq!(g["status"], "ok", "{g}");
@@ -143,7 +158,9 @@ fn closed_after_a_boot_opens_on_selftest_and_a_round_closes_on_reset() {
     std::thread::sleep(Duration::from_millis(1100));
     let d = Serve::start(root);
     d.wait_reconciles(1);
+    settled(root);
     let s = d.reconcile();
+    settled(root);
     assert_closed(&d, root, &s, "the agent's first reading");
     assert!(
         root.join("var/lib/rdma-node-agent/peers-gate.json")
@@ -156,15 +173,18 @@ fn closed_after_a_boot_opens_on_selftest_and_a_round_closes_on_reset() {
     selftest_passed(root, true);
     write(root, PEERS, &peers_record("connect"));
     let s = d.reconcile();
+    settled(root);
     assert_closed(&d, root, &s, "a round of peer probes");
 
     // A passing round after it: open.
     write(root, PEERS, &peers_record("done"));
     let s = d.reconcile();
+    settled(root);
     assert_open(&d, root, &s);
     // Open stays open while later rounds fail (rdma.peers' to say).
     write(root, PEERS, &peers_record("connect"));
     let s = d.reconcile();
+    settled(root);
     assert_eq!(gate(&s)["status"], "ok", "{}", gate(&s));
     write(root, PEERS, &peers_record("done"));
 

@@ -117,8 +117,10 @@ impl Daemon {
             source,
         })?;
         self.start_http(&host).await?;
-        // Lives as long as this loop: its end stops the prober and its responders.
-        let prober = prober::start(host.clone(), self.last_good.clone());
+        // Started once a loaded config enables `[peers]`, dropped (its
+        // responders stopped) when one turns it off, and with this loop: off
+        // (the default), the daemon has no prober thread and no wake-up.
+        let mut prober: Option<prober::ProberThread> = None;
         // Lives as long as this loop: its end stops the NRI task.
         let (_nri_stop, nri_stop) = tokio::sync::watch::channel(false);
         tokio::spawn(nri::supervise(
@@ -147,9 +149,12 @@ impl Daemon {
                 _ = wake.sigint.recv() => return self.stop_during(&mut machine, run).await,
             };
             holds = out.holds;
-            if reload {
+            match (prober::wanted(&self.last_good), &prober) {
+                (true, None) => prober = Some(prober::start(host.clone(), self.last_good.clone())),
+                (false, Some(_)) => prober = None,
                 // With the config this reconcile loaded: the peer list too.
-                prober.nudge();
+                (true, Some(p)) if reload => p.nudge(),
+                _ => {}
             }
             if let Some(why) = &out.cycle.stale_mounts {
                 return self.exit_for_mounts(&host, &mut machine, why);

@@ -43,6 +43,15 @@ pub struct ProberThread {
     handle: Option<JoinHandle<()>>,
 }
 
+/// Whether the config the last reconcile loaded enables peer probes.
+pub fn wanted(config: &Mutex<Option<Config>>) -> bool {
+    config
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .is_some_and(|c| c.section::<PeersConfig>().enabled)
+}
+
 /// Starts the thread. Under `--root` the helper and the key are the tree's
 /// (`host.path`), like every other file the agent reads there.
 pub fn start(host: Host, config: Arc<Mutex<Option<Config>>>) -> ProberThread {
