@@ -42,6 +42,11 @@ pub enum Event {
 pub const MAX_INBOUND: usize = 1024;
 /// A line longer than this is not the helper's.
 const MAX_LINE: u64 = 4096;
+/// The most events kept between two drains (one round): a flood of refused
+/// connections from the fabric must not grow the daemon's memory; past it the
+/// events are dropped (the tallies then undercount, and the responder's own
+/// rate limit already refuses the flood).
+const MAX_PENDING: usize = 16_384;
 const BACKOFF_MIN: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
 
@@ -239,10 +244,10 @@ fn spawn(
             let ev = serde_json::from_str(line.trim()).unwrap_or_else(|e| Event::Error {
                 error: format!("unreadable responder line ({e})"),
             });
-            events
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push((key.clone(), ev));
+            let mut pending = events.lock().unwrap_or_else(|e| e.into_inner());
+            if pending.len() < MAX_PENDING {
+                pending.push((key.clone(), ev));
+            }
         }
     });
     Ok(child)
