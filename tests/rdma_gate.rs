@@ -7,29 +7,16 @@
 mod support;
 
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde_json::{Value, json};
+use support::peers::{BOOT, now, write};
 use support::serve::Serve;
 use support::*;
 
-const BOOT: &str = "3f1c9a5e-6b7d-4c2e-9a10-1b2c3d4e5f60";
 const PEERS: &str = "var/lib/rdma-node-agent/peers.json";
 const SELFTEST: &str = "var/lib/rdma-node-agent/selftest.json";
 const NFD: &str = "etc/kubernetes/node-feature-discovery/features.d/rdma-node-agent";
-
-fn write(root: &Path, rel: &str, text: &str) {
-    let p = root.join(rel);
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(p, text).unwrap();
-}
-
-fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
 
 /// Two rounds from rxe0/1 to three peers, the newest finished now.
 fn peers_record(stage: &str) -> String {

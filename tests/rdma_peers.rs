@@ -7,25 +7,10 @@
 mod support;
 
 use std::path::Path;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
+use support::peers::{BOOT, now, write};
 use support::*;
-
-const BOOT: &str = "3f1c9a5e-6b7d-4c2e-9a10-1b2c3d4e5f60";
-
-fn write(root: &Path, rel: &str, text: &str) {
-    let p = root.join(rel);
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(p, text).unwrap();
-}
-
-fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
 
 fn probe(peer: &str, stage: &str) -> Value {
     let done = stage == "done";

@@ -13,6 +13,7 @@ pub mod http_get;
 pub mod nri_daemon;
 pub mod nspawn;
 pub mod pcie;
+pub mod peers;
 pub mod prometheus;
 pub mod serve;
 pub mod service;
