@@ -9,6 +9,7 @@ pub mod artefacts;
 pub mod containerd;
 pub mod cri;
 pub mod fleet;
+pub mod fleet_replay;
 pub mod http_get;
 pub mod nri_daemon;
 pub mod nspawn;
