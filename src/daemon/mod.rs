@@ -12,6 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 use sd_notify::NotifyState;
 
 mod cycle;
+mod gate_selftest;
 mod link_events;
 mod machine;
 mod nri;
@@ -150,7 +151,17 @@ impl Daemon {
             };
             holds = out.holds;
             match (prober::wanted(&self.last_good), &prober) {
-                (true, None) => prober = Some(prober::start(host.clone(), self.last_good.clone())),
+                (true, None) => {
+                    let selftest = prober::SelftestRunner {
+                        live: self.live.clone(),
+                        config_path: self.config_path.clone(),
+                    };
+                    prober = Some(prober::start(
+                        host.clone(),
+                        self.last_good.clone(),
+                        selftest,
+                    ))
+                }
                 (false, Some(_)) => prober = None,
                 // With the config this reconcile loaded: the peer list too.
                 (true, Some(p)) if reload => p.nudge(),

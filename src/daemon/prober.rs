@@ -7,14 +7,16 @@
 //! Disabled, no responder runs. The thread ends with the daemon, and its
 //! responders with it.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::gate_selftest::GateSelftest;
 use super::probes::Prober;
+use crate::agent::Connection;
 use crate::concerns::rdma::peers::config::{PeerSource, PeersConfig};
 use crate::config::Config;
 use crate::host::Host;
@@ -43,6 +45,13 @@ pub struct ProberThread {
     handle: Option<JoinHandle<()>>,
 }
 
+/// What the prober needs to run the return-to-service gate's selftest
+/// (`[peers] gate`): the daemon's bus connection and the config it reads.
+pub struct SelftestRunner {
+    pub live: Arc<Mutex<Option<Connection>>>,
+    pub config_path: PathBuf,
+}
+
 /// Whether the config the last reconcile loaded enables peer probes.
 pub fn wanted(config: &Mutex<Option<Config>>) -> bool {
     config
@@ -54,7 +63,11 @@ pub fn wanted(config: &Mutex<Option<Config>>) -> bool {
 
 /// Starts the thread. Under `--root` the helper and the key are the tree's
 /// (`host.path`), like every other file the agent reads there.
-pub fn start(host: Host, config: Arc<Mutex<Option<Config>>>) -> ProberThread {
+pub fn start(
+    host: Host,
+    config: Arc<Mutex<Option<Config>>>,
+    selftest: SelftestRunner,
+) -> ProberThread {
     let stop = Stop::new();
     let nudged = Arc::new(AtomicU64::new(0));
     let (ended_tx, ended) = mpsc::channel::<()>();
@@ -63,7 +76,7 @@ pub fn start(host: Host, config: Arc<Mutex<Option<Config>>>) -> ProberThread {
         .name("prober".into())
         .spawn(move || {
             let _ended = ended_tx;
-            run(&host, &config, &s, &n, None);
+            run(&host, &config, &s, &n, None, Some(&selftest));
         })
         .map_err(|e| tracing::error!("peer probes: cannot start the prober thread: {e}"))
         .ok();
@@ -102,12 +115,15 @@ impl Drop for ProberThread {
 /// The loop: a round every interval while enabled, until `stop`; a changed
 /// `[peers]` or a nudge (a reload) starts a round at once. `helper` replaces
 /// the installed probe helper (tests only: the config cannot name one).
+/// With `[peers] gate`, each round is followed by the gate's selftest when
+/// it owes one (`gate_selftest`).
 pub fn run(
     host: &Host,
     config: &Mutex<Option<Config>>,
     stop: &Stop,
     nudged: &AtomicU64,
     helper: Option<&Path>,
+    selftest: Option<&SelftestRunner>,
 ) {
     let section = || {
         config
@@ -119,6 +135,7 @@ pub fn run(
     };
     let mut prober: Option<Prober> = None;
     let mut last: Option<(PeerSource, Vec<Peer>)> = None;
+    let mut gate = GateSelftest::default();
     loop {
         let seen = nudged.load(Ordering::SeqCst);
         // Rounds start every interval, however long one takes.
@@ -136,6 +153,9 @@ pub fn run(
                 s.helper = helper.map_or_else(|| host.path(&s.helper), Path::to_owned);
                 s.key_file = host.path(&s.key_file);
                 round(host, p, cfg, &s, &mut last);
+                if let Some(r) = selftest.filter(|_| cfg.gate) {
+                    gate.maybe_run(host, &r.live, &r.config_path, stop);
+                }
                 Duration::from_secs(cfg.interval_secs)
             }
         };

@@ -316,7 +316,7 @@ fn spawn_with_helper(n: &Node, config: Arc<Mutex<Option<Config>>>) -> ProberThre
     let (s, n) = (stop.clone(), nudged.clone());
     let handle = std::thread::spawn(move || {
         let _ended = ended_tx;
-        run(&host, &config, &s, &n, Some(&helper));
+        run(&host, &config, &s, &n, Some(&helper), None);
     });
     ProberThread {
         stop,

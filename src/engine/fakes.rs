@@ -116,6 +116,21 @@ impl ServiceManager for FakeManager {
             .push(format!("run {unit}: {}", argv.join(" ")));
         Ok(())
     }
+
+    fn run_privileged_helper(
+        &self,
+        helper: crate::host::service::PrivilegedHelper,
+        unit: &str,
+        argv: &[String],
+        _timeout: Duration,
+        _stop: &Stop,
+    ) -> Result<(), SystemdError> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(format!("helper {helper:?} {unit}: {}", argv.join(" ")));
+        Ok(())
+    }
 }
 
 /// The live host's generic capabilities: programs are found under /usr/sbin;

@@ -264,6 +264,11 @@ impl ServiceManager for Dbus {
             ("RestrictRealtime", Variant::from(true)),
             ("UMask", Variant::from(0o077u32)),
         ];
+        if helper == PrivilegedHelper::Selftest {
+            // perftest's loopback meets over TCP on 127.0.0.1 and sends over
+            // the RDMA device's netdev: the host's network, not a private one.
+            sandbox.retain(|(k, _)| *k != "PrivateNetwork");
+        }
         sandbox.extend(match helper {
             // CAP_SYS_ADMIN: the kernel's rule for reading config space past
             // 64 bytes and for writing; /sys is writable under ProtectSystem=strict.
@@ -288,6 +293,16 @@ impl ServiceManager for Dbus {
                 ("ProtectKernelTunables", Variant::from(true)),
                 // A deny list (`false`: not an allow list).
                 ("SystemCallFilter", Variant::from((false, vec!["syslog"]))),
+            ],
+            // CAP_SYS_RESOURCE only: prlimit raises perftest's limits to the
+            // pods'; without CAP_IPC_LOCK the memlock limit is what is tested,
+            // as in a non-root pod. /dev/infiniband is the host's.
+            PrivilegedHelper::Selftest => vec![
+                ("CapabilityBoundingSet", Variant::from(1u64 << 24)),
+                (
+                    "ReadWritePaths",
+                    Variant::from(vec![crate::host::state::STATE_DIR]),
+                ),
             ],
         });
         self.transient(unit, argv, timeout, stop, sandbox)

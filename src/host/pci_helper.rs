@@ -487,6 +487,7 @@ pub mod testing {
                     super::super::kmsg_helper::UNIT_PREFIX,
                     super::super::kmsg_helper::execute_words,
                 ),
+                PrivilegedHelper::Selftest => unreachable!("the helpers' tests run no selftest"),
             };
             assert!(unit.starts_with(prefix), "{unit}");
             self.runs.lock().unwrap().push(argv[1..].join(" "));

@@ -113,6 +113,10 @@ pub enum PrivilegedHelper {
     PciConfig,
     /// `kernel-log`: CAP_SYSLOG and /dev/kmsg, read-only.
     KernelLog,
+    /// `selftest` for the return-to-service gate: the RDMA devices, the
+    /// network, CAP_SYS_RESOURCE to give perftest the pods' rlimits, and the
+    /// agent's state directory for its verdict.
+    Selftest,
 }
 
 pub trait UnitReader: Send + Sync {

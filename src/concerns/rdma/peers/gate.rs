@@ -94,7 +94,7 @@ pub fn decide(prev: Option<&GateState>, i: &Inputs) -> (Status, String, GateStat
     }
     let mut waiting = Vec::new();
     if !selftest {
-        waiting.push("the loopback selftest (`rdma-node-agent selftest`)");
+        waiting.push("the loopback selftest (the daemon runs `rdma-node-agent selftest`)");
     }
     if !peers {
         waiting.push("a round of peer probes every ACTIVE port passes (`rdma.peers`)");
@@ -109,6 +109,44 @@ pub fn decide(prev: Option<&GateState>, i: &Inputs) -> (Status, String, GateStat
         ),
         next,
     )
+}
+
+/// While the gate stays closed for one event, how long after a selftest run
+/// that did not pass (or could not start) the daemon tries again: a repair
+/// usually comes with `gate reset`, a new event, which tries at once.
+pub const SELFTEST_RETRY_SECS: u64 = 3600;
+
+/// A selftest run the daemon started for the gate: for which closing event, when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tried {
+    pub closed_since_unix: u64,
+    pub at_unix: u64,
+}
+
+/// Whether the daemon owes the gate a selftest run now: the gate of this boot
+/// is closed, no selftest passed since the event that closed it, and none was
+/// tried for that event within the retry period. `passed_unix`: when the
+/// selftest last passed on this boot.
+pub fn selftest_owed(
+    state: Option<&GateState>,
+    boot_id: &str,
+    passed_unix: Option<u64>,
+    tried: Option<Tried>,
+    now: u64,
+) -> bool {
+    let Some(s) = state.filter(|s| s.opened_unix.is_none() && s.identity.boot_id == boot_id) else {
+        return false;
+    };
+    let since = s.closed_since_unix;
+    if passed_unix.is_some_and(|t| t >= since) {
+        return false;
+    }
+    match tried {
+        Some(t) if t.closed_since_unix == since => {
+            now.saturating_sub(t.at_unix) >= SELFTEST_RETRY_SECS
+        }
+        _ => true,
+    }
 }
 
 fn closed(i: &Inputs, why: String, at: u64) -> GateState {
@@ -165,7 +203,7 @@ mod tests {
     fn a_boot_closes_it_until_selftest_and_peers_both_pass_after_it() {
         let (s, m, st) = decide(None, &inputs(id("b1", "6.1"), None, None, T0));
         assert_eq!(s, Status::Fail);
-        assert!(m.contains("until the loopback selftest (`rdma-node-agent selftest`) and a round of peer probes"), "{m}");
+        assert!(m.contains("until the loopback selftest (the daemon runs `rdma-node-agent selftest`) and a round of peer probes"), "{m}");
         // Peers pass, selftest not yet: still closed, naming only the selftest.
         let (s, m, st) = decide(
             Some(&st),
@@ -173,7 +211,9 @@ mod tests {
         );
         assert_eq!(s, Status::Fail);
         assert!(
-            m.contains("until the loopback selftest (`rdma-node-agent selftest`) pass"),
+            m.contains(
+                "until the loopback selftest (the daemon runs `rdma-node-agent selftest`) pass"
+            ),
             "{m}"
         );
         let (s, m, st) = decide(
@@ -196,6 +236,53 @@ mod tests {
         );
         assert_eq!(s, Status::Fail);
         assert!(m.contains("(a boot)"), "{m}");
+    }
+
+    #[test]
+    fn a_selftest_is_owed_once_per_closing_event_and_retried_hourly() {
+        let closed = GateState {
+            identity: id("b1", "6.8"),
+            opened_unix: None,
+            closed_since_unix: T0,
+            closed_why: "a boot".into(),
+        };
+        let s = Some(&closed);
+        assert!(selftest_owed(s, "b1", None, None, T0 + 5));
+        // A pass from before the event proves nothing about it.
+        assert!(selftest_owed(s, "b1", Some(T0 - 1), None, T0 + 5));
+        assert!(!selftest_owed(s, "b1", Some(T0 + 1), None, T0 + 5));
+        let tried = Tried {
+            closed_since_unix: T0,
+            at_unix: T0 + 5,
+        };
+        assert!(!selftest_owed(s, "b1", None, Some(tried), T0 + 60));
+        assert!(selftest_owed(
+            s,
+            "b1",
+            None,
+            Some(tried),
+            T0 + 5 + SELFTEST_RETRY_SECS
+        ));
+        // A new event (a reset) is owed its own run at once.
+        let reset = GateState {
+            closed_since_unix: T0 + 100,
+            ..closed.clone()
+        };
+        assert!(selftest_owed(
+            Some(&reset),
+            "b1",
+            None,
+            Some(tried),
+            T0 + 101
+        ));
+        // Open, of another boot (not yet decided on this one), or no state: nothing owed.
+        let open = GateState {
+            opened_unix: Some(T0 + 50),
+            ..closed.clone()
+        };
+        assert!(!selftest_owed(Some(&open), "b1", None, None, T0 + 60));
+        assert!(!selftest_owed(s, "b2", None, None, T0 + 60));
+        assert!(!selftest_owed(None, "b1", None, None, T0 + 60));
     }
 
     #[test]
