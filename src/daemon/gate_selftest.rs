@@ -47,29 +47,31 @@ impl GateSelftest {
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
             .and_then(|c| c.live.manager.clone());
-        self.maybe_run_with(host, manager, config_path, stop, own_exe());
-    }
-
-    /// `maybe_run` with the service manager and the agent's program given.
-    pub fn maybe_run_with(
-        &mut self,
-        host: &Host,
-        manager: Option<Arc<dyn ServiceManager>>,
-        config_path: &Path,
-        stop: &Stop,
-        exe: PathBuf,
-    ) -> Option<String> {
-        let now = unix_now();
         let boot = host
             .read_string(Path::new("/proc/sys/kernel/random/boot_id"))
             .ok()
             .flatten()
             .map(|b| b.trim().to_owned())
             .unwrap_or_default();
+        self.maybe_run_with(host, &boot, manager, config_path, stop, own_exe());
+    }
+
+    /// `maybe_run` with the boot id, the service manager and the agent's
+    /// program given; the transient unit's name when one was started.
+    pub fn maybe_run_with(
+        &mut self,
+        host: &Host,
+        boot: &str,
+        manager: Option<Arc<dyn ServiceManager>>,
+        config_path: &Path,
+        stop: &Stop,
+        exe: PathBuf,
+    ) -> Option<String> {
+        let now = unix_now();
         let state: Option<GateState> = read_json(host, gate::FILE);
         let passed = read_json::<SelftestRecord>(host, selftest_record::FILE)
-            .and_then(|r| r.passed_on(Some(&boot)));
-        if boot.is_empty() || !gate::selftest_owed(state.as_ref(), &boot, passed, self.tried, now) {
+            .and_then(|r| r.passed_on(Some(boot)));
+        if boot.is_empty() || !gate::selftest_owed(state.as_ref(), boot, passed, self.tried, now) {
             return None;
         }
         let since = state.map_or(0, |s| s.closed_since_unix);
@@ -151,7 +153,6 @@ mod tests {
     fn a_closed_gate_gets_one_selftest_run_per_event_in_its_own_sandbox() {
         let t = tempfile::tempdir().unwrap();
         let host = Host::new(t.path());
-        write(t.path(), "/proc/sys/kernel/random/boot_id", b"b1\n");
         write(t.path(), gate::FILE, &closed("b1", 1_000));
         let fake = Arc::new(FakeManager::new(&[], &Stop::new()));
         let manager: Arc<dyn ServiceManager> = fake.clone();
@@ -159,6 +160,7 @@ mod tests {
         let run = |g: &mut GateSelftest| {
             g.maybe_run_with(
                 &host,
+                "b1",
                 Some(manager.clone()),
                 Path::new("/etc/rdma-node-agent/config.toml"),
                 &Stop::new(),

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 use sd_notify::NotifyState;
 
 mod cycle;
-mod gate_selftest;
+pub mod gate_selftest;
 mod link_events;
 mod machine;
 mod nri;
