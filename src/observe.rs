@@ -7,8 +7,8 @@
 //! `owned::<T>`: nothing here changes. The variants below are shared by
 //! several readers (the daemon, NFD, the reboot sentinel) or predate that.
 
-use std::any::Any;
-use std::fmt::Debug;
+use std::any::{Any, TypeId};
+use std::fmt::{self, Debug};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -128,10 +128,130 @@ pub enum Observation {
     Own(Own),
 }
 
+/// What kind an observation is: one per variant of `Observation`, and
+/// `Own` per concern-owned type. A concern's `needs()` and `provides()` name
+/// kinds, so a misspelt one does not compile.
+#[derive(Clone, Copy)]
+pub enum ObservationKind {
+    Containerd,
+    BaseSpecMemlock,
+    Nri,
+    Port,
+    NetnsMode,
+    RebootRequired,
+    RebootHeldBack,
+    KernelChanged,
+    RdmaContainer,
+    GpuDirectMechanism,
+    GpuDirectPair,
+    PcieLink,
+    PcieAer,
+    PortErrors,
+    Fleet,
+    KubeletResource,
+    DriverHealth,
+    /// `Observation::Own` of one type: `ObservationKind::own::<T>()`.
+    Own {
+        id: fn() -> TypeId,
+        name: fn() -> &'static str,
+    },
+}
+
+impl ObservationKind {
+    /// The kind of a concern's own observation type `T`.
+    pub const fn own<T: Any>() -> Self {
+        ObservationKind::Own {
+            id: TypeId::of::<T>,
+            name: std::any::type_name::<T>,
+        }
+    }
+}
+
+impl PartialEq for ObservationKind {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            // By the type, not by the function pointers (one per codegen unit).
+            (ObservationKind::Own { id: a, .. }, ObservationKind::Own { id: b, .. }) => a() == b(),
+            _ => std::mem::discriminant(self) == std::mem::discriminant(other),
+        }
+    }
+}
+
+impl Eq for ObservationKind {}
+
+impl fmt::Debug for ObservationKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ObservationKind::Own { name, .. } => write!(f, "Own({})", name()),
+            k => f.write_str(k.name()),
+        }
+    }
+}
+
+impl fmt::Display for ObservationKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+impl ObservationKind {
+    fn name(&self) -> &'static str {
+        use ObservationKind as K;
+        match self {
+            K::Containerd => "Containerd",
+            K::BaseSpecMemlock => "BaseSpecMemlock",
+            K::Nri => "Nri",
+            K::Port => "Port",
+            K::NetnsMode => "NetnsMode",
+            K::RebootRequired => "RebootRequired",
+            K::RebootHeldBack => "RebootHeldBack",
+            K::KernelChanged => "KernelChanged",
+            K::RdmaContainer => "RdmaContainer",
+            K::GpuDirectMechanism => "GpuDirectMechanism",
+            K::GpuDirectPair => "GpuDirectPair",
+            K::PcieLink => "PcieLink",
+            K::PcieAer => "PcieAer",
+            K::PortErrors => "PortErrors",
+            K::Fleet => "Fleet",
+            K::KubeletResource => "KubeletResource",
+            K::DriverHealth => "DriverHealth",
+            K::Own { .. } => "Own",
+        }
+    }
+}
+
+impl Observation {
+    /// Its kind (a new variant must be given one here: the match is exhaustive).
+    pub fn kind(&self) -> ObservationKind {
+        use ObservationKind as K;
+        match self {
+            Observation::Containerd { .. } => K::Containerd,
+            Observation::BaseSpecMemlock { .. } => K::BaseSpecMemlock,
+            Observation::Nri { .. } => K::Nri,
+            Observation::Port { .. } => K::Port,
+            Observation::NetnsMode(_) => K::NetnsMode,
+            Observation::RebootRequired(_) => K::RebootRequired,
+            Observation::RebootHeldBack(_) => K::RebootHeldBack,
+            Observation::KernelChanged { .. } => K::KernelChanged,
+            Observation::RdmaContainer { .. } => K::RdmaContainer,
+            Observation::GpuDirectMechanism(_) => K::GpuDirectMechanism,
+            Observation::GpuDirectPair { .. } => K::GpuDirectPair,
+            Observation::PcieLink { .. } => K::PcieLink,
+            Observation::PcieAer { .. } => K::PcieAer,
+            Observation::PortErrors { .. } => K::PortErrors,
+            Observation::Fleet(_) => K::Fleet,
+            Observation::KubeletResource { .. } => K::KubeletResource,
+            Observation::DriverHealth { .. } => K::DriverHealth,
+            Observation::Own(own) => own.kind(),
+        }
+    }
+}
+
 /// Any concern's observation type: what `Observation::Own` carries.
 pub trait Concerned: Any + Debug + Send + Sync {
     fn as_any(&self) -> &dyn Any;
     fn eq_dyn(&self, other: &dyn Concerned) -> bool;
+    fn kind(&self) -> ObservationKind;
 }
 
 impl<T: Any + Debug + PartialEq + Send + Sync> Concerned for T {
@@ -140,6 +260,9 @@ impl<T: Any + Debug + PartialEq + Send + Sync> Concerned for T {
     }
     fn eq_dyn(&self, other: &dyn Concerned) -> bool {
         other.as_any().downcast_ref::<T>() == Some(self)
+    }
+    fn kind(&self) -> ObservationKind {
+        ObservationKind::own::<T>()
     }
 }
 
@@ -150,6 +273,11 @@ pub struct Own(Arc<dyn Concerned>);
 impl Own {
     pub fn new<T: Concerned>(value: T) -> Self {
         Own(Arc::new(value))
+    }
+
+    /// The kind of its type.
+    pub fn kind(&self) -> ObservationKind {
+        self.0.kind()
     }
 
     /// The value, when it is a `T`.

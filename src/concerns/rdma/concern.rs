@@ -3,10 +3,10 @@
 use super::{devices, gpudirect, netns};
 use crate::config::Config;
 use crate::engine::check::CheckId;
-use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
+use crate::engine::concern::{Concern, Ctx, Decision, GatherError, Provides};
 use crate::host::netlink::NetnsMode;
 use crate::host::snapshot::Snapshot;
-use crate::observe::Observation;
+use crate::observe::{Observation, ObservationKind};
 use crate::reason::Reason;
 
 pub struct Devices;
@@ -25,6 +25,12 @@ impl Concern for Devices {
 
     fn ids(&self) -> &'static [CheckId] {
         &[devices::CHECK_ID]
+    }
+
+    /// Every port, typed (`kubelet.devices` reads them).
+    fn provides(&self) -> &'static [Provides] {
+        const PROVIDES: &[Provides] = &[Provides::new(ObservationKind::Port, devices::CHECK_ID)];
+        PROVIDES
     }
 
     fn enabled(&self, cfg: &Config) -> bool {
@@ -72,6 +78,15 @@ impl Concern for Netns {
 
     fn ids(&self) -> &'static [CheckId] {
         &[netns::CHECK_ID]
+    }
+
+    /// A reboot the mode switch needs (the reboot sentinel reads it).
+    fn provides(&self) -> &'static [Provides] {
+        const PROVIDES: &[Provides] = &[Provides::new(
+            ObservationKind::RebootRequired,
+            netns::CHECK_ID,
+        )];
+        PROVIDES
     }
 
     fn enabled(&self, cfg: &Config) -> bool {

@@ -18,7 +18,7 @@ use crate::config::{Config, Severity};
 use crate::engine::check::{Check, Status};
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::host::snapshot::Snapshot;
-use crate::observe::Observation;
+use crate::observe::{Observation, ObservationKind};
 use crate::reason::Reason;
 
 pub const CHECK_ID: CheckId = CheckId::new("kubelet.devices");
@@ -371,10 +371,9 @@ impl Concern for Kubelet {
         &[CHECK_ID]
     }
 
-    fn needs(&self) -> &'static [CheckId] {
-        // By check id: concerns meet only through the engine.
-        const NEEDS: &[CheckId] = &[CheckId::new("rdma.devices")];
-        NEEDS
+    /// The RDMA ports: through the engine, by kind.
+    fn needs(&self) -> &'static [ObservationKind] {
+        &[ObservationKind::Port]
     }
 
     fn enabled(&self, cfg: &Config) -> bool {
