@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use crate::fleet::Fabric;
 use crate::host::inventory::port::LinkLayer;
 use crate::host::netlink::NetnsMode;
 
@@ -40,16 +41,8 @@ pub enum Observation {
         adjusted: u64,
         kept_lower: u64,
     },
-    /// One RDMA port as sysfs shows it. `None` fields are unknown (unreadable,
-    /// or a value the kernel does not name): never to be shown as down.
-    Port {
-        device: String,
-        port: u32,
-        active: Option<bool>,
-        rate_bytes_per_second: Option<u64>,
-        /// `None`: unreadable or odd text (the metrics label it `unknown`).
-        link_layer: Option<LinkLayer>,
-    },
+    /// One RDMA port (`rdma.devices` makes one per port of the inventory).
+    Port(Port),
     /// The RDMA subsystem's live netns mode (`None`: ib_core not loaded or unreadable).
     NetnsMode(Option<NetnsMode>),
     /// Only a reboot can apply what the agent set.
@@ -126,6 +119,35 @@ pub enum Observation {
     },
     /// A concern's own observation type, declared in its folder.
     Own(Own),
+}
+
+/// One RDMA port as the cycle's inventory shows it: the one port model,
+/// made once per cycle by `rdma.devices` and read by every consumer (its
+/// metrics, `kubelet.devices`, the fleet's `port_info`). `None` fields are
+/// unknown (unreadable, or a value the kernel does not name): never to be
+/// shown as down; the metrics make them label text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Port {
+    pub device: String,
+    pub port: u32,
+    /// An SR-IOV VF's port: its link is its PF's share (the fleet skips it).
+    pub vf: bool,
+    /// ACTIVE, another state the kernel names, or `None`.
+    pub active: Option<bool>,
+    /// sysfs `rate` in Gb/s (`200`, `2.5`).
+    pub rate_gbps: Option<f64>,
+    /// The lanes in `rate`'s parenthesis (`4X` → 4).
+    pub width: Option<u32>,
+    /// `None`: unreadable or odd text (the metrics label it `unknown`).
+    pub link_layer: Option<LinkLayer>,
+    /// The default GID's netdev, or a software device's parent netdev.
+    pub netdev: Option<String>,
+    pub netdev_mtu: Option<u32>,
+    /// RoCE: the RDMA MTU the kernel derives from the netdev's
+    /// (`iboe_get_mtu`); IB: none (only the SM knows).
+    pub port_mtu: Option<u32>,
+    /// What ports on one fabric share.
+    pub fabric: Option<Fabric>,
 }
 
 /// What kind an observation is: one per variant of `Observation`, and
@@ -228,7 +250,7 @@ impl Observation {
             Observation::Containerd { .. } => K::Containerd,
             Observation::BaseSpecMemlock { .. } => K::BaseSpecMemlock,
             Observation::Nri { .. } => K::Nri,
-            Observation::Port { .. } => K::Port,
+            Observation::Port(_) => K::Port,
             Observation::NetnsMode(_) => K::NetnsMode,
             Observation::RebootRequired(_) => K::RebootRequired,
             Observation::RebootHeldBack(_) => K::RebootHeldBack,

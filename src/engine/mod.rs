@@ -17,6 +17,7 @@ pub mod executor;
 pub mod fakes;
 pub mod holds;
 pub mod ledger;
+mod needs;
 
 pub mod outcome;
 pub mod plan;
@@ -31,6 +32,7 @@ use crate::host::snapshot::Snapshot;
 use crate::observe::{Observation, ObservationKind};
 use crate::reason::Reason;
 use concern::{Ctx, Decision, GatherError, Run};
+use needs::{need_checks, selected, unknown_needs};
 
 /// Why no plan could be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -63,46 +65,6 @@ pub enum Scope<'a> {
     All,
     /// Only the concerns these checks need (`check --only`); no plan.
     Only(&'a [String]),
-}
-
-/// The concerns `only` asks for, with those that provide what they need.
-fn selected(concerns: &[&dyn Run], only: &[String]) -> Vec<bool> {
-    let wanted: BTreeSet<&str> = only.iter().map(String::as_str).collect();
-    let mut kinds: Vec<ObservationKind> = Vec::new();
-    // Providers are registered earlier: walk back once, adding what each needs.
-    let mut keep = vec![false; concerns.len()];
-    for (i, c) in concerns.iter().enumerate().rev() {
-        let asked = c.ids().iter().any(|id| wanted.contains(id.as_str()));
-        if asked || c.provides().iter().any(|p| kinds.contains(&p.kind)) {
-            keep[i] = true;
-            kinds.extend(c.needs());
-        }
-    }
-    keep
-}
-
-/// The checks that say whether what `c` needs is known: for each kind it
-/// needs, the providing check of every concern before it that makes that
-/// kind, in registration order; a kind none of them makes is an `Err`.
-fn need_checks(before: &[&dyn Run], c: &dyn Run) -> Vec<Result<CheckId, ObservationKind>> {
-    let mut out: Vec<Result<CheckId, ObservationKind>> = Vec::new();
-    for kind in c.needs() {
-        let mut found = before
-            .iter()
-            .flat_map(|b| b.provides())
-            .filter(|p| p.kind == *kind)
-            .map(|p| Ok(p.check))
-            .peekable();
-        if found.peek().is_none() {
-            out.push(Err(*kind));
-        }
-        for check in found {
-            if !out.contains(&check) {
-                out.push(check);
-            }
-        }
-    }
-    out
 }
 
 pub fn assess(
@@ -266,41 +228,6 @@ impl Pass {
             self.blocked.get_or_insert(e.message);
         }
     }
-}
-
-/// The needs whose facts are not known, each with why: a check that is
-/// `unknown`, one whose concern could not gather (it left no observations),
-/// one that was not reported at all, or a kind no concern before it makes.
-fn unknown_needs(
-    needs: &[Result<CheckId, ObservationKind>],
-    checks: &[Check],
-    not_gathered: &BTreeSet<CheckId>,
-) -> Vec<String> {
-    needs
-        .iter()
-        .filter_map(|need| {
-            let need = match need {
-                Ok(id) => id,
-                Err(kind) => {
-                    return Some(format!(
-                        "{kind} observations, which no concern before it provides"
-                    ));
-                }
-            };
-            match checks.iter().find(|c| c.id == *need) {
-                None => Some(format!("{need}, which was not assessed")),
-                Some(c) if not_gathered.contains(need) => Some(format!(
-                    "{need}, whose facts could not be gathered ({}: {})",
-                    c.status.as_str(),
-                    c.message
-                )),
-                Some(c) if c.status == Status::Unknown => {
-                    Some(format!("{need}, which is unknown ({})", c.message))
-                }
-                Some(_) => None,
-            }
-        })
-        .collect()
 }
 
 /// Each preflight of the plan (they may spawn programs: only before writing).

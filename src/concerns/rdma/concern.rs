@@ -6,13 +6,14 @@ use crate::engine::check::CheckId;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError, Provides};
 use crate::host::netlink::NetnsMode;
 use crate::host::snapshot::Snapshot;
-use crate::observe::{Observation, ObservationKind};
+use crate::observe::{Observation, ObservationKind, Port};
 use crate::reason::Reason;
 
 pub struct Devices;
 
 pub struct DeviceFacts {
     devices: Vec<devices::Device>,
+    ports: Vec<Port>,
     gpu: gpudirect::Facts,
 }
 
@@ -39,26 +40,19 @@ impl Concern for Devices {
 
     fn gather(&self, snap: &Snapshot, _cfg: &Config) -> Result<DeviceFacts, GatherError> {
         let devices = devices::gather(snap).map_err(GatherError::unknown)?;
+        let ports = devices::ports::gather(snap).map_err(GatherError::unknown)?;
         let gpu = gpudirect::gather(snap).map_err(GatherError::unknown)?;
-        Ok(DeviceFacts { devices, gpu })
+        Ok(DeviceFacts {
+            devices,
+            ports,
+            gpu,
+        })
     }
 
     fn decide(&self, f: &DeviceFacts, ctx: &Ctx) -> Decision {
         let cfg = &ctx.config.rdma;
         let gpu = gpudirect::decide(&f.gpu, &ctx.config.gpudirect.required_modules);
-        let observations = f
-            .devices
-            .iter()
-            .flat_map(|d| {
-                d.ports.iter().map(|p| Observation::Port {
-                    device: d.name.clone(),
-                    port: p.port,
-                    active: p.active(),
-                    rate_bytes_per_second: p.rate_bytes_per_second(),
-                    link_layer: p.link_layer,
-                })
-            })
-            .collect();
+        let observations = f.ports.iter().cloned().map(Observation::Port).collect();
         Decision {
             checks: vec![devices::check(&f.devices, cfg, &gpu)],
             observations,

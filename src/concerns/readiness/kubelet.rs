@@ -74,17 +74,11 @@ fn ports(observations: &[Observation]) -> Ports {
         down: Vec::new(),
     };
     for o in observations {
-        if let Observation::Port {
-            device,
-            port,
-            active,
-            ..
-        } = o
-        {
+        if let Observation::Port(port) = o {
             p.total += 1;
-            match active {
+            match port.active {
                 Some(true) => p.active += 1,
-                Some(false) => p.down.push(format!("{device}/{port}")),
+                Some(false) => p.down.push(format!("{}/{}", port.device, port.port)),
                 None => p.unknown += 1,
             }
         }
