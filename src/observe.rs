@@ -187,6 +187,30 @@ impl ObservationKind {
             name: std::any::type_name::<T>,
         }
     }
+
+    fn name(&self) -> &'static str {
+        use ObservationKind as K;
+        match self {
+            K::Containerd => "Containerd",
+            K::BaseSpecMemlock => "BaseSpecMemlock",
+            K::Nri => "Nri",
+            K::Port => "Port",
+            K::NetnsMode => "NetnsMode",
+            K::RebootRequired => "RebootRequired",
+            K::RebootHeldBack => "RebootHeldBack",
+            K::KernelChanged => "KernelChanged",
+            K::RdmaContainer => "RdmaContainer",
+            K::GpuDirectMechanism => "GpuDirectMechanism",
+            K::GpuDirectPair => "GpuDirectPair",
+            K::PcieLink => "PcieLink",
+            K::PcieAer => "PcieAer",
+            K::PortErrors => "PortErrors",
+            K::Fleet => "Fleet",
+            K::KubeletResource => "KubeletResource",
+            K::DriverHealth => "DriverHealth",
+            K::Own { .. } => "Own",
+        }
+    }
 }
 
 impl PartialEq for ObservationKind {
@@ -213,32 +237,6 @@ impl fmt::Debug for ObservationKind {
 impl fmt::Display for ObservationKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(self, f)
-    }
-}
-
-impl ObservationKind {
-    fn name(&self) -> &'static str {
-        use ObservationKind as K;
-        match self {
-            K::Containerd => "Containerd",
-            K::BaseSpecMemlock => "BaseSpecMemlock",
-            K::Nri => "Nri",
-            K::Port => "Port",
-            K::NetnsMode => "NetnsMode",
-            K::RebootRequired => "RebootRequired",
-            K::RebootHeldBack => "RebootHeldBack",
-            K::KernelChanged => "KernelChanged",
-            K::RdmaContainer => "RdmaContainer",
-            K::GpuDirectMechanism => "GpuDirectMechanism",
-            K::GpuDirectPair => "GpuDirectPair",
-            K::PcieLink => "PcieLink",
-            K::PcieAer => "PcieAer",
-            K::PortErrors => "PortErrors",
-            K::Fleet => "Fleet",
-            K::KubeletResource => "KubeletResource",
-            K::DriverHealth => "DriverHealth",
-            K::Own { .. } => "Own",
-        }
     }
 }
 
@@ -388,7 +386,7 @@ impl Observations for [Observation] {
 
 #[cfg(test)]
 mod tests {
-    use super::{Observation, Own, owned};
+    use super::{Observation, ObservationKind, Own, owned};
 
     #[derive(Debug, PartialEq)]
     struct Mine(u32);
@@ -409,5 +407,25 @@ mod tests {
         // Equal by value and type: a Mine(2) is no Theirs(2).
         assert_eq!(Own::new(Mine(1)), Own::new(Mine(1)));
         assert_ne!(Own::new(Mine(2)), Own::new(Theirs(2)));
+    }
+
+    /// A need names a variant, or a concern's own type: two own types are
+    /// two kinds, whatever their values.
+    #[test]
+    fn kinds_are_variants_and_own_types() {
+        let mine = Observation::Own(Own::new(Mine(1)));
+        assert_eq!(mine.kind(), ObservationKind::own::<Mine>());
+        assert_ne!(mine.kind(), ObservationKind::own::<Theirs>());
+        assert_ne!(mine.kind(), ObservationKind::NetnsMode);
+        assert_eq!(
+            Observation::NetnsMode(None).kind(),
+            ObservationKind::NetnsMode
+        );
+        assert_eq!(ObservationKind::NetnsMode.to_string(), "NetnsMode");
+        assert!(
+            mine.kind().to_string().ends_with("Mine)"),
+            "{}",
+            mine.kind()
+        );
     }
 }
