@@ -1,11 +1,10 @@
-//! What a node exports so that a fleet can be compared (firmware, rates, MTUs,
-//! fabric, kernel, memlock) and its link history, as typed observations for
+//! What a node exports so that a fleet can be compared (firmware, kernel,
+//! memlock; its ports' rates, MTUs and fabric are `observe::Port`) and its link history, as typed observations for
 //! the metrics; and the agent state a concern asks the daemon to keep every
 //! cycle, whatever the mode (a history of the host, not a change to it).
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use crate::host::inventory::port::LinkLayer;
 use crate::host::state::Record;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -18,24 +17,6 @@ pub enum Fact {
         /// The kernel driver (`mlx5_core`), or the OFED version where MLNX_OFED/DOCA-OFED is installed.
         driver: String,
         node_guid: String,
-    },
-    /// One RDMA port as a fleet compares it, typed as the inventory reads
-    /// it (`host::inventory::Port`); the metrics render it to labels.
-    Port {
-        device: String,
-        port: u32,
-        /// `Unknown` when unreadable, or text the kernel does not print.
-        link_layer: LinkLayer,
-        /// sysfs `rate` in Gb/s (`200`, `2.5`).
-        rate_gbps: Option<f64>,
-        /// The lanes in `rate`'s parenthesis (`4X` → 4).
-        width: Option<u32>,
-        netdev: Option<String>,
-        netdev_mtu: Option<u32>,
-        /// RoCE: the RDMA MTU the kernel derives from the netdev's (`iboe_get_mtu`); IB: none (only the SM knows).
-        port_mtu: Option<u32>,
-        /// What ports on one fabric share; `None` when unknown.
-        fabric: Option<Fabric>,
     },
     /// The node's settings a fleet compares.
     Node {

@@ -11,6 +11,8 @@ use rdma_node_agent::concerns::registry::SECTIONS;
 use rdma_node_agent::config::{self, Config};
 use rdma_node_agent::engine::check::{EXIT_UNKNOWN, Report};
 use rdma_node_agent::host::Host;
+use rdma_node_agent::host::snapshot::Snapshot;
+use rdma_node_agent::selftest;
 
 /// Prepares a Kubernetes node's host for RDMA workloads and reports its RDMA health.
 #[derive(Parser)]
@@ -409,12 +411,12 @@ fn selftest(
     control: bool,
 ) -> anyhow::Result<ExitCode> {
     use rdma_node_agent::concerns::rdma::devices;
-    use rdma_node_agent::selftest::{self, Report, run::Perftest, run::find_program};
+    use rdma_node_agent::selftest::{Report, run::Perftest, run::find_program};
     let host = Host::new(&cli.root);
     cli.check_config_exists(&host)?;
     let config =
         Config::load(&host, &cli.config_path(), SECTIONS).context("invalid agent config")?;
-    let snap = rdma_node_agent::host::snapshot::Snapshot::new(host.clone());
+    let snap = Snapshot::new(host.clone());
     let devs = devices::gather(&snap).context("cannot read the RDMA devices")?;
     let report = match selftest::targets(&devs, device) {
         Err(why) => Report::unable(why),
@@ -462,11 +464,18 @@ fn selftest(
     } else {
         print!("{}", report.to_text());
     }
-    // The verdict is agent state the return-to-service gate waits on.
+    keep_selftest_verdict(&host, &snap, &report);
+    Ok(ExitCode::from(report.exit_code as u8))
+}
+
+/// The verdict is agent state the return-to-service gate waits on; a
+/// failure to keep it is a warning (the test itself ran).
+fn keep_selftest_verdict(host: &Host, snap: &Snapshot, report: &selftest::Report) {
+    use rdma_node_agent::concerns::rdma::peers::selftest_record::{self as record, SelftestRecord};
+    use rdma_node_agent::host::state_writer::{Access, StateWriter};
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    use rdma_node_agent::concerns::rdma::peers::selftest_record::{self as record, SelftestRecord};
     let kept = SelftestRecord {
         boot_id: snap.boot_id().unwrap_or_default(),
         finished_unix: now,
@@ -474,16 +483,12 @@ fn selftest(
         passed: report.ok && report.exit_code == selftest::EXIT_PASS,
         summary: report.summary.clone(),
     };
-    if let Err(e) = rdma_node_agent::host::state_writer::StateWriter::new(&host).keep(
-        &kept.record(),
-        rdma_node_agent::host::state_writer::Access::Public,
-    ) {
+    if let Err(e) = StateWriter::new(host).keep(&kept.record(), Access::Public) {
         eprintln!(
             "warning: cannot record the selftest's verdict for the gate ({}): {e}",
             record::FILE
         );
     }
-    Ok(ExitCode::from(report.exit_code as u8))
 }
 
 /// The man pages (rdma-node-agent.8 and one per subcommand) and bash, zsh and

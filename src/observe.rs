@@ -7,12 +7,13 @@
 //! `owned::<T>`: nothing here changes. The variants below are shared by
 //! several readers (the daemon, NFD, the reboot sentinel) or predate that.
 
-use std::any::Any;
-use std::fmt::Debug;
+use std::any::{Any, TypeId};
+use std::fmt::{self, Debug};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use crate::fleet::Fabric;
 use crate::host::inventory::port::LinkLayer;
 use crate::host::netlink::NetnsMode;
 
@@ -40,16 +41,8 @@ pub enum Observation {
         adjusted: u64,
         kept_lower: u64,
     },
-    /// One RDMA port as sysfs shows it. `None` fields are unknown (unreadable,
-    /// or a value the kernel does not name): never to be shown as down.
-    Port {
-        device: String,
-        port: u32,
-        active: Option<bool>,
-        rate_bytes_per_second: Option<u64>,
-        /// `None`: unreadable or odd text (the metrics label it `unknown`).
-        link_layer: Option<LinkLayer>,
-    },
+    /// One RDMA port (`rdma.devices` makes one per port of the inventory).
+    Port(Port),
     /// The RDMA subsystem's live netns mode (`None`: ib_core not loaded or unreadable).
     NetnsMode(Option<NetnsMode>),
     /// Only a reboot can apply what the agent set.
@@ -128,10 +121,157 @@ pub enum Observation {
     Own(Own),
 }
 
+/// One RDMA port as the cycle's inventory shows it: the one port model,
+/// made once per cycle by `rdma.devices` and read by every consumer (its
+/// metrics, `kubelet.devices`, the fleet's `port_info`). `None` fields are
+/// unknown (unreadable, or a value the kernel does not name): never to be
+/// shown as down; the metrics make them label text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Port {
+    pub device: String,
+    pub port: u32,
+    /// An SR-IOV VF's port: its link is its PF's share (the fleet skips it).
+    pub vf: bool,
+    /// ACTIVE, another state the kernel names, or `None`.
+    pub active: Option<bool>,
+    /// sysfs `rate` in Gb/s (`200`, `2.5`).
+    pub rate_gbps: Option<f64>,
+    /// The lanes in `rate`'s parenthesis (`4X` → 4).
+    pub width: Option<u32>,
+    /// `None`: unreadable or odd text (the metrics label it `unknown`).
+    pub link_layer: Option<LinkLayer>,
+    /// The default GID's netdev, or a software device's parent netdev.
+    pub netdev: Option<String>,
+    pub netdev_mtu: Option<u32>,
+    /// RoCE: the RDMA MTU the kernel derives from the netdev's
+    /// (`iboe_get_mtu`); IB: none (only the SM knows).
+    pub port_mtu: Option<u32>,
+    /// What ports on one fabric share.
+    pub fabric: Option<Fabric>,
+}
+
+/// What kind an observation is: one per variant of `Observation`, and
+/// `Own` per concern-owned type. A concern's `needs()` and `provides()` name
+/// kinds, so a misspelt one does not compile.
+#[derive(Clone, Copy)]
+pub enum ObservationKind {
+    Containerd,
+    BaseSpecMemlock,
+    Nri,
+    Port,
+    NetnsMode,
+    RebootRequired,
+    RebootHeldBack,
+    KernelChanged,
+    RdmaContainer,
+    GpuDirectMechanism,
+    GpuDirectPair,
+    PcieLink,
+    PcieAer,
+    PortErrors,
+    Fleet,
+    KubeletResource,
+    DriverHealth,
+    /// `Observation::Own` of one type: `ObservationKind::own::<T>()`.
+    Own {
+        id: fn() -> TypeId,
+        name: fn() -> &'static str,
+    },
+}
+
+impl ObservationKind {
+    /// The kind of a concern's own observation type `T`.
+    pub const fn own<T: Any>() -> Self {
+        ObservationKind::Own {
+            id: TypeId::of::<T>,
+            name: std::any::type_name::<T>,
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        use ObservationKind as K;
+        match self {
+            K::Containerd => "Containerd",
+            K::BaseSpecMemlock => "BaseSpecMemlock",
+            K::Nri => "Nri",
+            K::Port => "Port",
+            K::NetnsMode => "NetnsMode",
+            K::RebootRequired => "RebootRequired",
+            K::RebootHeldBack => "RebootHeldBack",
+            K::KernelChanged => "KernelChanged",
+            K::RdmaContainer => "RdmaContainer",
+            K::GpuDirectMechanism => "GpuDirectMechanism",
+            K::GpuDirectPair => "GpuDirectPair",
+            K::PcieLink => "PcieLink",
+            K::PcieAer => "PcieAer",
+            K::PortErrors => "PortErrors",
+            K::Fleet => "Fleet",
+            K::KubeletResource => "KubeletResource",
+            K::DriverHealth => "DriverHealth",
+            K::Own { .. } => "Own",
+        }
+    }
+}
+
+impl PartialEq for ObservationKind {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            // By the type, not by the function pointers (one per codegen unit).
+            (ObservationKind::Own { id: a, .. }, ObservationKind::Own { id: b, .. }) => a() == b(),
+            _ => std::mem::discriminant(self) == std::mem::discriminant(other),
+        }
+    }
+}
+
+impl Eq for ObservationKind {}
+
+impl fmt::Debug for ObservationKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ObservationKind::Own { name, .. } => write!(f, "Own({})", name()),
+            k => f.write_str(k.name()),
+        }
+    }
+}
+
+impl fmt::Display for ObservationKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+impl Observation {
+    /// Its kind (a new variant must be given one here: the match is exhaustive).
+    pub fn kind(&self) -> ObservationKind {
+        use ObservationKind as K;
+        match self {
+            Observation::Containerd { .. } => K::Containerd,
+            Observation::BaseSpecMemlock { .. } => K::BaseSpecMemlock,
+            Observation::Nri { .. } => K::Nri,
+            Observation::Port(_) => K::Port,
+            Observation::NetnsMode(_) => K::NetnsMode,
+            Observation::RebootRequired(_) => K::RebootRequired,
+            Observation::RebootHeldBack(_) => K::RebootHeldBack,
+            Observation::KernelChanged { .. } => K::KernelChanged,
+            Observation::RdmaContainer { .. } => K::RdmaContainer,
+            Observation::GpuDirectMechanism(_) => K::GpuDirectMechanism,
+            Observation::GpuDirectPair { .. } => K::GpuDirectPair,
+            Observation::PcieLink { .. } => K::PcieLink,
+            Observation::PcieAer { .. } => K::PcieAer,
+            Observation::PortErrors { .. } => K::PortErrors,
+            Observation::Fleet(_) => K::Fleet,
+            Observation::KubeletResource { .. } => K::KubeletResource,
+            Observation::DriverHealth { .. } => K::DriverHealth,
+            Observation::Own(own) => own.kind(),
+        }
+    }
+}
+
 /// Any concern's observation type: what `Observation::Own` carries.
 pub trait Concerned: Any + Debug + Send + Sync {
     fn as_any(&self) -> &dyn Any;
     fn eq_dyn(&self, other: &dyn Concerned) -> bool;
+    fn kind(&self) -> ObservationKind;
 }
 
 impl<T: Any + Debug + PartialEq + Send + Sync> Concerned for T {
@@ -140,6 +280,9 @@ impl<T: Any + Debug + PartialEq + Send + Sync> Concerned for T {
     }
     fn eq_dyn(&self, other: &dyn Concerned) -> bool {
         other.as_any().downcast_ref::<T>() == Some(self)
+    }
+    fn kind(&self) -> ObservationKind {
+        ObservationKind::own::<T>()
     }
 }
 
@@ -150,6 +293,11 @@ pub struct Own(Arc<dyn Concerned>);
 impl Own {
     pub fn new<T: Concerned>(value: T) -> Self {
         Own(Arc::new(value))
+    }
+
+    /// The kind of its type.
+    pub fn kind(&self) -> ObservationKind {
+        self.0.kind()
     }
 
     /// The value, when it is a `T`.
@@ -238,7 +386,7 @@ impl Observations for [Observation] {
 
 #[cfg(test)]
 mod tests {
-    use super::{Observation, Own, owned};
+    use super::{Observation, ObservationKind, Own, owned};
 
     #[derive(Debug, PartialEq)]
     struct Mine(u32);
@@ -259,5 +407,25 @@ mod tests {
         // Equal by value and type: a Mine(2) is no Theirs(2).
         assert_eq!(Own::new(Mine(1)), Own::new(Mine(1)));
         assert_ne!(Own::new(Mine(2)), Own::new(Theirs(2)));
+    }
+
+    /// A need names a variant, or a concern's own type: two own types are
+    /// two kinds, whatever their values.
+    #[test]
+    fn kinds_are_variants_and_own_types() {
+        let mine = Observation::Own(Own::new(Mine(1)));
+        assert_eq!(mine.kind(), ObservationKind::own::<Mine>());
+        assert_ne!(mine.kind(), ObservationKind::own::<Theirs>());
+        assert_ne!(mine.kind(), ObservationKind::NetnsMode);
+        assert_eq!(
+            Observation::NetnsMode(None).kind(),
+            ObservationKind::NetnsMode
+        );
+        assert_eq!(ObservationKind::NetnsMode.to_string(), "NetnsMode");
+        assert!(
+            mine.kind().to_string().ends_with("Mine)"),
+            "{}",
+            mine.kind()
+        );
     }
 }

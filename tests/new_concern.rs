@@ -7,7 +7,8 @@
 //! config file's parse and checks) through its registration lines alone. If
 //! adding one ever needs an edit to `src/engine/`, `src/config.rs` or another
 //! central list, this file stops compiling or fails. Its observations are its
-//! own type (`Observation::Own`).
+//! own type (`Observation::Own`), and a later concern needs them by that type
+//! (`ObservationKind::own::<Knob>()`): a misspelt need does not compile.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -17,7 +18,7 @@ use rdma_node_agent::concerns::registry::SECTIONS;
 use rdma_node_agent::config::Config;
 use rdma_node_agent::config::section::{Declare, Declared, Invalid, Section};
 use rdma_node_agent::engine::check::{Check, CheckId, Status};
-use rdma_node_agent::engine::concern::{Concern, Ctx, Decision, GatherError, Run};
+use rdma_node_agent::engine::concern::{Concern, Ctx, Decision, GatherError, Provides, Run};
 use rdma_node_agent::engine::effect::{
     CommandError, Effect, EffectError, EffectKey, LiveCtx, LiveHost, Ran,
 };
@@ -32,7 +33,7 @@ use rdma_node_agent::host::live_files::LiveFiles;
 use rdma_node_agent::host::netlink::{NetlinkError, RdmaNetlink};
 use rdma_node_agent::host::snapshot::Snapshot;
 use rdma_node_agent::host::stop::Stop;
-use rdma_node_agent::observe::{Observation, Own, owned};
+use rdma_node_agent::observe::{Observation, ObservationKind, Own, owned};
 use rdma_node_agent::outputs::Cycle;
 use rdma_node_agent::reason::Reason;
 
@@ -112,6 +113,12 @@ impl Concern for NumaBalancing {
         reasons::ALL
     }
 
+    // What later concerns may read of it, known as its check is.
+    fn provides(&self) -> &'static [Provides] {
+        const KNOB_SEEN: &[Provides] = &[Provides::new(ObservationKind::own::<Knob>(), CHECK_ID)];
+        KNOB_SEEN
+    }
+
     // Its section, read through the typed accessor: `Config` names no concern's.
     fn enabled(&self, cfg: &Config) -> bool {
         cfg.section::<NumaConfig>().enabled
@@ -145,6 +152,45 @@ impl Concern for NumaBalancing {
             checks: vec![check],
             actions,
             observations: vec![Observation::Own(Own::new(Knob { on }))],
+            ..Decision::default()
+        }
+    }
+}
+
+/// A later concern that reads the example's observations (its own folder):
+/// it needs them by their type, registered after the one that provides them.
+struct NumaReport;
+
+const REPORT_ID: CheckId = CheckId::new("kernel.numa_report");
+
+impl Concern for NumaReport {
+    type Facts = ();
+
+    fn ids(&self) -> &'static [CheckId] {
+        &[REPORT_ID]
+    }
+
+    fn reasons(&self) -> &'static [Reason] {
+        &[]
+    }
+
+    fn needs(&self) -> &'static [ObservationKind] {
+        const KNOB: &[ObservationKind] = &[ObservationKind::own::<Knob>()];
+        KNOB
+    }
+
+    fn enabled(&self, _cfg: &Config) -> bool {
+        true
+    }
+
+    fn gather(&self, _snap: &Snapshot, _cfg: &Config) -> Result<(), GatherError> {
+        Ok(())
+    }
+
+    fn decide(&self, _: &(), ctx: &Ctx) -> Decision {
+        let on: Vec<Option<bool>> = owned::<Knob>(ctx.observations).map(|k| k.on).collect();
+        Decision {
+            checks: vec![Check::new(REPORT_ID, Status::Ok, format!("{on:?}"))],
             ..Decision::default()
         }
     }
@@ -401,5 +447,63 @@ fn its_config_section_comes_with_its_registration_line() {
     assert!(
         e.contains("unknown field `numa_balancing`, expected one of `mode`"),
         "{e}"
+    );
+}
+
+// ---- a typed need: another concern reads its observations by their type ----
+
+#[test]
+fn its_observations_are_needed_by_type() {
+    use rdma_node_agent::concerns::registry::{Registry, RegistryError};
+    let with = |extra: &[&'static dyn Run]| {
+        let mut list: Vec<&dyn Run> = rdma_node_agent::concerns::ALL.to_vec();
+        list.extend(extra);
+        Registry::of(&list).validate()
+    };
+    assert_eq!(with(&[&NumaBalancing, &NumaReport]), Ok(()));
+    // Registered before what it reads: refused, naming the kind.
+    let need = ObservationKind::own::<Knob>();
+    assert_eq!(
+        with(&[&NumaReport, &NumaBalancing]),
+        Err(RegistryError::NeedUnmet {
+            by: REPORT_ID,
+            need
+        })
+    );
+    assert!(format!("{need}").contains("Knob"), "{need}");
+
+    // `check --only kernel.numa_report` runs the concern that provides it too.
+    let t = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(t.path().join("proc/sys/kernel")).unwrap();
+    std::fs::write(t.path().join(KNOB.trim_start_matches('/')), "1\n").unwrap();
+    let list: [&dyn Run; 2] = [&NumaBalancing, &NumaReport];
+    let only = ["kernel.numa_report".to_owned()];
+    let snap = Snapshot::new(Host::new(t.path()));
+    let a = assess(&snap, &Config::default(), &list, Scope::Only(&only), false);
+    let got: Vec<(&str, Status, &str)> = a
+        .checks
+        .iter()
+        .map(|c| (c.id.as_str(), c.status, c.message.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("kernel.numa_balancing", Status::Warn, "on (1)"),
+            ("kernel.numa_report", Status::Ok, "[Some(true)]"),
+        ]
+    );
+
+    // While the check that provides it is unknown, so is the reader.
+    std::fs::remove_file(t.path().join(KNOB.trim_start_matches('/'))).unwrap();
+    let snap = Snapshot::new(Host::new(t.path()));
+    let a = assess(&snap, &Config::default(), &list, Scope::Only(&only), false);
+    assert_eq!(a.checks[1].status, Status::Unknown);
+    assert_eq!(a.checks[1].reason, Some(Reason::DEPENDENCY_UNKNOWN));
+    assert!(
+        a.checks[1]
+            .message
+            .starts_with("not established: it reads kernel.numa_balancing, which is unknown"),
+        "{}",
+        a.checks[1].message
     );
 }

@@ -4,6 +4,7 @@
 
 use crate::exposition::{Families, Kind};
 use crate::fleet::Fact;
+use crate::host::inventory::port::LinkLayer;
 use crate::observe::Observation;
 
 fn facts(seen: &[Observation]) -> impl Iterator<Item = &Fact> {
@@ -49,44 +50,43 @@ fn device_info(m: &mut Families, seen: &[Observation]) {
     }
 }
 
-/// One series per RDMA port: its link and where it sits in the fabric.
+/// One series per RDMA port of a physical function (a VF's link is its
+/// PF's share): its link and where it sits in the fabric, from the one port
+/// model (`Observation::Port`, made by `rdma.devices`).
 fn port_info(m: &mut Families, seen: &[Observation]) {
     let f = m.family(
         "port_info",
         Kind::Gauge,
         "1 per RDMA port; labels: link_layer, rate (Gb/s as sysfs prints it), width (4X...), netdev and its MTU, port_mtu (RoCE: the RDMA MTU the kernel derives from the netdev's; IB: empty), fabric (ib:<GID subnet prefix> or roce:<IPv4 subnet>; empty when unknown)",
     );
-    for fact in facts(seen) {
-        if let Fact::Port {
-            device,
-            port,
-            link_layer,
-            rate_gbps,
-            width,
-            netdev,
-            netdev_mtu,
-            port_mtu,
-            fabric,
-        } = fact
-        {
-            // Empty label values where a fact is unknown, as before the facts were typed.
-            let text = |v: Option<String>| v.unwrap_or_default();
-            f.sample(
-                vec![
-                    ("device", device.clone()),
-                    ("port", port.to_string()),
-                    ("link_layer", link_layer.as_str().to_owned()),
-                    // f64's shortest form is the kernel's: `200`, `2.5`.
-                    ("rate", text(rate_gbps.map(|r| r.to_string()))),
-                    ("width", text(width.map(|w| format!("{w}X")))),
-                    ("netdev", text(netdev.clone())),
-                    ("netdev_mtu", text(netdev_mtu.map(|m| m.to_string()))),
-                    ("port_mtu", text(port_mtu.map(|m| m.to_string()))),
-                    ("fabric", text(fabric.map(|f| f.label()))),
-                ],
-                1.0,
-            );
-        }
+    let ports = seen.iter().filter_map(|o| match o {
+        Observation::Port(p) if !p.vf => Some(p),
+        _ => None,
+    });
+    for p in ports {
+        // Empty label values where a fact is unknown, as before the facts were typed.
+        let text = |v: Option<String>| v.unwrap_or_default();
+        f.sample(
+            vec![
+                ("device", p.device.clone()),
+                ("port", p.port.to_string()),
+                (
+                    "link_layer",
+                    p.link_layer
+                        .unwrap_or(LinkLayer::Unknown)
+                        .as_str()
+                        .to_owned(),
+                ),
+                // f64's shortest form is the kernel's: `200`, `2.5`.
+                ("rate", text(p.rate_gbps.map(|r| r.to_string()))),
+                ("width", text(p.width.map(|w| format!("{w}X")))),
+                ("netdev", text(p.netdev.clone())),
+                ("netdev_mtu", text(p.netdev_mtu.map(|m| m.to_string()))),
+                ("port_mtu", text(p.port_mtu.map(|m| m.to_string()))),
+                ("fabric", text(p.fabric.map(|f| f.label()))),
+            ],
+            1.0,
+        );
     }
 }
 
@@ -126,7 +126,6 @@ mod tests {
     use crate::exposition::Format;
     use crate::fleet::Fabric;
     use crate::host::inventory::Port;
-    use crate::host::inventory::port::LinkLayer;
 
     /// The labels from typed facts read as the kernel's text was before the
     /// facts were typed: the rate's number as sysfs prints it, the width with
@@ -138,10 +137,12 @@ mod tests {
         let port = |rate: &str, fabric| {
             let mut p = Port::new("1".into());
             p.rate = Ok(Some(format!("{rate}\n")));
-            Observation::Fleet(Fact::Port {
+            Observation::Port(crate::observe::Port {
                 device: "mlx5_0".into(),
                 port: 1,
-                link_layer: LinkLayer::InfiniBand,
+                vf: false,
+                active: Some(true),
+                link_layer: Some(LinkLayer::InfiniBand),
                 rate_gbps: p.rate_gbps(),
                 width: p.width(),
                 netdev: None,
@@ -170,5 +171,13 @@ mod tests {
         assert!(line.contains("rate=\"10\",width=\"4X\""), "{line}");
         let line = render(port("fast", None));
         assert!(line.contains("rate=\"\",width=\"\""), "{line}");
+        // A VF's port repeats its PF's link: no series.
+        let Observation::Port(mut vf) = port("100 Gb/sec (4X EDR)", None) else {
+            unreachable!()
+        };
+        vf.vf = true;
+        let mut m = Families::new("x");
+        port_info(&mut m, &[Observation::Port(vf)]);
+        assert!(!m.render(Format::Text).contains("x_port_info{"));
     }
 }

@@ -15,6 +15,7 @@ use crate::host::kubepods::{parse_cgroup, parse_shim_id};
 use crate::host::limit::Limit;
 use crate::host::procfs;
 use crate::host::snapshot::Snapshot;
+use crate::observe::ObservationKind;
 
 pub const CHECK_ID: CheckId = CheckId::new("pods.memlock");
 
@@ -257,10 +258,9 @@ impl crate::engine::concern::Concern for Memlock {
         &[CHECK_ID]
     }
 
-    fn needs(&self) -> &'static [CheckId] {
-        // By check id: concerns meet only through the engine.
-        const NEEDS: &[CheckId] = &[CheckId::new("containerd.memlock")];
-        NEEDS
+    /// When containerd read its config: through the engine, by kind.
+    fn needs(&self) -> &'static [ObservationKind] {
+        &[ObservationKind::Containerd]
     }
 
     fn enabled(&self, _cfg: &crate::config::Config) -> bool {

@@ -11,7 +11,7 @@ use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::engine::ledger::Ledger;
 use crate::engine::plan::FileChange;
 use crate::host::snapshot::Snapshot;
-use crate::observe::{Observation, Observations};
+use crate::observe::{Observation, ObservationKind, Observations};
 use crate::reason::Reason;
 
 pub const SENTINEL: &str = "/var/run/reboot-required";
@@ -88,9 +88,12 @@ impl Concern for Sentinel {
         &[]
     }
 
-    fn needs(&self) -> &'static [CheckId] {
-        const NEEDS: &[CheckId] = &[CheckId::new("rdma.netns"), CheckId::new("kernel.dkms")];
-        NEEDS
+    /// Whoever asks for a reboot or holds one back (`rdma.netns`, `kernel.dkms`).
+    fn needs(&self) -> &'static [ObservationKind] {
+        &[
+            ObservationKind::RebootRequired,
+            ObservationKind::RebootHeldBack,
+        ]
     }
 
     /// Always: a sentinel the agent created goes once it is turned off.

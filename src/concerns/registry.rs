@@ -12,7 +12,7 @@ use crate::config::section::{Declare, Declared};
 use crate::engine::check::CheckId;
 use crate::engine::concern::Run;
 use crate::exposition::Families;
-use crate::observe::Observation;
+use crate::observe::{Observation, ObservationKind};
 use crate::reason::Reason;
 
 /// A concern's metric families, rendered from the cycle's observations (its
@@ -68,9 +68,12 @@ pub enum RegistryError {
     ReasonMisspelt { code: &'static str },
     /// One check id reported by two concerns.
     IdTwice { id: CheckId },
-    /// A need no concern registered before it reports (`check --only` and
-    /// the engine's dependency rule would find nothing).
-    NeedUnmet { by: CheckId, need: CheckId },
+    /// A kind of observation needed that no concern registered before it
+    /// provides (`check --only` and the engine's dependency rule would find
+    /// nothing).
+    NeedUnmet { by: CheckId, need: ObservationKind },
+    /// A concern says a kind it provides is known by a check it does not report.
+    ProvidedByForeignCheck { by: CheckId, check: CheckId },
 }
 
 impl fmt::Display for RegistryError {
@@ -88,8 +91,13 @@ impl fmt::Display for RegistryError {
             RegistryError::IdTwice { id } => write!(f, "check id {id} is reported by two concerns"),
             RegistryError::NeedUnmet { by, need } => write!(
                 f,
-                "{by} needs {need}, which no concern registered before it reports \
-                 (register it after the one that does, or fix the id)"
+                "{by} needs {need} observations, which no concern registered before it \
+                 provides (register it after the one that does, or declare them in that \
+                 concern's provides())"
+            ),
+            RegistryError::ProvidedByForeignCheck { by, check } => write!(
+                f,
+                "{by} provides observations known by {check}, which is not one of its checks"
             ),
         }
     }
@@ -108,18 +116,25 @@ impl<'a> Registry<'a> {
     }
 
     /// Everything the concerns declare holds together: check ids unique,
-    /// each need reported by an earlier concern, reason codes declared once.
+    /// each kind needed provided by an earlier concern through a check of its
+    /// own, reason codes declared once.
     pub fn validate(&self) -> Result<(), RegistryError> {
         let mut seen: Vec<CheckId> = Vec::new();
+        let mut provided: Vec<ObservationKind> = Vec::new();
         for c in self.concerns {
             let by = c
                 .ids()
                 .first()
                 .copied()
                 .unwrap_or(CheckId::new("(no check)"));
-            if let Some(need) = c.needs().iter().find(|n| !seen.contains(n)) {
+            if let Some(need) = c.needs().iter().find(|n| !provided.contains(n)) {
                 return Err(RegistryError::NeedUnmet { by, need: *need });
             }
+            if let Some(p) = c.provides().iter().find(|p| !c.ids().contains(&p.check)) {
+                let check = p.check;
+                return Err(RegistryError::ProvidedByForeignCheck { by, check });
+            }
+            provided.extend(c.provides().iter().map(|p| p.kind));
             for id in c.ids() {
                 if seen.contains(id) {
                     return Err(RegistryError::IdTwice { id: *id });
@@ -196,6 +211,7 @@ impl<'de> Deserialize<'de> for Reason {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::concern::Provides;
 
     #[test]
     fn the_agents_registry_holds_together() {
@@ -217,7 +233,8 @@ mod tests {
 
     /// A concern that declares what it is given and decides nothing.
     struct Demo {
-        needs: &'static [CheckId],
+        needs: &'static [ObservationKind],
+        provides: &'static [Provides],
         reasons: &'static [Reason],
     }
 
@@ -226,8 +243,11 @@ mod tests {
             const IDS: &[CheckId] = &[CheckId::new("demo.check")];
             IDS
         }
-        fn needs(&self) -> &'static [CheckId] {
+        fn needs(&self) -> &'static [ObservationKind] {
             self.needs
+        }
+        fn provides(&self) -> &'static [Provides] {
+            self.provides
         }
         fn reasons(&self) -> &'static [Reason] {
             self.reasons
@@ -268,23 +288,104 @@ mod tests {
         const OTHER: &[Reason] = &[Reason::new("port_down", "`demo.check`", "x", "y")];
         let twice = Demo {
             needs: &[],
+            provides: &[],
             reasons: OTHER,
         };
         let code = "port_down";
         assert_eq!(with(&twice), Err(RegistryError::ReasonTwice { code }));
     }
 
+    /// What a demo concern makes: a type of its own.
+    #[derive(Debug, PartialEq)]
+    struct DemoSeen;
+
     #[test]
-    fn a_misspelt_need_or_a_second_id_is_refused() {
-        const TYPO: &[CheckId] = &[CheckId::new("rdma.device")];
+    fn an_unmet_need_a_foreign_provider_or_a_second_id_is_refused() {
+        // A need is a kind: a misspelt one does not compile. One that no
+        // concern before it makes is refused here.
+        const NOBODY: &[ObservationKind] = &[ObservationKind::own::<DemoSeen>()];
         let demo = Demo {
-            needs: TYPO,
+            needs: NOBODY,
+            provides: &[],
             reasons: &[],
         };
-        let (by, need) = (CheckId::new("demo.check"), TYPO[0]);
+        let (by, need) = (CheckId::new("demo.check"), NOBODY[0]);
         assert_eq!(with(&demo), Err(RegistryError::NeedUnmet { by, need }));
+        // Made, but by a concern registered after the reader.
+        const MAKES: &[Provides] = &[Provides::new(NOBODY[0], CheckId::new("demo.check"))];
+        let maker = Demo {
+            needs: &[],
+            provides: MAKES,
+            reasons: &[],
+        };
+        struct Reader(Demo);
+        impl Run for Reader {
+            fn ids(&self) -> &'static [CheckId] {
+                const IDS: &[CheckId] = &[CheckId::new("demo.reader")];
+                IDS
+            }
+            fn needs(&self) -> &'static [ObservationKind] {
+                self.0.needs
+            }
+            fn provides(&self) -> &'static [Provides] {
+                &[]
+            }
+            fn reasons(&self) -> &'static [Reason] {
+                &[]
+            }
+            fn enabled(&self, c: &crate::config::Config) -> bool {
+                self.0.enabled(c)
+            }
+            fn writes(&self) -> bool {
+                false
+            }
+            fn summarises(&self) -> bool {
+                false
+            }
+            fn run(
+                &self,
+                s: &crate::host::snapshot::Snapshot,
+                c: &crate::engine::concern::Ctx,
+            ) -> Result<crate::engine::concern::Decision, crate::engine::concern::GatherError>
+            {
+                self.0.run(s, c)
+            }
+            fn undo(
+                &self,
+                s: &crate::host::snapshot::Snapshot,
+                c: &crate::config::Config,
+            ) -> Vec<std::sync::Arc<dyn crate::engine::effect::Effect>> {
+                self.0.undo(s, c)
+            }
+        }
+        let reader = Reader(Demo {
+            needs: NOBODY,
+            provides: &[],
+            reasons: &[],
+        });
+        let by = CheckId::new("demo.reader");
+        let list: [&dyn Run; 2] = [&reader, &maker];
+        assert_eq!(
+            Registry::of(&list).validate(),
+            Err(RegistryError::NeedUnmet { by, need })
+        );
+        let list: [&dyn Run; 2] = [&maker, &reader];
+        assert_eq!(Registry::of(&list).validate(), Ok(()));
+        // What it provides is known by a check of its own.
+        const FOREIGN: &[Provides] = &[Provides::new(NOBODY[0], CheckId::new("rdma.devices"))];
+        let foreign = Demo {
+            needs: &[],
+            provides: FOREIGN,
+            reasons: &[],
+        };
+        let (by, check) = (CheckId::new("demo.check"), CheckId::new("rdma.devices"));
+        assert_eq!(
+            with(&foreign),
+            Err(RegistryError::ProvidedByForeignCheck { by, check })
+        );
         let demo = Demo {
             needs: &[],
+            provides: &[],
             reasons: &[],
         };
         let list: [&dyn Run; 2] = [&demo, &demo];
@@ -293,10 +394,12 @@ mod tests {
             Registry::of(&list).validate(),
             Err(RegistryError::IdTwice { id })
         );
-        const RIGHT: &[CheckId] = &[CheckId::new("rdma.devices")];
+        // A kind the agent's concerns provide.
+        const PORTS: &[ObservationKind] = &[ObservationKind::Port];
         assert_eq!(
             with(&Demo {
-                needs: RIGHT,
+                needs: PORTS,
+                provides: &[],
                 reasons: &[]
             }),
             Ok(())

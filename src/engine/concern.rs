@@ -16,7 +16,7 @@ use crate::host::snapshot::Snapshot;
 use crate::host::state::Record;
 use crate::reason::Reason;
 
-use crate::observe::Observation;
+use crate::observe::{Observation, ObservationKind};
 
 /// Why a concern could not gather its facts, and what its checks then say:
 /// `unknown` when the fact could not be established, `fail` when what was read
@@ -97,6 +97,21 @@ pub struct Decision {
     pub blocked: Option<String>,
 }
 
+/// A kind of observation a concern makes for later ones to read, and the
+/// check of its own whose verdict says whether that observation is known:
+/// a reader of the kind is `unknown` while that check is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Provides {
+    pub kind: ObservationKind,
+    pub check: CheckId,
+}
+
+impl Provides {
+    pub const fn new(kind: ObservationKind, check: CheckId) -> Self {
+        Provides { kind, check }
+    }
+}
+
 /// What `decide` may look at besides its own facts: the config, and the checks
 /// and observations of the concerns registered before it.
 pub struct Ctx<'a> {
@@ -117,9 +132,16 @@ pub trait Concern: Send + Sync {
 
     fn enabled(&self, cfg: &Config) -> bool;
 
-    /// Check ids of the concerns whose observations `decide` reads (they are
-    /// registered before it): `check --only` runs them too.
-    fn needs(&self) -> &'static [CheckId] {
+    /// The kinds of observation `decide` reads, made by concerns registered
+    /// before it (their `provides()`): `check --only` runs those too, and
+    /// while the check that provides one is unknown, so is this concern.
+    fn needs(&self) -> &'static [ObservationKind] {
+        &[]
+    }
+
+    /// The kinds of observation it makes that later concerns may need, each
+    /// with the check of its own that says whether it is known.
+    fn provides(&self) -> &'static [Provides] {
         &[]
     }
 
@@ -148,7 +170,8 @@ pub trait Concern: Send + Sync {
 /// A concern with its facts type erased, so the engine can hold a list of them.
 pub trait Run: Send + Sync {
     fn ids(&self) -> &'static [CheckId];
-    fn needs(&self) -> &'static [CheckId];
+    fn needs(&self) -> &'static [ObservationKind];
+    fn provides(&self) -> &'static [Provides];
     fn reasons(&self) -> &'static [Reason];
     fn enabled(&self, cfg: &Config) -> bool;
     fn writes(&self) -> bool;
@@ -162,8 +185,12 @@ impl<C: Concern> Run for C {
         Concern::ids(self)
     }
 
-    fn needs(&self) -> &'static [CheckId] {
+    fn needs(&self) -> &'static [ObservationKind] {
         Concern::needs(self)
+    }
+
+    fn provides(&self) -> &'static [Provides] {
+        Concern::provides(self)
     }
 
     fn reasons(&self) -> &'static [Reason] {

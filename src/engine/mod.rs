@@ -17,6 +17,7 @@ pub mod executor;
 pub mod fakes;
 pub mod holds;
 pub mod ledger;
+mod needs;
 
 pub mod outcome;
 pub mod plan;
@@ -28,9 +29,10 @@ use crate::config::Config;
 use crate::engine::check::{Check, CheckId, Status};
 use crate::engine::plan::Plan;
 use crate::host::snapshot::Snapshot;
-use crate::observe::Observation;
+use crate::observe::{Observation, ObservationKind};
 use crate::reason::Reason;
 use concern::{Ctx, Decision, GatherError, Run};
+use needs::{need_checks, selected, unknown_needs};
 
 /// Why no plan could be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -65,20 +67,6 @@ pub enum Scope<'a> {
     Only(&'a [String]),
 }
 
-/// The concerns `only` asks for, with the ones they read observations of.
-fn selected(concerns: &[&dyn Run], only: &[String]) -> Vec<bool> {
-    let mut wanted: BTreeSet<&str> = only.iter().map(String::as_str).collect();
-    // Dependencies are registered earlier: walk back once, adding what each needs.
-    let mut keep = vec![false; concerns.len()];
-    for (i, c) in concerns.iter().enumerate().rev() {
-        if c.ids().iter().any(|id| wanted.contains(id.as_str())) {
-            keep[i] = true;
-            wanted.extend(c.needs().iter().map(|n| n.as_str()));
-        }
-    }
-    keep
-}
-
 pub fn assess(
     snap: &Snapshot,
     config: &Config,
@@ -90,8 +78,16 @@ pub fn assess(
         Scope::All => vec![true; concerns.len()],
         Scope::Only(ids) => selected(concerns, ids),
     };
-    let mut pass = Pass::default();
-    for (c, _) in concerns.iter().zip(&keep).filter(|(_, k)| **k) {
+    let mut pass = Pass {
+        needed: concerns.iter().flat_map(|c| c.needs()).copied().collect(),
+        ..Pass::default()
+    };
+    for (i, (c, _)) in concerns
+        .iter()
+        .zip(&keep)
+        .enumerate()
+        .filter(|(_, (_, k))| **k)
+    {
         if !c.enabled(config) {
             pass.checks.extend(
                 c.ids()
@@ -100,7 +96,7 @@ pub fn assess(
             );
             continue;
         }
-        if pass.needs_unknown(*c) {
+        if pass.needs_unknown(*c, &need_checks(&concerns[..i], *c)) {
             continue;
         }
         let ctx = Ctx {
@@ -148,13 +144,15 @@ struct Pass {
     blocked: Option<String>,
     /// Check ids of the concerns whose gather failed: they left no observations.
     not_gathered: BTreeSet<CheckId>,
+    /// Every kind of observation some concern of the list needs.
+    needed: Vec<ObservationKind>,
 }
 
 impl Pass {
     /// What a concern reads of others is not known: neither is its verdict,
     /// and nothing is planned from it. Returns whether that is so.
-    fn needs_unknown(&mut self, c: &dyn Run) -> bool {
-        let unknown = unknown_needs(c.needs(), &self.checks, &self.not_gathered);
+    fn needs_unknown(&mut self, c: &dyn Run, needs: &[Result<CheckId, ObservationKind>]) -> bool {
+        let unknown = unknown_needs(needs, &self.checks, &self.not_gathered);
         if unknown.is_empty() {
             return false;
         }
@@ -170,9 +168,12 @@ impl Pass {
         if c.writes() {
             self.plan.notes.push(format!(
                 "nothing planned by the concern that reads {}: {why}",
-                c.needs()
+                needs
                     .iter()
-                    .map(|n| n.as_str())
+                    .map(|n| match n {
+                        Ok(id) => id.to_string(),
+                        Err(kind) => kind.to_string(),
+                    })
                     .collect::<Vec<_>>()
                     .join(", ")
             ));
@@ -181,6 +182,17 @@ impl Pass {
     }
 
     fn decided(&mut self, c: &dyn Run, d: Decision) {
+        // A kind a later concern needs is declared by its maker, or the
+        // reader's dependency rule would not see it.
+        debug_assert!(
+            d.observations
+                .iter()
+                .map(Observation::kind)
+                .filter(|k| self.needed.contains(k))
+                .all(|k| c.provides().iter().any(|p| p.kind == k)),
+            "{:?} makes observations a concern needs without declaring them in provides()",
+            c.ids()
+        );
         self.checks.extend(d.checks);
         self.observations.extend(d.observations);
         self.watch.extend(d.watch);
@@ -218,31 +230,6 @@ impl Pass {
     }
 }
 
-/// The needs whose facts are not known, each with why: a check that is
-/// `unknown`, one whose concern could not gather (it left no observations),
-/// or one that was not reported at all.
-fn unknown_needs(
-    needs: &[CheckId],
-    checks: &[Check],
-    not_gathered: &BTreeSet<CheckId>,
-) -> Vec<String> {
-    needs
-        .iter()
-        .filter_map(|need| match checks.iter().find(|c| c.id == *need) {
-            None => Some(format!("{need}, which was not assessed")),
-            Some(c) if not_gathered.contains(need) => Some(format!(
-                "{need}, whose facts could not be gathered ({}: {})",
-                c.status.as_str(),
-                c.message
-            )),
-            Some(c) if c.status == Status::Unknown => {
-                Some(format!("{need}, which is unknown ({})", c.message))
-            }
-            Some(_) => None,
-        })
-        .collect()
-}
-
 /// Each preflight of the plan (they may spawn programs: only before writing).
 fn run_preflights(mut plan: Plan) -> Result<Plan, PlanError> {
     let checks = plan.preflight.clone();
@@ -258,11 +245,11 @@ fn run_preflights(mut plan: Plan) -> Result<Plan, PlanError> {
 
 #[cfg(test)]
 mod tests {
-    use super::concern::{Concern, Decision, GatherError};
+    use super::concern::{Concern, Decision, GatherError, Provides};
     use super::*;
     use crate::host::Host;
 
-    /// A concern whose facts are given; `needs` names another's check.
+    /// A concern whose facts are given; `needs` names a kind another provides.
     const A: &[CheckId] = &[CheckId::new("a")];
     const BASE: &[CheckId] = &[CheckId::new("base")];
     const DEVICES: &[CheckId] = &[CheckId::new("devices")];
@@ -273,10 +260,20 @@ mod tests {
     const TOP: &[CheckId] = &[CheckId::new("top")];
     const W: &[CheckId] = &[CheckId::new("w")];
     const WRITER: &[CheckId] = &[CheckId::new("writer")];
+    /// What "base" makes for "top": a type of its own.
+    #[derive(Debug, PartialEq)]
+    struct BaseSeen;
+    const PORTS: &[ObservationKind] = &[ObservationKind::Port];
+    const BASE_SEEN: &[ObservationKind] = &[ObservationKind::own::<BaseSeen>()];
+    const DEVICES_PORTS: &[Provides] = &[Provides::new(ObservationKind::Port, DEVICES[0])];
+    const OFF_PORTS: &[Provides] = &[Provides::new(ObservationKind::Port, OFF[0])];
+    const BASE_MAKES: &[Provides] = &[Provides::new(BASE_SEEN[0], BASE[0])];
+    const OTHER_PORTS: &[Provides] = &[Provides::new(ObservationKind::Port, OTHER[0])];
 
     struct Fixed {
         ids: &'static [CheckId],
-        needs: &'static [CheckId],
+        needs: &'static [ObservationKind],
+        provides: &'static [Provides],
         facts: Result<u32, GatherError>,
         writes: bool,
     }
@@ -290,8 +287,11 @@ mod tests {
         fn ids(&self) -> &'static [CheckId] {
             self.ids
         }
-        fn needs(&self) -> &'static [CheckId] {
+        fn needs(&self) -> &'static [ObservationKind] {
             self.needs
+        }
+        fn provides(&self) -> &'static [Provides] {
+            self.provides
         }
         fn enabled(&self, _cfg: &Config) -> bool {
             self.ids != OFF
@@ -320,6 +320,7 @@ mod tests {
         Fixed {
             ids,
             needs: &[],
+            provides: &[],
             facts,
             writes: false,
         }
@@ -368,9 +369,10 @@ mod tests {
     fn a_need_that_is_unknown_or_not_gathered_makes_the_reader_unknown() {
         let t = tempfile::tempdir().unwrap();
         let snap = Snapshot::new(Host::new(t.path()));
-        let failed = fixed(DEVICES, Err(GatherError::fail("no sysfs")));
+        let mut failed = fixed(DEVICES, Err(GatherError::fail("no sysfs")));
+        failed.provides = DEVICES_PORTS;
         let mut reader = fixed(READER, Ok(1));
-        reader.needs = DEVICES;
+        reader.needs = PORTS;
         let list: [&dyn Run; 2] = [&failed, &reader];
         let out = assess(&snap, &Config::default(), &list, Scope::All, false);
         let c = &out.checks[1];
@@ -392,6 +394,9 @@ mod tests {
             fn ids(&self) -> &'static [CheckId] {
                 DEVICES
             }
+            fn provides(&self) -> &'static [Provides] {
+                DEVICES_PORTS
+            }
             fn enabled(&self, _cfg: &Config) -> bool {
                 true
             }
@@ -410,7 +415,7 @@ mod tests {
             }
         }
         let mut writer = fixed(WRITER, Ok(2));
-        writer.needs = DEVICES;
+        writer.needs = PORTS;
         writer.writes = true;
         let list: [&dyn Run; 3] = [&Unknowing, &reader, &writer];
         let out = assess(&snap, &Config::default(), &list, Scope::All, false);
@@ -428,25 +433,39 @@ mod tests {
         );
 
         // Known needs (ok, warn, fail from a decision, skipped) change nothing.
-        let known = fixed(DEVICES, Err(GatherError::skipped("no RDMA device")));
+        let mut known = fixed(DEVICES, Err(GatherError::skipped("no RDMA device")));
+        known.provides = DEVICES_PORTS;
         let list: [&dyn Run; 2] = [&known, &reader];
         let out = assess(&snap, &Config::default(), &list, Scope::All, false);
         assert_eq!(out.checks[1].status, Status::Ok);
-        let off = fixed(OFF, Ok(0));
-        reader.needs = OFF;
+        let mut off = fixed(OFF, Ok(0));
+        off.provides = OFF_PORTS;
         let list: [&dyn Run; 2] = [&off, &reader];
         let out = assess(&snap, &Config::default(), &list, Scope::All, false);
         assert_eq!(out.checks[1].status, Status::Ok);
+
+        // A kind no concern before it makes (a list the registry would
+        // refuse) is not taken as known.
+        let list: [&dyn Run; 2] = [&reader, &known];
+        let out = assess(&snap, &Config::default(), &list, Scope::All, false);
+        assert_eq!(out.checks[0].status, Status::Unknown);
+        assert_eq!(
+            out.checks[0].message,
+            "not established: it reads Port observations, which no concern before it provides"
+        );
     }
 
     #[test]
     fn only_runs_the_asked_concerns_and_what_they_need() {
         let t = tempfile::tempdir().unwrap();
         let snap = Snapshot::new(Host::new(t.path()));
-        let base = fixed(BASE, Ok(1));
-        let other = fixed(OTHER, Err(GatherError::unknown("must not run")));
+        let mut base = fixed(BASE, Ok(1));
+        base.provides = BASE_MAKES;
+        // Makes another kind of observation: not needed, not run.
+        let mut other = fixed(OTHER, Err(GatherError::unknown("must not run")));
+        other.provides = OTHER_PORTS;
         let mut top = fixed(TOP, Ok(3));
-        top.needs = BASE;
+        top.needs = BASE_SEEN;
         let list: [&dyn Run; 3] = [&base, &other, &top];
         let only = ["top".to_owned()];
         let out = assess(&snap, &Config::default(), &list, Scope::Only(&only), false);

@@ -124,8 +124,57 @@ fn bad(t: (usize, usize)) -> bool {
 }
 
 pub fn analyse(edges: &[Edge]) -> PeerMatrix {
+    let (tally, by_rail) = tallies(edges);
+    let bad_rails: Vec<BadRail> = by_rail
+        .iter()
+        .filter(|(_, (units, n, f))| units.len() >= 3 && bad((*n, *f)))
+        .map(|(r, (units, n, f))| BadRail {
+            rail: (*r).to_owned(),
+            units: units.len(),
+            failed: *f,
+            probes: *n,
+        })
+        .collect();
+    let mut judged = Judged {
+        tally,
+        bad_rails,
+        culprits: Vec::new(),
+    };
+    judged.culprits = judged.find_culprits(edges);
+    let blame = judged.blame(edges);
+    let nodes: BTreeSet<&str> = judged.tally.keys().map(|u| u.0.as_str()).collect();
+    let rails: BTreeSet<&str> = judged.tally.keys().map(|u| u.1.as_str()).collect();
+    let rows = judged.rows(&nodes, &rails, &blame);
+    PeerMatrix {
+        nodes: nodes.len(),
+        rails: rails.iter().map(|r| (*r).to_owned()).collect(),
+        probes: edges.len(),
+        failed: edges.iter().filter(|e| !e.ok).count(),
+        culprits: judged.culprit_rows(edges),
+        victims: blame
+            .victims
+            .into_iter()
+            .filter(|(u, _)| !blame.unexplained_units.contains(u))
+            .map(|(u, w)| Victim {
+                node: u.0.clone(),
+                rail: u.1.clone(),
+                failed_with: w.into_iter().collect(),
+            })
+            .collect(),
+        bad_rails: judged.bad_rails,
+        unexplained: blame.unexplained,
+        rows,
+    }
+}
+
+/// A rail's units, and its probes within the rail and how many failed.
+type RailTally<'a> = (BTreeSet<&'a Unit>, usize, usize);
+
+/// Each unit's probes and answers (and how many failed), and per rail the
+/// units on it and its probes within the rail.
+fn tallies(edges: &[Edge]) -> (HashMap<&Unit, Tally>, BTreeMap<&str, RailTally<'_>>) {
     let mut tally: HashMap<&Unit, Tally> = HashMap::new();
-    let mut by_rail: BTreeMap<&str, (BTreeSet<&Unit>, usize, usize)> = BTreeMap::new();
+    let mut by_rail: BTreeMap<&str, RailTally> = BTreeMap::new();
     for e in edges {
         let t = tally.entry(&e.from).or_default();
         t.out.0 += 1;
@@ -141,157 +190,177 @@ pub fn analyse(edges: &[Edge]) -> PeerMatrix {
             r.2 += usize::from(!e.ok);
         }
     }
-    let bad_rails: Vec<BadRail> = by_rail
-        .iter()
-        .filter(|(_, (units, n, f))| units.len() >= 3 && bad((*n, *f)))
-        .map(|(r, (units, n, f))| BadRail {
-            rail: (*r).to_owned(),
-            units: units.len(),
-            failed: *f,
-            probes: *n,
-        })
-        .collect();
-    let on_bad_rail = |u: &Unit| bad_rails.iter().any(|b| b.rail == u.1);
+    (tally, by_rail)
+}
 
-    // Each unit's failed counterparts, and per pair the failures, to judge a
-    // counterpart "fine with everyone else".
-    let mut failed_with: HashMap<&Unit, Vec<&Unit>> = HashMap::new();
-    for e in edges.iter().filter(|e| !e.ok) {
-        failed_with.entry(&e.from).or_default().push(&e.to);
-        failed_with.entry(&e.to).or_default().push(&e.from);
-    }
-    let fine_without = |other: &Unit, u: &Unit| {
-        let t = tally.get(other).copied().unwrap_or_default();
-        let with_u = failed_with
-            .get(other)
-            .map_or(0, |v| v.iter().filter(|x| **x == u).count());
-        let all = failed_with.get(other).map_or(0, Vec::len);
-        // Its probes and answers without the ones involving u.
-        let n = (t.out.0 + t.inn.0).saturating_sub(with_u);
-        let f = all.saturating_sub(with_u);
-        f * 2 < n || n == 0
-    };
-    let mut culprits: Vec<&Unit> = tally
-        .iter()
-        .filter(|(u, t)| !on_bad_rail(u) && (bad(t.out) || bad(t.inn)))
-        .filter(|(u, _)| {
-            let others: BTreeSet<&Unit> = failed_with
-                .get(*u)
-                .map(|v| v.iter().copied().collect())
-                .unwrap_or_default();
-            let fine = others.iter().filter(|o| fine_without(o, u)).count();
-            fine * 2 > others.len()
-        })
-        .map(|(u, _)| *u)
-        .collect();
-    culprits.sort();
-    let is_culprit = |u: &Unit| culprits.binary_search(&u).is_ok();
+/// What the tallies say: the bad rails, and the culprits off them.
+struct Judged<'a> {
+    tally: HashMap<&'a Unit, Tally>,
+    bad_rails: Vec<BadRail>,
+    /// Sorted.
+    culprits: Vec<&'a Unit>,
+}
 
-    let mut ports: HashMap<&Unit, BTreeSet<&str>> = HashMap::new();
-    let mut stages: HashMap<&Unit, BTreeSet<&str>> = HashMap::new();
-    for e in edges {
-        ports.entry(&e.from).or_default().insert(&e.port);
-        if !e.ok {
-            stages.entry(&e.from).or_default().insert(&e.stage);
-        }
+/// Who failed with whom, as the culprits and bad rails explain it.
+struct Blame<'a> {
+    victims: BTreeMap<&'a Unit, BTreeSet<String>>,
+    unexplained_units: BTreeSet<&'a Unit>,
+    unexplained: Vec<String>,
+}
+
+impl<'a> Judged<'a> {
+    fn on_bad_rail(&self, u: &Unit) -> bool {
+        self.bad_rails.iter().any(|b| b.rail == u.1)
     }
-    let explained = |e: &Edge| {
-        is_culprit(&e.from) || is_culprit(&e.to) || on_bad_rail(&e.from) || on_bad_rail(&e.to)
-    };
-    let name = |u: &Unit| {
-        if on_bad_rail(u) {
-            format!("rail {}", u.1)
-        } else {
-            format!("{}/{}", u.0, u.1)
+
+    fn is_culprit(&self, u: &Unit) -> bool {
+        self.culprits.binary_search(&u).is_ok()
+    }
+
+    /// Units off a bad rail that fail most of their probes or answers, with
+    /// most of their failed counterparts fine with everyone else.
+    fn find_culprits(&self, edges: &'a [Edge]) -> Vec<&'a Unit> {
+        let tally = &self.tally;
+        // Each unit's failed counterparts, and per pair the failures, to judge a
+        // counterpart "fine with everyone else".
+        let mut failed_with: HashMap<&Unit, Vec<&Unit>> = HashMap::new();
+        for e in edges.iter().filter(|e| !e.ok) {
+            failed_with.entry(&e.from).or_default().push(&e.to);
+            failed_with.entry(&e.to).or_default().push(&e.from);
         }
-    };
-    let mut victims: BTreeMap<&Unit, BTreeSet<String>> = BTreeMap::new();
-    let mut unexplained_units: BTreeSet<&Unit> = BTreeSet::new();
-    let mut unexplained = Vec::new();
-    for e in edges.iter().filter(|e| !e.ok) {
-        if !explained(e) {
-            unexplained.push(format!(
-                "{}/{} -> {}/{} ({})",
-                e.from.0, e.from.1, e.to.0, e.to.1, e.stage
-            ));
-            unexplained_units.insert(&e.from);
-            unexplained_units.insert(&e.to);
-            continue;
-        }
-        for (me, other) in [(&e.from, &e.to), (&e.to, &e.from)] {
-            if !is_culprit(me) && !on_bad_rail(me) {
-                victims.entry(me).or_default().insert(name(other));
+        let fine_without = |other: &Unit, u: &Unit| {
+            let t = tally.get(other).copied().unwrap_or_default();
+            let with_u = failed_with
+                .get(other)
+                .map_or(0, |v| v.iter().filter(|x| **x == u).count());
+            let all = failed_with.get(other).map_or(0, Vec::len);
+            // Its probes and answers without the ones involving u.
+            let n = (t.out.0 + t.inn.0).saturating_sub(with_u);
+            let f = all.saturating_sub(with_u);
+            f * 2 < n || n == 0
+        };
+        let mut culprits: Vec<&Unit> = tally
+            .iter()
+            .filter(|(u, t)| !self.on_bad_rail(u) && (bad(t.out) || bad(t.inn)))
+            .filter(|(u, _)| {
+                let others: BTreeSet<&Unit> = failed_with
+                    .get(*u)
+                    .map(|v| v.iter().copied().collect())
+                    .unwrap_or_default();
+                let fine = others.iter().filter(|o| fine_without(o, u)).count();
+                fine * 2 > others.len()
+            })
+            .map(|(u, _)| *u)
+            .collect();
+        culprits.sort();
+        culprits
+    }
+
+    /// Each failed probe: a victim of the culprit or bad rail on its other
+    /// end, or unexplained.
+    fn blame(&self, edges: &'a [Edge]) -> Blame<'a> {
+        let explained = |e: &Edge| {
+            self.is_culprit(&e.from)
+                || self.is_culprit(&e.to)
+                || self.on_bad_rail(&e.from)
+                || self.on_bad_rail(&e.to)
+        };
+        let name = |u: &Unit| {
+            if self.on_bad_rail(u) {
+                format!("rail {}", u.1)
+            } else {
+                format!("{}/{}", u.0, u.1)
+            }
+        };
+        let mut b = Blame {
+            victims: BTreeMap::new(),
+            unexplained_units: BTreeSet::new(),
+            unexplained: Vec::new(),
+        };
+        for e in edges.iter().filter(|e| !e.ok) {
+            if !explained(e) {
+                b.unexplained.push(format!(
+                    "{}/{} -> {}/{} ({})",
+                    e.from.0, e.from.1, e.to.0, e.to.1, e.stage
+                ));
+                b.unexplained_units.insert(&e.from);
+                b.unexplained_units.insert(&e.to);
+                continue;
+            }
+            for (me, other) in [(&e.from, &e.to), (&e.to, &e.from)] {
+                if !self.is_culprit(me) && !self.on_bad_rail(me) {
+                    b.victims.entry(me).or_default().insert(name(other));
+                }
             }
         }
+        b.unexplained.sort();
+        b.unexplained.dedup();
+        b
     }
-    unexplained.sort();
-    unexplained.dedup();
 
-    let nodes: BTreeSet<&str> = tally.keys().map(|u| u.0.as_str()).collect();
-    let rails: BTreeSet<&str> = tally.keys().map(|u| u.1.as_str()).collect();
-    let rows = rails
-        .iter()
-        .map(|r| {
-            let line: String = nodes
-                .iter()
-                .map(|n| {
-                    let u: Unit = ((*n).to_owned(), (*r).to_owned());
-                    if !tally.contains_key(&u) {
-                        ' '
-                    } else if on_bad_rail(&u) {
-                        'R'
-                    } else if is_culprit(&u) {
-                        'X'
-                    } else if unexplained_units.contains(&u) {
-                        '!'
-                    } else if victims.contains_key(&u) {
-                        'v'
-                    } else {
-                        '.'
-                    }
-                })
-                .collect();
-            ((*r).to_owned(), line)
-        })
-        .collect();
+    /// Per rail, one character per node.
+    fn rows(
+        &self,
+        nodes: &BTreeSet<&str>,
+        rails: &BTreeSet<&str>,
+        blame: &Blame,
+    ) -> Vec<(String, String)> {
+        rails
+            .iter()
+            .map(|r| {
+                let line: String = nodes
+                    .iter()
+                    .map(|n| {
+                        let u: Unit = ((*n).to_owned(), (*r).to_owned());
+                        if !self.tally.contains_key(&u) {
+                            ' '
+                        } else if self.on_bad_rail(&u) {
+                            'R'
+                        } else if self.is_culprit(&u) {
+                            'X'
+                        } else if blame.unexplained_units.contains(&u) {
+                            '!'
+                        } else if blame.victims.contains_key(&u) {
+                            'v'
+                        } else {
+                            '.'
+                        }
+                    })
+                    .collect();
+                ((*r).to_owned(), line)
+            })
+            .collect()
+    }
 
-    PeerMatrix {
-        nodes: nodes.len(),
-        rails: rails.iter().map(|r| (*r).to_owned()).collect(),
-        probes: edges.len(),
-        failed: edges.iter().filter(|e| !e.ok).count(),
-        culprits: culprits
+    /// Each culprit with its ports on the rail and where its failed probes stopped.
+    fn culprit_rows(&self, edges: &[Edge]) -> Vec<Culprit> {
+        let mut ports: HashMap<&Unit, BTreeSet<&str>> = HashMap::new();
+        let mut stages: HashMap<&Unit, BTreeSet<&str>> = HashMap::new();
+        for e in edges {
+            ports.entry(&e.from).or_default().insert(&e.port);
+            if !e.ok {
+                stages.entry(&e.from).or_default().insert(&e.stage);
+            }
+        }
+        let names = |m: &HashMap<&Unit, BTreeSet<&str>>, u: &Unit| {
+            m.get(u)
+                .map(|p| p.iter().map(|s| (*s).to_owned()).collect())
+                .unwrap_or_default()
+        };
+        self.culprits
             .iter()
             .map(|u| {
-                let t = tally[u];
+                let t = self.tally[u];
                 Culprit {
                     node: u.0.clone(),
                     rail: u.1.clone(),
-                    ports: ports
-                        .get(u)
-                        .map(|p| p.iter().map(|s| (*s).to_owned()).collect())
-                        .unwrap_or_default(),
+                    ports: names(&ports, u),
                     failed: t.out.1 + t.inn.1,
                     probes: t.out.0 + t.inn.0,
-                    stages: stages
-                        .get(u)
-                        .map(|p| p.iter().map(|s| (*s).to_owned()).collect())
-                        .unwrap_or_default(),
+                    stages: names(&stages, u),
                 }
             })
-            .collect(),
-        bad_rails,
-        victims: victims
-            .into_iter()
-            .filter(|(u, _)| !unexplained_units.contains(u))
-            .map(|(u, w)| Victim {
-                node: u.0.clone(),
-                rail: u.1.clone(),
-                failed_with: w.into_iter().collect(),
-            })
-            .collect(),
-        unexplained,
-        rows,
+            .collect()
     }
 }
 

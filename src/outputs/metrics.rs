@@ -236,19 +236,27 @@ mod tests {
 
     #[test]
     fn ports_from_observations_unknown_is_no_series() {
-        let port = |device: &str, active, rate, link_layer| Observation::Port {
-            device: device.into(),
-            port: 1,
-            active,
-            rate_bytes_per_second: rate,
-            link_layer,
+        let port = |device: &str, active, rate_gbps, link_layer| {
+            Observation::Port(crate::observe::Port {
+                device: device.into(),
+                port: 1,
+                vf: false,
+                active,
+                rate_gbps,
+                width: None,
+                link_layer,
+                netdev: None,
+                netdev_mtu: None,
+                port_mtu: None,
+                fabric: None,
+            })
         };
         let r = render(
             &cycle(vec![
                 port(
                     "mlx5_0",
                     Some(false),
-                    Some(25_000_000_000),
+                    Some(200.0),
                     Some(crate::host::inventory::port::LinkLayer::InfiniBand),
                 ),
                 port("mlx5_1", None, None, None),
@@ -259,9 +267,17 @@ mod tests {
         let t = &r.text;
         assert!(t.contains("rdma_node_agent_port_active{device=\"mlx5_0\",port=\"1\",link_layer=\"InfiniBand\"} 0\n"), "{t}");
         assert!(t.contains("rdma_node_agent_port_rate_bytes_per_second{device=\"mlx5_0\",port=\"1\",link_layer=\"InfiniBand\"} 25000000000\n"), "{t}");
+        // An unknown port must not read as down: no state, no rate; the
+        // fleet's port_info still lists it, its link layer `unknown`.
+        for family in ["port_active", "port_rate_bytes_per_second"] {
+            assert!(
+                !t.contains(&format!("rdma_node_agent_{family}{{device=\"mlx5_1\"")),
+                "an unknown port must not read as down:\n{t}"
+            );
+        }
         assert!(
-            !t.contains("device=\"mlx5_1\""),
-            "an unknown port must not read as down:\n{t}"
+            t.contains("rdma_node_agent_port_info{device=\"mlx5_1\",port=\"1\",link_layer=\"unknown\",rate=\"\""),
+            "{t}"
         );
         assert!(t.contains("rdma_node_agent_reboot_held_back 1\n"));
         assert!(t.contains("rdma_node_agent_reboot_required 0\n"));

@@ -6,11 +6,11 @@ use super::effects::{ConfigPreflight, CriProbe};
 use super::{CHECK_ID, Facts, SPEC_OWNER, check, decide, gather};
 use crate::config::Config;
 use crate::engine::check::CheckId;
-use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
+use crate::engine::concern::{Concern, Ctx, Decision, GatherError, Provides};
 use crate::engine::ledger::Ledger;
 use crate::host::read::ReadHost;
 use crate::host::snapshot::Snapshot;
-use crate::observe::Observation;
+use crate::observe::{Observation, ObservationKind};
 use crate::reason::Reason;
 
 pub struct Memlock;
@@ -32,6 +32,12 @@ impl Concern for Memlock {
 
     fn ids(&self) -> &'static [CheckId] {
         &[CHECK_ID]
+    }
+
+    /// When the running containerd read its config (`pods.memlock` reads it).
+    fn provides(&self) -> &'static [Provides] {
+        const PROVIDES: &[Provides] = &[Provides::new(ObservationKind::Containerd, CHECK_ID)];
+        PROVIDES
     }
 
     fn enabled(&self, cfg: &Config) -> bool {

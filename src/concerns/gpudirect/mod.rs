@@ -147,102 +147,23 @@ fn required(cfg: &GpuDirectConfig, gpu: &str) -> bool {
 /// The check from the facts: pure.
 pub fn assess(f: &gather::Facts, cfg: &GpuDirectConfig) -> Outcome {
     if f.gpus.is_empty() && f.unplaced.is_empty() {
-        let (status, message) = if cfg.required {
-            (
-                Status::Fail,
-                "no NVIDIA GPU on the PCI bus, and [gpudirect] required = true".to_owned(),
-            )
-        } else {
-            (
-                Status::Skipped,
-                "no NVIDIA GPU (/sys/bus/pci/devices has none of vendor 0x10de, class 0x0300/0x0302): nothing to check".to_owned(),
-            )
-        };
-        return Outcome {
-            check: Check::new(CHECK_ID, status, message).with_reason(reasons::NO_GPU),
-            pairs: Vec::new(),
-            mechanism: None,
-            acs_targets: Vec::new(),
-        };
+        return no_gpu(cfg);
     }
     let mech = mechanism::decide(&f.mechanism);
     let view = View::new(f);
     let pairs = decide::pairs(&view, &mech);
     let iommu = decide::node_iommu(f);
-    let mech_text = mech.describe();
-    let mut status = Status::Ok;
-    // The reason of the first problem that raised the status to where it is.
-    let mut reason = Reason::FACT_UNREADABLE;
-    let mut problems: Vec<String> = Vec::new();
-    let mut raise = |s: Status, r: Reason| {
-        if s > status {
-            status = s;
-            reason = r;
-        }
-    };
-    for gpu in &f.unplaced {
-        raise(Status::Unknown, Reason::FACT_UNREADABLE);
-        problems.push(format!(
-            "GPU {gpu}: its sysfs link does not lead to a device under /sys/devices/pci*: its path cannot be read"
-        ));
-    }
-    // A NIC not placed may be a GPU's nearest: no pair, and no skip, is sure.
-    for (nic, why) in &f.unplaced_nics {
-        raise(Status::Unknown, Reason::FACT_UNREADABLE);
-        problems.push(format!(
-            "RDMA device {nic}: its sysfs device link cannot be resolved ({why}): its distance to the GPUs cannot be read"
-        ));
-    }
+    let mut v = Verdict::unplaced(f);
     if pairs.is_empty() {
-        let gpus = f.gpus.len();
-        let any_required = cfg.required || f.gpus.iter().any(|g| required(cfg, &g.pci));
-        if any_required {
-            raise(Status::Fail, Reason::NO_RDMA_DEVICES);
-        } else if problems.is_empty() {
-            raise(Status::Skipped, Reason::NO_RDMA_DEVICES);
-        }
-        let mut message = format!(
-            "{gpus} NVIDIA GPU(s), no RDMA NIC with a PCI function (/sys/class/infiniband): no GPU↔NIC path to check; GPUDirect mechanism: {mech_text}; IOMMU {iommu}"
-        );
-        if any_required {
-            message.push_str("; required by [gpudirect]");
-        }
-        for p in problems {
-            message.push_str("; ");
-            message.push_str(&p);
-        }
-        return Outcome {
-            check: Check::new(CHECK_ID, status, message)
-                .with_reason(reason)
-                .with_details(details(&pairs, &mech, iommu)),
-            pairs,
-            mechanism: Some(mech),
-            acs_targets: Vec::new(),
-        };
+        return v.no_pairs(f, cfg, mech, iommu);
     }
     if mech.kind == Kind::None {
         if mech.unknown.is_some() {
-            raise(Status::Unknown, Reason::FACT_UNREADABLE);
+            v.raise(Status::Unknown, Reason::FACT_UNREADABLE);
         }
-        problems.push(format!("GPUDirect mechanism {mech_text}: GPU memory would be staged through host memory; load nvidia_peermem with MLNX_OFED/DOCA-OFED, or use the open GPU kernel modules on a kernel with CONFIG_PCI_P2PDMA=y"));
+        v.problems.push(format!("GPUDirect mechanism {}: GPU memory would be staged through host memory; load nvidia_peermem with MLNX_OFED/DOCA-OFED, or use the open GPU kernel modules on a kernel with CONFIG_PCI_P2PDMA=y", mech.describe()));
     }
-    for p in &pairs {
-        let need = required(cfg, &p.gpu);
-        let s = match p.ready {
-            Some(false) if need => Status::Fail,
-            Some(false) => Status::Warn,
-            None => Status::Unknown,
-            Some(true) if !p.reasons.is_empty() => Status::Warn,
-            Some(true) => Status::Ok,
-        };
-        // An unknown pair is named by what could not be read; else its first reason.
-        let r = match s {
-            Status::Unknown => p.reasons.iter().find(|r| r.is_unknown()),
-            _ => p.reasons.iter().find(|r| !r.is_unknown()),
-        };
-        raise(s, r.map_or(Reason::FACT_UNREADABLE, |r| r.code()));
-        problems.extend(p.problems.iter().cloned());
-    }
+    v.judge_pairs(cfg, &pairs);
     let ready = pairs.iter().filter(|p| p.ready == Some(true)).count();
     let mut distances: Vec<&str> = pairs.iter().map(|p| p.distance.as_str()).collect();
     distances.sort_unstable();
@@ -253,7 +174,7 @@ pub fn assess(f: &gather::Facts, cfg: &GpuDirectConfig) -> Outcome {
         mech.kind.as_str(),
         distances.join("/"),
     );
-    if problems.is_empty() {
+    if v.problems.is_empty() {
         message.push_str("; no ACS redirect, every link at its maximum");
     }
     let (acs_targets, refused) = match cfg.acs {
@@ -262,7 +183,7 @@ pub fn assess(f: &gather::Facts, cfg: &GpuDirectConfig) -> Outcome {
     };
     // A refused clear is said first: the operator asked for it.
     for r in refused.into_iter().rev() {
-        problems.insert(0, r);
+        v.problems.insert(0, r);
     }
     if !acs_targets.is_empty() {
         let names: Vec<&str> = acs_targets.iter().map(|t| t.bdf.as_str()).collect();
@@ -271,8 +192,8 @@ pub fn assess(f: &gather::Facts, cfg: &GpuDirectConfig) -> Outcome {
             names.join(", ")
         ));
     }
-    let more = problems.len().saturating_sub(LISTED);
-    for p in problems.iter().take(LISTED) {
+    let more = v.problems.len().saturating_sub(LISTED);
+    for p in v.problems.iter().take(LISTED) {
         message.push_str("; ");
         message.push_str(p);
     }
@@ -280,12 +201,130 @@ pub fn assess(f: &gather::Facts, cfg: &GpuDirectConfig) -> Outcome {
         message.push_str(&format!(" (and {more} more)"));
     }
     Outcome {
-        check: Check::new(CHECK_ID, status, message)
-            .with_reason(reason)
+        check: Check::new(CHECK_ID, v.status, message)
+            .with_reason(v.reason)
             .with_details(details(&pairs, &mech, iommu)),
         pairs,
         mechanism: Some(mech),
         acs_targets,
+    }
+}
+
+/// No NVIDIA GPU on the node: skipped, or a failure when one is required.
+fn no_gpu(cfg: &GpuDirectConfig) -> Outcome {
+    let (status, message) = if cfg.required {
+        (
+            Status::Fail,
+            "no NVIDIA GPU on the PCI bus, and [gpudirect] required = true".to_owned(),
+        )
+    } else {
+        (
+            Status::Skipped,
+            "no NVIDIA GPU (/sys/bus/pci/devices has none of vendor 0x10de, class 0x0300/0x0302): nothing to check".to_owned(),
+        )
+    };
+    Outcome {
+        check: Check::new(CHECK_ID, status, message).with_reason(reasons::NO_GPU),
+        pairs: Vec::new(),
+        mechanism: None,
+        acs_targets: Vec::new(),
+    }
+}
+
+/// The check's status so far, the reason of the first problem that raised
+/// it to where it is, and every problem found.
+struct Verdict {
+    status: Status,
+    reason: Reason,
+    problems: Vec<String>,
+}
+
+impl Verdict {
+    fn raise(&mut self, s: Status, r: Reason) {
+        if s > self.status {
+            self.status = s;
+            self.reason = r;
+        }
+    }
+
+    /// GPUs and NICs whose place on the PCI tree cannot be read.
+    fn unplaced(f: &gather::Facts) -> Self {
+        let mut v = Verdict {
+            status: Status::Ok,
+            reason: Reason::FACT_UNREADABLE,
+            problems: Vec::new(),
+        };
+        for gpu in &f.unplaced {
+            v.raise(Status::Unknown, Reason::FACT_UNREADABLE);
+            v.problems.push(format!(
+                "GPU {gpu}: its sysfs link does not lead to a device under /sys/devices/pci*: its path cannot be read"
+            ));
+        }
+        // A NIC not placed may be a GPU's nearest: no pair, and no skip, is sure.
+        for (nic, why) in &f.unplaced_nics {
+            v.raise(Status::Unknown, Reason::FACT_UNREADABLE);
+            v.problems.push(format!(
+                "RDMA device {nic}: its sysfs device link cannot be resolved ({why}): its distance to the GPUs cannot be read"
+            ));
+        }
+        v
+    }
+
+    /// GPUs but no RDMA NIC with a PCI function: no path to check.
+    fn no_pairs(
+        mut self,
+        f: &gather::Facts,
+        cfg: &GpuDirectConfig,
+        mech: Mechanism,
+        iommu: &str,
+    ) -> Outcome {
+        let gpus = f.gpus.len();
+        let any_required = cfg.required || f.gpus.iter().any(|g| required(cfg, &g.pci));
+        if any_required {
+            self.raise(Status::Fail, Reason::NO_RDMA_DEVICES);
+        } else if self.problems.is_empty() {
+            self.raise(Status::Skipped, Reason::NO_RDMA_DEVICES);
+        }
+        let mut message = format!(
+            "{gpus} NVIDIA GPU(s), no RDMA NIC with a PCI function (/sys/class/infiniband): no GPU↔NIC path to check; GPUDirect mechanism: {}; IOMMU {iommu}",
+            mech.describe()
+        );
+        if any_required {
+            message.push_str("; required by [gpudirect]");
+        }
+        for p in self.problems {
+            message.push_str("; ");
+            message.push_str(&p);
+        }
+        Outcome {
+            check: Check::new(CHECK_ID, self.status, message)
+                .with_reason(self.reason)
+                .with_details(details(&[], &mech, iommu)),
+            pairs: Vec::new(),
+            mechanism: Some(mech),
+            acs_targets: Vec::new(),
+        }
+    }
+
+    /// Each pair: not ready where required fails, elsewhere warns; unknown
+    /// is named by what could not be read, else by its first reason.
+    fn judge_pairs(&mut self, cfg: &GpuDirectConfig, pairs: &[Pair]) {
+        for p in pairs {
+            let need = required(cfg, &p.gpu);
+            let s = match p.ready {
+                Some(false) if need => Status::Fail,
+                Some(false) => Status::Warn,
+                None => Status::Unknown,
+                Some(true) if !p.reasons.is_empty() => Status::Warn,
+                Some(true) => Status::Ok,
+            };
+            let r = match s {
+                Status::Unknown => p.reasons.iter().find(|r| r.is_unknown()),
+                _ => p.reasons.iter().find(|r| !r.is_unknown()),
+            };
+            self.raise(s, r.map_or(Reason::FACT_UNREADABLE, |r| r.code()));
+            self.problems.extend(p.problems.iter().cloned());
+        }
     }
 }
 

@@ -8,10 +8,10 @@ use super::{
 };
 use crate::config::Config;
 use crate::engine::check::CheckId;
-use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
+use crate::engine::concern::{Concern, Ctx, Decision, GatherError, Provides};
 use crate::host::snapshot::Snapshot;
 use crate::host::state::Record;
-use crate::observe::Observation;
+use crate::observe::{Observation, ObservationKind};
 use crate::reason::Reason;
 
 pub struct Kernel;
@@ -25,6 +25,12 @@ impl Concern for Kernel {
 
     fn ids(&self) -> &'static [CheckId] {
         &[CHANGE, MODULES, DKMS]
+    }
+
+    /// A reboot held back while a kernel lacks its DKMS builds.
+    fn provides(&self) -> &'static [Provides] {
+        const PROVIDES: &[Provides] = &[Provides::new(ObservationKind::RebootHeldBack, DKMS)];
+        PROVIDES
     }
 
     fn enabled(&self, cfg: &Config) -> bool {

@@ -3,16 +3,17 @@
 use super::{devices, gpudirect, netns};
 use crate::config::Config;
 use crate::engine::check::CheckId;
-use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
+use crate::engine::concern::{Concern, Ctx, Decision, GatherError, Provides};
 use crate::host::netlink::NetnsMode;
 use crate::host::snapshot::Snapshot;
-use crate::observe::Observation;
+use crate::observe::{Observation, ObservationKind, Port};
 use crate::reason::Reason;
 
 pub struct Devices;
 
 pub struct DeviceFacts {
     devices: Vec<devices::Device>,
+    ports: Vec<Port>,
     gpu: gpudirect::Facts,
 }
 
@@ -27,32 +28,31 @@ impl Concern for Devices {
         &[devices::CHECK_ID]
     }
 
+    /// Every port, typed (`kubelet.devices` reads them).
+    fn provides(&self) -> &'static [Provides] {
+        const PROVIDES: &[Provides] = &[Provides::new(ObservationKind::Port, devices::CHECK_ID)];
+        PROVIDES
+    }
+
     fn enabled(&self, cfg: &Config) -> bool {
         cfg.rdma.enabled
     }
 
     fn gather(&self, snap: &Snapshot, _cfg: &Config) -> Result<DeviceFacts, GatherError> {
         let devices = devices::gather(snap).map_err(GatherError::unknown)?;
+        let ports = devices::ports::gather(snap).map_err(GatherError::unknown)?;
         let gpu = gpudirect::gather(snap).map_err(GatherError::unknown)?;
-        Ok(DeviceFacts { devices, gpu })
+        Ok(DeviceFacts {
+            devices,
+            ports,
+            gpu,
+        })
     }
 
     fn decide(&self, f: &DeviceFacts, ctx: &Ctx) -> Decision {
         let cfg = &ctx.config.rdma;
         let gpu = gpudirect::decide(&f.gpu, &ctx.config.gpudirect.required_modules);
-        let observations = f
-            .devices
-            .iter()
-            .flat_map(|d| {
-                d.ports.iter().map(|p| Observation::Port {
-                    device: d.name.clone(),
-                    port: p.port,
-                    active: p.active(),
-                    rate_bytes_per_second: p.rate_bytes_per_second(),
-                    link_layer: p.link_layer,
-                })
-            })
-            .collect();
+        let observations = f.ports.iter().cloned().map(Observation::Port).collect();
         Decision {
             checks: vec![devices::check(&f.devices, cfg, &gpu)],
             observations,
@@ -72,6 +72,15 @@ impl Concern for Netns {
 
     fn ids(&self) -> &'static [CheckId] {
         &[netns::CHECK_ID]
+    }
+
+    /// A reboot the mode switch needs (the reboot sentinel reads it).
+    fn provides(&self) -> &'static [Provides] {
+        const PROVIDES: &[Provides] = &[Provides::new(
+            ObservationKind::RebootRequired,
+            netns::CHECK_ID,
+        )];
+        PROVIDES
     }
 
     fn enabled(&self, cfg: &Config) -> bool {

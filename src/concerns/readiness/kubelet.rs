@@ -18,7 +18,7 @@ use crate::config::{Config, Severity};
 use crate::engine::check::{Check, Status};
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::host::snapshot::Snapshot;
-use crate::observe::Observation;
+use crate::observe::{Observation, ObservationKind};
 use crate::reason::Reason;
 
 pub const CHECK_ID: CheckId = CheckId::new("kubelet.devices");
@@ -74,17 +74,11 @@ fn ports(observations: &[Observation]) -> Ports {
         down: Vec::new(),
     };
     for o in observations {
-        if let Observation::Port {
-            device,
-            port,
-            active,
-            ..
-        } = o
-        {
+        if let Observation::Port(port) = o {
             p.total += 1;
-            match active {
+            match port.active {
                 Some(true) => p.active += 1,
-                Some(false) => p.down.push(format!("{device}/{port}")),
+                Some(false) => p.down.push(format!("{}/{}", port.device, port.port)),
                 None => p.unknown += 1,
             }
         }
@@ -371,10 +365,9 @@ impl Concern for Kubelet {
         &[CHECK_ID]
     }
 
-    fn needs(&self) -> &'static [CheckId] {
-        // By check id: concerns meet only through the engine.
-        const NEEDS: &[CheckId] = &[CheckId::new("rdma.devices")];
-        NEEDS
+    /// The RDMA ports: through the engine, by kind.
+    fn needs(&self) -> &'static [ObservationKind] {
+        &[ObservationKind::Port]
     }
 
     fn enabled(&self, cfg: &Config) -> bool {

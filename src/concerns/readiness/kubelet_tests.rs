@@ -13,13 +13,19 @@ fn facts(checkpoint: Option<&str>, sockets: &[&str]) -> Facts {
 }
 
 fn port(device: &str, active: bool) -> Observation {
-    Observation::Port {
+    Observation::Port(crate::observe::Port {
         device: device.into(),
         port: 1,
+        vf: false,
         active: Some(active),
-        rate_bytes_per_second: Some(12_500_000_000),
+        rate_gbps: Some(100.0),
+        width: Some(4),
         link_layer: Some(crate::host::inventory::port::LinkLayer::InfiniBand),
-    }
+        netdev: None,
+        netdev_mtu: None,
+        port_mtu: None,
+        fabric: None,
+    })
 }
 
 /// A checkpoint with an RDMA resource, its checksum computed by the kubelet's algorithm.

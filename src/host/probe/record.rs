@@ -19,7 +19,7 @@ pub struct Peer {
     /// The address its responder listens on: the port's IPv4 address (RoCE) or
     /// its IPoIB address (IB): RDMA-CM resolves the GID from it.
     pub addr: String,
-    /// `ib:<subnet prefix>` or `roce:<IPv4 subnet>`, as `fleet::Fact::Port` names it.
+    /// `ib:<subnet prefix>` or `roce:<IPv4 subnet>`, as `fleet::Fabric::label` names it.
     pub fabric: String,
     /// The rail index, when the source knows it.
     pub rail: Option<u32>,

@@ -1,6 +1,7 @@
-//! `rdma.devices`' families: each port's state and rate, from its typed
+//! `rdma.devices`' families: each port's state and rate, from the typed
 //! `Observation::Port` (registered in `concerns::registry::METRICS`).
 
+use super::gbps_to_bytes;
 use crate::exposition::{Families, Kind, bool01};
 use crate::observe::Observation;
 
@@ -8,23 +9,17 @@ pub fn families(m: &mut Families, seen: &[Observation]) {
     let ports: Vec<_> = seen
         .iter()
         .filter_map(|o| match o {
-            Observation::Port {
-                device,
-                port,
-                active,
-                rate_bytes_per_second,
-                link_layer,
-            } => Some((
+            Observation::Port(p) => Some((
                 vec![
-                    ("device", device.clone()),
-                    ("port", port.to_string()),
+                    ("device", p.device.clone()),
+                    ("port", p.port.to_string()),
                     (
                         "link_layer",
-                        link_layer.map_or("unknown", |l| l.as_str()).to_owned(),
+                        p.link_layer.map_or("unknown", |l| l.as_str()).to_owned(),
                     ),
                 ],
-                *active,
-                *rate_bytes_per_second,
+                p.active,
+                p.rate_gbps.map(gbps_to_bytes),
             )),
             _ => None,
         })

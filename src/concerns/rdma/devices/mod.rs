@@ -8,6 +8,7 @@
 mod assess;
 pub mod metrics;
 mod parse;
+pub mod ports;
 pub mod reasons;
 #[cfg(test)]
 mod tests;

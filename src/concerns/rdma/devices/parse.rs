@@ -105,13 +105,9 @@ fn parse_port(
     }
 }
 
-/// One device of the inventory, typed; what could not be read or parsed
-/// goes to its `errors`.
-pub fn parse(d: &inventory::Device) -> Device {
-    let n = &d.name;
-    let mut errors = Vec::new();
-    let mut notes = Vec::new();
-    let kind = if n.starts_with("mlx5_bond_") {
+/// What a device is, by its name and where its class link leads.
+fn kind(d: &inventory::Device) -> Kind {
+    if d.name.starts_with("mlx5_bond_") {
         Kind::Bond
     // Only a PCI function's VF-ness is the device's.
     } else if d.pci.is_some() && d.physfn {
@@ -120,9 +116,13 @@ pub fn parse(d: &inventory::Device) -> Device {
         Kind::Software
     } else {
         Kind::Pf
-    };
-    let mut device = Device {
-        name: n.clone(),
+    }
+}
+
+/// A device of that name and kind with nothing read yet.
+fn unread(name: &str, kind: Kind) -> Device {
+    Device {
+        name: name.to_owned(),
         kind,
         pci: None,
         node_guid: None,
@@ -134,7 +134,16 @@ pub fn parse(d: &inventory::Device) -> Device {
         problem: None,
         errors: Vec::new(),
         notes: Vec::new(),
-    };
+    }
+}
+
+/// One device of the inventory, typed; what could not be read or parsed
+/// goes to its `errors`.
+pub fn parse(d: &inventory::Device) -> Device {
+    let n = &d.name;
+    let mut errors = Vec::new();
+    let mut notes = Vec::new();
+    let mut device = unread(n, kind(d));
     if let Some(to) = &d.broken_link {
         device.problem = Some(Problem::BrokenLink(format!(
             "/sys/class/infiniband/{n} points to {}, which does not exist",

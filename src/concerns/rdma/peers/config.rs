@@ -146,6 +146,15 @@ impl Section for PeersConfig {
     const NAME: &'static str = "peers";
     fn validate(&self) -> Result<(), Invalid> {
         absolute("key_file", &self.key_file)?;
+        self.validate_rounds()?;
+        self.validate_names()?;
+        self.validate_source()
+    }
+}
+
+impl PeersConfig {
+    /// The service port, and rounds that fit their interval.
+    fn validate_rounds(&self) -> Result<(), Invalid> {
         if self.port == 0 {
             return Err(Invalid::new(
                 "port",
@@ -182,6 +191,11 @@ impl Section for PeersConfig {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// This node's name and the rails of its ports.
+    fn validate_names(&self) -> Result<(), Invalid> {
         if self.node.len() > 253 || self.node.contains(char::is_whitespace) {
             return Err(Invalid::new(
                 "node",
@@ -209,6 +223,11 @@ impl Section for PeersConfig {
                 "true, but [peers.rails] names no port's rail: no peer could be chosen".into(),
             ));
         }
+        Ok(())
+    }
+
+    /// Where the peer list is read from.
+    fn validate_source(&self) -> Result<(), Invalid> {
         match &self.source {
             PeerSource::File { path } => absolute("source", path),
             PeerSource::Prometheus {

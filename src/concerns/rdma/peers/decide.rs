@@ -176,48 +176,96 @@ pub fn judge_port(rec: &PeersRecord, local: &LocalPort, now: u64, cfg: &PeersCon
     }
     let counted_now: Vec<&Probe> = newest.iter().copied().filter(counted).collect();
     if counted_now.is_empty() {
-        let why = match newest.iter().find(|p| p.stage == Stage::Helper) {
-            Some(h) => format!("the probe helper could not run: {}", h.error),
-            None if newest.is_empty() => {
-                "the last round probed no peer from it (no peer on its fabric in the peer source?)"
-                    .into()
-            }
-            None => "every peer it probed refused for load (rate_limited, busy)".into(),
-        };
-        return Verdict::new(local, Status::Unknown, Some(reasons::PEERS_UNPROVEN), why);
+        return nothing_counted(&newest, local);
     }
-    let done: Vec<&Probe> = counted_now
-        .iter()
-        .copied()
-        .filter(|p| p.stage == Stage::Done)
-        .collect();
-    let failed: Vec<&Probe> = counted_now
-        .iter()
-        .copied()
-        .filter(|p| p.stage != Stage::Done)
-        .collect();
-    let total = counted_now.len();
-    let quorum = total / 2 + 1;
-    // The round before, as one fact: did this port fail everywhere then too?
-    let before_counted: Vec<&Probe> = before.iter().copied().filter(counted).collect();
-    let failed_all_before =
-        !before_counted.is_empty() && before_counted.iter().all(|p| p.stage != Stage::Done);
-    // A port-level fault is `warn` while the round before still showed the
-    // port healthy (one bad round may pass); with no round before (just
-    // started) nothing speaks for it.
-    let confirmed = |s: Status| {
-        if failed_all_before || before_counted.is_empty() {
+    let r = Judged::new(local, counted_now, &before);
+    if r.done.len() < r.quorum {
+        return r.below_quorum(answered_lately(&rec.inbound, local, now, cfg));
+    }
+    if let Some(v) = r.rail_mismatch() {
+        return v;
+    }
+    if !r.failed.is_empty() {
+        return r.some_failed();
+    }
+    r.lost_before()
+        .unwrap_or_else(|| Verdict::new(local, Status::Ok, None, ok_text(&r.done, r.total)))
+}
+
+/// No probe of the newest round counts: why nothing is proven.
+fn nothing_counted(newest: &[&Probe], local: &LocalPort) -> Verdict {
+    let why = match newest.iter().find(|p| p.stage == Stage::Helper) {
+        Some(h) => format!("the probe helper could not run: {}", h.error),
+        None if newest.is_empty() => {
+            "the last round probed no peer from it (no peer on its fabric in the peer source?)"
+                .into()
+        }
+        None => "every peer it probed refused for load (rate_limited, busy)".into(),
+    };
+    Verdict::new(local, Status::Unknown, Some(reasons::PEERS_UNPROVEN), why)
+}
+
+/// One port's counted probes of the newest round, and the round before.
+struct Judged<'a> {
+    local: &'a LocalPort,
+    done: Vec<&'a Probe>,
+    failed: Vec<&'a Probe>,
+    total: usize,
+    quorum: usize,
+    before_counted: Vec<&'a Probe>,
+    /// The round before, as one fact: did this port fail everywhere then too?
+    failed_all_before: bool,
+}
+
+impl<'a> Judged<'a> {
+    fn new(local: &'a LocalPort, counted_now: Vec<&'a Probe>, before: &[&'a Probe]) -> Self {
+        let done: Vec<&Probe> = counted_now
+            .iter()
+            .copied()
+            .filter(|p| p.stage == Stage::Done)
+            .collect();
+        let failed: Vec<&Probe> = counted_now
+            .iter()
+            .copied()
+            .filter(|p| p.stage != Stage::Done)
+            .collect();
+        let total = counted_now.len();
+        let before_counted: Vec<&Probe> = before.iter().copied().filter(counted).collect();
+        let failed_all_before =
+            !before_counted.is_empty() && before_counted.iter().all(|p| p.stage != Stage::Done);
+        Judged {
+            local,
+            done,
+            failed,
+            total,
+            quorum: total / 2 + 1,
+            before_counted,
+            failed_all_before,
+        }
+    }
+
+    /// A port-level fault is `warn` while the round before still showed the
+    /// port healthy (one bad round may pass); with no round before (just
+    /// started) nothing speaks for it.
+    fn confirmed(&self, s: Status) -> Status {
+        if self.failed_all_before || self.before_counted.is_empty() {
             s
         } else {
             Status::Warn
         }
-    };
+    }
 
-    if done.len() < quorum {
-        // Too few answered: the port's fault (or its fabric's). Named by the
-        // stage most of its probes stopped at.
-        let reason = dominant(&failed);
-        let inbound_ok = answered_lately(&rec.inbound, local, now, cfg);
+    /// Too few answered: the port's fault (or its fabric's). Named by the
+    /// stage most of its probes stopped at.
+    fn below_quorum(&self, inbound_ok: bool) -> Verdict {
+        let (local, done, failed, total, quorum) = (
+            self.local,
+            &self.done,
+            &self.failed,
+            self.total,
+            self.quorum,
+        );
+        let reason = dominant(failed);
         let reason = if reason == reasons::PEER_UNREACHABLE && inbound_ok {
             reasons::ONE_WAY
         } else {
@@ -238,24 +286,29 @@ pub fn judge_port(rec: &PeersRecord, local: &LocalPort, now: u64, cfg: &PeersCon
             }
             _ => "its probes reach no peer: the port, its link or its switch port".to_owned(),
         };
-        return Verdict::new(
+        Verdict::new(
             local,
-            confirmed(Status::Fail),
+            self.confirmed(Status::Fail),
             Some(reason),
             format!(
                 "{} of {total} peers answered both ways (quorum {quorum}); {what}; failed: {}",
                 done.len(),
-                peer_list(&failed)
+                peer_list(failed)
             ),
-        );
+        )
     }
-    // A majority answered. Answers from another rail than expected.
-    let wrong: Vec<&Probe> = done
-        .iter()
-        .copied()
-        .filter(|p| wrong_rail(local, p))
-        .collect();
-    if !wrong.is_empty() {
+
+    /// A majority answered. Answers from another rail than expected.
+    fn rail_mismatch(&self) -> Option<Verdict> {
+        let (local, done) = (self.local, &self.done);
+        let wrong: Vec<&Probe> = done
+            .iter()
+            .copied()
+            .filter(|p| wrong_rail(local, p))
+            .collect();
+        if wrong.is_empty() {
+            return None;
+        }
         let rails: Vec<String> = wrong
             .iter()
             .map(|p| {
@@ -278,18 +331,27 @@ pub fn judge_port(rec: &PeersRecord, local: &LocalPort, now: u64, cfg: &PeersCon
                 "the named peers sit on another rail than the peer source says",
             )
         };
-        return Verdict::new(
+        Some(Verdict::new(
             local,
             status,
             Some(reasons::RAIL_MISMATCH),
             format!("{}; {whose}", rails.join(", ")),
-        );
+        ))
     }
-    if !failed.is_empty() {
+
+    /// A majority answered and some did not.
+    fn some_failed(&self) -> Verdict {
+        let (local, done, failed, total, quorum) = (
+            self.local,
+            &self.done,
+            &self.failed,
+            self.total,
+            self.quorum,
+        );
         // A peer that failed in both rounds is the peer's fault; one that
         // answered in the other round is a lossy path.
         let answered_before = |p: &Probe| {
-            before_counted
+            self.before_counted
                 .iter()
                 .any(|b| b.peer.addr == p.peer.addr && b.stage == Stage::Done)
         };
@@ -310,36 +372,41 @@ pub fn judge_port(rec: &PeersRecord, local: &LocalPort, now: u64, cfg: &PeersCon
                 ),
             );
         }
-        return Verdict::new(
+        Verdict::new(
             local,
             Status::Warn,
-            Some(dominant(&failed)),
+            Some(dominant(failed)),
             format!(
                 "{} of {total} peers answered both ways (quorum {quorum}); the fault is theirs, not this port's: {}",
                 done.len(),
-                peer_list(&failed)
+                peer_list(failed)
             ),
-        );
+        )
     }
-    // Every counted probe answered now; a peer that failed the round before
-    // and answers now is a lossy path when this port failed to others too.
-    let lost_before: Vec<&Probe> = before_counted
-        .iter()
-        .copied()
-        .filter(|b| b.stage != Stage::Done && done.iter().any(|d| d.peer.addr == b.peer.addr))
-        .collect();
-    if !lost_before.is_empty() && !failed_all_before {
-        return Verdict::new(
-            local,
-            Status::Warn,
-            Some(reasons::LOSS),
-            format!(
-                "every peer answered now; the round before these did not: {}",
-                peer_list(&lost_before)
-            ),
-        );
+
+    /// Every counted probe answered now; a peer that failed the round before
+    /// and answers now is a lossy path when this port failed to others too.
+    fn lost_before(&self) -> Option<Verdict> {
+        let lost_before: Vec<&Probe> = self
+            .before_counted
+            .iter()
+            .copied()
+            .filter(|b| {
+                b.stage != Stage::Done && self.done.iter().any(|d| d.peer.addr == b.peer.addr)
+            })
+            .collect();
+        (!lost_before.is_empty() && !self.failed_all_before).then(|| {
+            Verdict::new(
+                self.local,
+                Status::Warn,
+                Some(reasons::LOSS),
+                format!(
+                    "every peer answered now; the round before these did not: {}",
+                    peer_list(&lost_before)
+                ),
+            )
+        })
     }
-    Verdict::new(local, Status::Ok, None, ok_text(&done, total))
 }
 
 fn ok_text(done: &[&Probe], total: usize) -> String {

@@ -93,6 +93,14 @@ fn rail(r: &Option<u32>) -> String {
 }
 
 pub fn families(m: &mut Families, seen: &[Observation]) {
+    responders(m, seen);
+    let rows: Vec<&PeerProbe> = owned::<PeerProbe>(seen).collect();
+    cells(m, &rows);
+    per_port(m, &rows);
+}
+
+/// One series per running responder.
+fn responders(m: &mut Families, seen: &[Observation]) {
     let f = m.family(
         "peer_responder_info",
         Kind::Gauge,
@@ -109,36 +117,26 @@ pub fn families(m: &mut Families, seen: &[Observation]) {
             1.0,
         );
     }
-    let rows: Vec<_> = owned::<PeerProbe>(seen)
-        .map(|p| {
-            (
-                &p.device,
-                &p.port,
-                &p.rail,
-                &p.peer_node,
-                &p.peer_rail,
-                p.stage,
-                &p.rtt_us,
-                &p.path_mtu,
-            )
-        })
-        .collect();
+}
+
+/// Per probed peer: whether it answered both ways, and its round-trip time.
+fn cells(m: &mut Families, rows: &[&PeerProbe]) {
     let f = m.family(
         "peer_probe_ok",
         Kind::Gauge,
         "1 when the newest round's probe from a local RDMA port to a peer answered both ways, else 0; labels: device, port, rail (the local port's, empty when unknown), peer (its node), peer_rail, stage (how far it got: done, source, resolve, connect, rejected, small, full); k series per port",
     );
-    for (device, port, r, peer, pr, stage, _, _) in &rows {
+    for p in rows {
         f.sample(
             vec![
-                ("device", (*device).clone()),
-                ("port", port.to_string()),
-                ("rail", rail(r)),
-                ("peer", (*peer).clone()),
-                ("peer_rail", rail(pr)),
-                ("stage", (*stage).to_owned()),
+                ("device", p.device.clone()),
+                ("port", p.port.to_string()),
+                ("rail", rail(&p.rail)),
+                ("peer", p.peer_node.clone()),
+                ("peer_rail", rail(&p.peer_rail)),
+                ("stage", p.stage.to_owned()),
             ],
-            if *stage == "done" { 1.0 } else { 0.0 },
+            if p.stage == "done" { 1.0 } else { 0.0 },
         );
     }
     let f = m.family(
@@ -146,27 +144,31 @@ pub fn families(m: &mut Families, seen: &[Observation]) {
         Kind::Gauge,
         "Round-trip time of the newest round's small exchange from a local RDMA port to a peer that answered both ways",
     );
-    for (device, port, _, peer, _, _, rtt, _) in &rows {
-        if let Some(us) = rtt {
+    for p in rows {
+        if let Some(us) = p.rtt_us {
             f.sample(
                 vec![
-                    ("device", (*device).clone()),
-                    ("port", port.to_string()),
-                    ("peer", (*peer).clone()),
+                    ("device", p.device.clone()),
+                    ("port", p.port.to_string()),
+                    ("peer", p.peer_node.clone()),
                 ],
-                *us as f64 / 1e6,
+                us as f64 / 1e6,
             );
         }
     }
+}
+
+/// Per local port: the probes by stage, and the smallest path MTU.
+fn per_port(m: &mut Families, rows: &[&PeerProbe]) {
     let mut by_stage: BTreeMap<(String, u32, &'static str), u64> = BTreeMap::new();
     let mut mtu: BTreeMap<(String, u32), u32> = BTreeMap::new();
-    for (device, port, _, _, _, stage, _, path_mtu) in &rows {
+    for p in rows {
         *by_stage
-            .entry(((*device).clone(), **port, *stage))
+            .entry((p.device.clone(), p.port, p.stage))
             .or_default() += 1;
-        if let Some(m) = path_mtu {
-            let e = mtu.entry(((*device).clone(), **port)).or_insert(*m);
-            *e = (*e).min(*m);
+        if let Some(m) = p.path_mtu {
+            let e = mtu.entry((p.device.clone(), p.port)).or_insert(m);
+            *e = (*e).min(m);
         }
     }
     let f = m.family(

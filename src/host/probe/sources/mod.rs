@@ -14,7 +14,7 @@ pub const MAX_PEERS: usize = 100_000;
 pub const MAX_RAIL: u32 = 63;
 
 /// Checks one peer's fields: a node name, an IPv4/IPv6 address, a fabric as
-/// `fleet::Fact::Port` names it (`ib:<prefix>` or `roce:<IPv4 subnet>`), a
+/// `fleet::Fabric::label` names it (`ib:<prefix>` or `roce:<IPv4 subnet>`), a
 /// rail within `MAX_RAIL`.
 pub fn check_peer(p: &Peer) -> Result<(), String> {
     if p.node.is_empty() || p.node.len() > 253 || p.node.contains(char::is_whitespace) {
