@@ -5,9 +5,11 @@
 //!
 //! The guarantees are the host layer's: the directory itself is reached with
 //! `openat2(RESOLVE_IN_ROOT)` (links followed as if the root were `/`), and a
-//! file under it with `RESOLVE_BENEATH`; a path that would leave the directory
-//! through a link (`EXDEV`), or a kernel without `openat2`, takes the
-//! path-based `Host` call instead, so every answer is the one `Host` gives.
+//! file under it with `RESOLVE_BENEATH`, one beside it (`../name`, read from a
+//! device's `ports/`) with `RESOLVE_NO_SYMLINKS`; a path that would leave the
+//! directory through a link (`EXDEV`, `ELOOP`), or a kernel without `openat2`,
+//! takes the path-based `Host` call instead, so every answer is the one `Host`
+//! gives.
 //! A `Dir` with a descriptor always knows its real path (no link in it): from
 //! `/proc/self/fd` after `RESOLVE_IN_ROOT`, or checked by `RESOLVE_NO_SYMLINKS`
 //! (`open_link`), so `..` from it and joins onto it mean what they say.
