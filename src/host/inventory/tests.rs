@@ -357,3 +357,42 @@ fn the_gpu_scan_reads_no_vf_vendor_the_inventory_answers() {
     fs::write(vf.join("../0000:3b:00.0/vendor"), "0x10de\n").unwrap();
     assert_eq!(unreadable(true), (gpus, cold));
 }
+
+#[path = "../../../tests/support/sysfs.rs"]
+mod sysfs;
+
+/// Each device read by its `ports/` (the walk's way) is the device read by
+/// its own directory, opened by path from the class link (the way a device
+/// without `ports/` takes): every field, on the synthetic SR-IOV node of
+/// tests/support/sysfs.rs (PFs and VFs) and on every sample node.
+#[test]
+fn the_ports_way_reads_what_the_directory_way_reads() {
+    let t = tempfile::tempdir().unwrap();
+    sysfs::sriov_tree(t.path(), 2, 3);
+    let mut roots = vec![t.path().to_owned()];
+    for node in ["sriov", "a100", "rxe", "roce", "v100", "gpu-host", "k3s"] {
+        roots.push(fixture(node));
+    }
+    let mut compared = 0;
+    for root in roots {
+        let host = crate::host::read::ReadHost::new(Host::new(&root));
+        let names = host.list_dir(Path::new(CLASS)).unwrap();
+        if names.is_empty() {
+            continue;
+        }
+        let class = host.open_dir(Path::new(CLASS)).unwrap().unwrap();
+        for name in &names {
+            let by_ports = walk::device(&host, Some(&class), name);
+            let by_dir = walk::device(&host, None, name);
+            assert_eq!(
+                format!("{by_ports:?}"),
+                format!("{by_dir:?}"),
+                "{}: {name}",
+                root.display()
+            );
+            compared += 1;
+        }
+    }
+    // 8 synthetic devices (2 PFs, 6 VFs) and the samples' own.
+    assert!(compared > 8, "{compared}");
+}

@@ -131,7 +131,7 @@ fn open<'h>(
     }
 }
 
-fn device(host: &ReadHost, class: Option<&Dir>, name: &str) -> Device {
+pub(super) fn device(host: &ReadHost, class: Option<&Dir>, name: &str) -> Device {
     let mut d = Device::new(name.to_owned());
     let Some(at) = open(host, class, name, &mut d) else {
         return d;
