@@ -57,7 +57,7 @@ pub mod trust;
 pub mod units;
 pub(crate) mod walks;
 
-pub use dir::Dir;
+pub use dir::{Dir, Entry};
 
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {

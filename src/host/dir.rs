@@ -5,9 +5,11 @@
 //!
 //! The guarantees are the host layer's: the directory itself is reached with
 //! `openat2(RESOLVE_IN_ROOT)` (links followed as if the root were `/`), and a
-//! file under it with `RESOLVE_BENEATH`; a path that would leave the directory
-//! through a link (`EXDEV`), or a kernel without `openat2`, takes the
-//! path-based `Host` call instead, so every answer is the one `Host` gives.
+//! file under it with `RESOLVE_BENEATH`, one beside it (`../name`, read from a
+//! device's `ports/`) with `RESOLVE_NO_SYMLINKS`; a path that would leave the
+//! directory through a link (`EXDEV`, `ELOOP`), or a kernel without `openat2`,
+//! takes the path-based `Host` call instead, so every answer is the one `Host`
+//! gives.
 //! A `Dir` with a descriptor always knows its real path (no link in it): from
 //! `/proc/self/fd` after `RESOLVE_IN_ROOT`, or checked by `RESOLVE_NO_SYMLINKS`
 //! (`open_link`), so `..` from it and joins onto it mean what they say.
@@ -15,6 +17,7 @@
 use std::fs::File;
 use std::mem::MaybeUninit;
 use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RawDir, ResolveFlags, openat2, statat};
@@ -103,12 +106,31 @@ impl<'h> Dir<'h> {
     /// cheap calls where `Host::open_dir` resolves from the root and asks
     /// `/proc` where it got. `None` otherwise: ask `Host::open_dir`.
     pub fn open_link(&self, name: &str, sub: Option<&str>) -> Option<Dir<'h>> {
+        if !plain(name) {
+            return None;
+        }
+        self.follow(name, &self.path, sub)
+    }
+
+    /// `open_link` of the link `name` beside this directory (in its parent):
+    /// `../name` read from here, so the parent needs no descriptor of its own.
+    pub fn open_link_beside(&self, name: &str, sub: Option<&str>) -> Option<Dir<'h>> {
+        if !plain(name) {
+            return None;
+        }
+        let parent = self.path.parent()?;
+        self.follow(&format!("../{name}"), parent, sub)
+    }
+
+    /// The link `link` (relative to this directory's descriptor) that sits in
+    /// `base` (a real path), opened by its lexical target.
+    fn follow(&self, link: &str, base: &Path, sub: Option<&str>) -> Option<Dir<'h>> {
         use std::ffi::OsStr;
         use std::os::unix::ffi::OsStrExt;
         let fd = self.fd.as_ref()?;
-        let target = rustix::fs::readlinkat(fd, name, Vec::new()).ok()?;
-        // This directory's path is real (no link in it): each `..` is its parent.
-        let mut path = self.path.clone();
+        let target = rustix::fs::readlinkat(fd, link, Vec::new()).ok()?;
+        // `base` is real (no link in it): each `..` is its parent.
+        let mut path = base.to_owned();
         let mut climbing = true;
         for c in target.to_bytes().split(|&b| b == b'/') {
             match c {
@@ -128,7 +150,7 @@ impl<'h> Dir<'h> {
             return None;
         }
         if let Some(sub) = sub {
-            if sub.is_empty() || sub.contains('/') || sub == ".." {
+            if !plain(sub) {
                 return None;
             }
             path.push(sub);
@@ -178,6 +200,32 @@ impl<'h> Dir<'h> {
             Some(Err(e)) if missing(e) => Ok(None),
             Some(Err(e)) => Err(HostError::Read {
                 path: self.real(rel),
+                source: e.into(),
+            }),
+        }
+    }
+
+    /// `Host::read_string` of `name` beside this directory (in its parent):
+    /// `../name` opened from here with no link followed. This directory's path
+    /// holds no link, so `..` is its parent, inside the root; a link there, or
+    /// no descriptor, takes the path-based call.
+    pub fn read_beside(&self, name: &str) -> Result<Option<String>> {
+        let Some(parent) = self.path.parent() else {
+            return self.host.read_string(&self.path.join(name));
+        };
+        let by_path = || self.host.read_string(&parent.join(name));
+        let Some(fd) = self.fd.as_ref().filter(|_| plain(name)) else {
+            return by_path();
+        };
+        let how = ResolveFlags::NO_SYMLINKS.union(ResolveFlags::NO_MAGICLINKS);
+        let flags = OFlags::RDONLY | OFlags::CLOEXEC;
+        match openat2(fd, format!("../{name}"), flags, Mode::empty(), how) {
+            Ok(fd) => read_text(File::from(fd), || self.host.path(&parent.join(name))).map(Some),
+            Err(e) if missing(e) => Ok(None),
+            // A link (ELOOP), no openat2, a rename race: the path-based call answers.
+            Err(Errno::LOOP | Errno::NOSYS | Errno::AGAIN | Errno::XDEV) => by_path(),
+            Err(e) => Err(HostError::Read {
+                path: self.host.path(&parent.join(name)),
                 source: e.into(),
             }),
         }
@@ -291,6 +339,42 @@ impl<'h> Dir<'h> {
         }
     }
 
+    /// What the name `name` in this directory is (not a link's target): one
+    /// `readlinkat`, where `exists` and then reading the link would take two.
+    pub fn entry(&self, name: &str) -> Entry {
+        self.entry_at(name, false)
+    }
+
+    /// `entry` of a name beside this directory (in its parent).
+    pub fn entry_beside(&self, name: &str) -> Entry {
+        self.entry_at(name, true)
+    }
+
+    fn entry_at(&self, name: &str, beside: bool) -> Entry {
+        let dir = match beside {
+            true => self.path.parent(),
+            false => Some(self.path.as_path()),
+        };
+        let (Some(fd), Some(_), true) = (&self.fd, dir, plain(name)) else {
+            let p = dir.unwrap_or(Path::new("/")).join(name);
+            return match self.host.read_link(&p) {
+                Ok(Some(t)) => Entry::Link(t),
+                _ if self.host.exists(&p) => Entry::Other,
+                _ => Entry::Absent,
+            };
+        };
+        let rel = match beside {
+            true => format!("../{name}"),
+            false => name.to_owned(),
+        };
+        match rustix::fs::readlinkat(fd, rel, Vec::new()) {
+            Ok(t) => Entry::Link(PathBuf::from(std::ffi::OsString::from_vec(t.into_bytes()))),
+            // Not a link: there, as `exists` would say.
+            Err(Errno::INVAL) => Entry::Other,
+            Err(_) => Entry::Absent,
+        }
+    }
+
     /// `Host::exists` of a name beside this directory (in its parent).
     pub fn exists_beside(&self, name: &str) -> bool {
         match &self.fd {
@@ -306,189 +390,25 @@ impl<'h> Dir<'h> {
     }
 }
 
+/// What a name in a directory is, its links not followed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    Absent,
+    /// A symbolic link: its target, as written.
+    Link(PathBuf),
+    /// A file or a directory.
+    Other,
+}
+
+/// One name, neither `..` nor a path: opened from here, it stays here.
+fn plain(name: &str) -> bool {
+    !name.is_empty() && !name.contains('/') && name != ".." && name != "."
+}
+
 fn missing(e: Errno) -> bool {
     matches!(e, Errno::NOENT | Errno::NOTDIR)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::fs;
-    use std::os::unix::fs::symlink;
-
-    /// Every answer a `Dir` gives is the one the path-based `Host` call gives.
-    #[test]
-    fn answers_as_the_path_based_calls_do() {
-        let t = tempfile::tempdir().unwrap();
-        let r = t.path();
-        fs::create_dir_all(r.join("sys/devices/pci0/dev/ports/1")).unwrap();
-        fs::create_dir_all(r.join("sys/class/ib")).unwrap();
-        fs::write(r.join("sys/devices/pci0/dev/fw"), "1.2\n").unwrap();
-        fs::write(r.join("sys/devices/pci0/dev/ports/1/state"), "4: ACTIVE\n").unwrap();
-        fs::write(r.join("sys/devices/pci0/vendor"), "0x15b3\n").unwrap();
-        fs::write(r.join("sys/devices/pci0/dev/bad"), [0xff]).unwrap();
-        symlink("../../devices/pci0/dev", r.join("sys/class/ib/dev")).unwrap();
-        symlink("../../devices/nope", r.join("sys/class/ib/gone")).unwrap();
-        // Links out of the directory: both take the path-based call.
-        symlink("../vendor", r.join("sys/devices/pci0/dev/up")).unwrap();
-        symlink("/sys/devices/pci0", r.join("sys/devices/pci0/dev/abs")).unwrap();
-        symlink("ports/1", r.join("sys/devices/pci0/dev/p1")).unwrap();
-        symlink("loop", r.join("sys/devices/pci0/dev/loop")).unwrap();
-
-        let h = Host::new(r);
-        assert_eq!(
-            h.open_dir(Path::new("/sys/class/ib/gone"))
-                .unwrap()
-                .unwrap_err(),
-            PathBuf::from("/sys/devices/nope")
-        );
-        let d = h.open_dir(Path::new("/sys/class/ib/dev")).unwrap().unwrap();
-        assert!(d.fd.is_some(), "openat2 is in every kernel this runs on");
-        assert_eq!(d.path(), Path::new("/sys/devices/pci0/dev"));
-        let full = |rel: &str| d.path().join(rel);
-        for rel in [
-            "fw",
-            "ports/1/state",
-            "up",
-            "abs/vendor",
-            "p1/state",
-            "absent",
-            "fw/x",
-            "ports",
-            "../vendor",
-            "loop",
-        ] {
-            assert_eq!(
-                format!("{:?}", d.read_string(rel)),
-                format!("{:?}", h.read_string(&full(rel))),
-                "{rel}"
-            );
-        }
-        assert!(matches!(
-            d.read_string("bad"),
-            Err(HostError::NotUtf8 { .. })
-        ));
-        for rel in ["ports", "ports/1", "p1", "abs", "absent", "fw"] {
-            assert_eq!(
-                format!("{:?}", d.list(rel)),
-                format!("{:?}", h.list_dir(&full(rel))),
-                "{rel}"
-            );
-        }
-        assert_eq!(d.list("ports").unwrap(), vec!["1"]);
-        for name in [
-            "fw",
-            "up",
-            "abs",
-            "absent",
-            "ports/1",
-            "p1/state",
-            "../vendor",
-        ] {
-            assert_eq!(d.exists(name), h.exists(&full(name)), "{name}");
-        }
-        // A real directory in a resolved one: its parent is that one resolved.
-        let p = h
-            .open_subdir(Path::new("/sys/class/ib/dev"), "ports")
-            .unwrap();
-        assert_eq!(p.path(), Path::new("/sys/devices/pci0/dev/ports"));
-        assert_eq!(p.list("").unwrap(), vec!["1"]);
-        assert!(p.exists_beside("fw") && p.exists_beside("up") && !p.exists_beside("absent"));
-        // Not a link, not absent, not a file.
-        for name in ["p1", "absent", "fw"] {
-            assert!(
-                h.open_subdir(Path::new("/sys/class/ib/dev"), name)
-                    .is_none(),
-                "{name}"
-            );
-        }
-        // A sysfs-shaped link, opened by its lexical target.
-        let class = h.open_dir(Path::new("/sys/class/ib")).unwrap().unwrap();
-        let l = class.open_link("dev", None).unwrap();
-        assert_eq!(l.path(), Path::new("/sys/devices/pci0/dev"));
-        assert_eq!(l.read_string("fw").unwrap().as_deref(), Some("1.2\n"));
-        let l = class.open_link("dev", Some("ports")).unwrap();
-        assert_eq!(l.path(), Path::new("/sys/devices/pci0/dev/ports"));
-        assert_eq!(l.list("").unwrap(), vec!["1"]);
-        // Dangling, not a link, a link on the way, absolute, above the root: not this way.
-        fs::create_dir_all(r.join("sys/class/ib/plain")).unwrap();
-        symlink("../../devices/pci0/dev/p1", r.join("sys/class/ib/via")).unwrap();
-        symlink("/sys/devices/pci0/dev", r.join("sys/class/ib/abs")).unwrap();
-        symlink(
-            "../../../../../sys/devices/pci0/dev",
-            r.join("sys/class/ib/high"),
-        )
-        .unwrap();
-        symlink("../../devices/./pci0/dev", r.join("sys/class/ib/dot")).unwrap();
-        for name in ["gone", "plain", "via", "abs", "high", "dot", "absent"] {
-            assert!(class.open_link(name, None).is_none(), "{name}");
-        }
-        assert!(
-            class.open_link("dev", Some("p1")).is_none(),
-            "a link as sub"
-        );
-        assert!(
-            class.open_link("dev", Some("fw")).is_none(),
-            "a file as sub"
-        );
-        // Without a descriptor (a kernel without openat2) the same, by path.
-        let by_path = Dir {
-            host: &h,
-            path: d.path().to_owned(),
-            fd: None,
-            readable: false,
-        };
-        assert_eq!(by_path.read_string("fw").unwrap().as_deref(), Some("1.2\n"));
-        assert_eq!(by_path.list("ports").unwrap(), vec!["1"]);
-        assert!(by_path.exists("up"));
-        assert!(by_path.exists_beside("dev") && !by_path.exists_beside("fw"));
-    }
-
-    /// The same on the kernel's own sysfs (kernfs: its link texts, its
-    /// `openat2`), where the machine has one: the live root's network class.
-    #[test]
-    fn answers_on_the_live_sysfs_as_the_path_based_calls_do() {
-        let h = Host::new("/");
-        let class = Path::new("/sys/class/net");
-        let Ok(Ok(c)) = h.open_dir(class) else {
-            println!("no {} here: nothing to compare", class.display());
-            return;
-        };
-        let names = h.list_dir(class).unwrap();
-        for name in &names {
-            let full = class.join(name);
-            let Some(d) = c.open_link(name, None) else {
-                // Only a link of another shape may take the long way.
-                let raw = h.read_link(&full).unwrap();
-                assert!(
-                    raw.as_ref().is_none_or(|t| t.is_absolute()),
-                    "{name}: {raw:?}"
-                );
-                continue;
-            };
-            assert_eq!(d.path(), h.resolve(&full).unwrap(), "{name}");
-            for attr in ["address", "mtu", "type", "ifindex", "absent"] {
-                assert_eq!(
-                    d.read_string(attr).unwrap(),
-                    h.read_string(&d.path().join(attr)).unwrap(),
-                    "{name}/{attr}"
-                );
-            }
-            assert_eq!(
-                d.list("queues").unwrap(),
-                h.list_dir(&full.join("queues")).unwrap()
-            );
-            // A real device: its `device` link, and a directory of the function.
-            if let Some(sub) = d.open_link("device", Some("power")) {
-                let dev = h.resolve(&d.path().join("device")).unwrap();
-                assert_eq!(sub.path(), dev.join("power"), "{name}");
-                assert_eq!(sub.exists_beside("uevent"), h.exists(&dev.join("uevent")));
-                assert_eq!(
-                    sub.list("").unwrap(),
-                    h.list_dir(&dev.join("power")).unwrap()
-                );
-            }
-        }
-        println!("compared {} devices of {}", names.len(), class.display());
-    }
-}
+#[path = "dir_tests.rs"]
+mod tests;

@@ -3,7 +3,7 @@
 //! OFED version) through it, so each is read at most once per cycle, and only
 //! when some concern asks for it (`check --only` reads only what its check needs).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ops::Deref;
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -216,12 +216,32 @@ impl Snapshot {
                 Err(e) => Err(e.to_string()),
             }
         };
+        // A VF's vendor is its PF's: the kernel copies it (drivers/pci/iov.c,
+        // pci_iov_add_virtfn: `virtfn->vendor = dev->vendor`). So the VFs of
+        // an RDMA NIC, known from the inventory when it was walked this cycle,
+        // are not read one by one once their PF's vendor was.
+        let walked = self.rdma_inventory.get().and_then(|i| i.as_ref().ok());
+        let pf_of: HashMap<&str, &str> =
+            walked.map_or_else(HashMap::new, |i| i.vf_parents().collect());
+        let pfs: HashSet<&str> = pf_of.values().copied().collect();
+        let mut not_nvidia: HashSet<String> = HashSet::new();
         for dev in self.host.list_dir(Path::new(PCI_DEVICES))? {
+            if pf_of
+                .get(dev.as_str())
+                .is_some_and(|pf| not_nvidia.contains(*pf))
+            {
+                continue;
+            }
             let dir = Path::new(PCI_DEVICES).join(&dev);
             // Only the vendor of most functions is read; the class only for NVIDIA ones.
             match read(&dir.join("vendor")) {
                 Ok(v) if v.trim() == NVIDIA_VENDOR => {}
-                Ok(_) => continue,
+                Ok(_) => {
+                    if pfs.contains(dev.as_str()) {
+                        not_nvidia.insert(dev);
+                    }
+                    continue;
+                }
                 Err(e) => {
                     out.unreadable.push(e);
                     continue;

@@ -43,6 +43,14 @@ impl Inventory {
     pub fn physical(&self) -> impl Iterator<Item = &Device> {
         self.devices.iter().filter(|d| !d.physfn)
     }
+
+    /// Each SR-IOV VF's PCI address with its PF's, for the VFs whose `physfn`
+    /// link was read.
+    pub fn vf_parents(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.devices
+            .iter()
+            .filter_map(|d| Some((d.pci.as_deref()?, d.pf.as_deref()?)))
+    }
 }
 
 /// One device under `/sys/class/infiniband`.
@@ -61,6 +69,8 @@ pub struct Device {
     pub pci: Option<String>,
     /// `device/physfn` exists: an SR-IOV virtual function.
     pub physfn: bool,
+    /// The PF's PCI address (the name `device/physfn` leads to), for a VF.
+    pub pf: Option<String>,
     /// Under /sys/devices/virtual: a software device (rxe, siw) on a netdev.
     pub is_software: bool,
     /// `device/net/*`: the function's netdevs.
@@ -91,6 +101,7 @@ impl Device {
             function: DeviceLink::None,
             pci: None,
             physfn: false,
+            pf: None,
             is_software: false,
             function_netdevs: Vec::new(),
             parent: Ok(None),

@@ -278,3 +278,121 @@ fn the_numa_node_of_each_device() {
     let inv = snap.rdma_inventory().unwrap();
     assert!(inv.devices.iter().all(|d| d.numa_node == Ok(None)));
 }
+
+/// A device without `ports/` is read from its own directory (the walk's other
+/// way): the same fields, no ports and no error. A VF's `physfn` names its PF;
+/// a `physfn` that is not a link still makes a VF, with no PF named.
+#[test]
+fn a_device_without_ports_and_a_vfs_pf() {
+    let t = tempfile::tempdir().unwrap();
+    tree(t.path());
+    let dev = t.path().join(FN).join("infiniband/mlx5_0");
+    symlink("../0000:00:00.7", t.path().join(FN).join("physfn")).unwrap();
+    let snap = Snapshot::new(Host::new(t.path()));
+    let inv = snap.rdma_inventory().unwrap();
+    let with_ports = &inv.devices[0];
+    assert!(with_ports.physfn);
+    assert_eq!(with_ports.pf.as_deref(), Some("0000:00:00.7"));
+    assert_eq!(
+        inv.vf_parents().collect::<Vec<_>>(),
+        [("0000:00:01.0", "0000:00:00.7")]
+    );
+    assert_eq!(with_ports.ports.len(), 1);
+
+    fs::remove_dir_all(dev.join("ports")).unwrap();
+    fs::remove_file(t.path().join(FN).join("physfn")).unwrap();
+    fs::write(t.path().join(FN).join("physfn"), "").unwrap();
+    let snap = Snapshot::new(Host::new(t.path()));
+    let inv = snap.rdma_inventory().unwrap();
+    let d = &inv.devices[0];
+    assert_eq!((d.physfn, d.pf.as_deref()), (true, None));
+    assert!(d.ports.is_empty() && d.ports_error.is_none(), "{d:?}");
+    assert_eq!(d.path.as_deref(), with_ports.path.as_deref());
+    assert_eq!(d.pci, with_ports.pci);
+    assert_eq!(d.function, with_ports.function);
+    assert_eq!(d.function_netdevs, with_ports.function_netdevs);
+    assert_eq!(d.node_guid, with_ports.node_guid);
+    assert_eq!(inv.vf_parents().count(), 0);
+}
+
+/// The GPU scan reads no vendor of a VF the inventory met once its PF's was
+/// read and is not NVIDIA's: the kernel gives a VF its PF's vendor
+/// (drivers/pci/iov.c). Shown on the sriov sample with one VF's `vendor` made
+/// unreadable: read when the inventory was not walked first, or when the PF
+/// is NVIDIA's; not read otherwise. The GPUs found are the same each way.
+#[test]
+fn the_gpu_scan_reads_no_vf_vendor_the_inventory_answers() {
+    let t = tempfile::tempdir().unwrap();
+    let ok = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(fixture("sriov").join("sys"))
+        .arg(t.path())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let vf = t
+        .path()
+        .join("sys/devices/pci0000:3a/0000:3a:00.0/0000:3b:00.2");
+    fs::remove_file(vf.join("vendor")).unwrap();
+    fs::create_dir(vf.join("vendor")).unwrap();
+    let unreadable = |walk_first: bool| {
+        let snap = Snapshot::new(Host::new(t.path()));
+        if walk_first {
+            let inv = snap.rdma_inventory().unwrap();
+            assert!(
+                inv.vf_parents()
+                    .any(|v| v == ("0000:3b:00.2", "0000:3b:00.0"))
+            );
+        }
+        let scan = snap.nvidia_gpus().unwrap();
+        (scan.gpus.clone(), scan.unreadable.clone())
+    };
+    let (gpus, cold) = unreadable(false);
+    assert!(
+        cold.len() == 1 && cold[0].contains("0000:3b:00.2/vendor"),
+        "{cold:?}"
+    );
+    assert_eq!(unreadable(true), (gpus.clone(), Vec::new()));
+    fs::write(vf.join("../0000:3b:00.0/vendor"), "0x10de\n").unwrap();
+    assert_eq!(unreadable(true), (gpus, cold));
+}
+
+#[path = "../../../tests/support/sysfs.rs"]
+mod sysfs;
+
+/// Each device read by its `ports/` (the walk's way) is the device read by
+/// its own directory, opened by path from the class link (the way a device
+/// without `ports/` takes): every field, on the synthetic SR-IOV node of
+/// tests/support/sysfs.rs (PFs and VFs) and on every sample node.
+#[test]
+fn the_ports_way_reads_what_the_directory_way_reads() {
+    let t = tempfile::tempdir().unwrap();
+    sysfs::sriov_tree(t.path(), 2, 3);
+    let mut roots = vec![t.path().to_owned()];
+    for node in ["sriov", "a100", "rxe", "roce", "v100", "gpu-host", "k3s"] {
+        roots.push(fixture(node));
+    }
+    let mut compared = 0;
+    for root in roots {
+        let host = crate::host::read::ReadHost::new(Host::new(&root));
+        let names = host.list_dir(Path::new(CLASS)).unwrap();
+        if names.is_empty() {
+            continue;
+        }
+        let class = host.open_dir(Path::new(CLASS)).unwrap().unwrap();
+        for name in &names {
+            let by_ports = walk::device(&host, Some(&class), name);
+            let by_dir = walk::device(&host, None, name);
+            assert_eq!(
+                format!("{by_ports:?}"),
+                format!("{by_dir:?}"),
+                "{}: {name}",
+                root.display()
+            );
+            compared += 1;
+        }
+    }
+    // 8 synthetic devices (2 PFs, 6 VFs) and the samples' own.
+    assert!(compared > 8, "{compared}");
+}
