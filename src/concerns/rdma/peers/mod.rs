@@ -117,6 +117,9 @@ impl Concern for Peers {
         Decision {
             checks: vec![check],
             observations,
+            // Each round's record reconciles at once (not at the next timer,
+            // five minutes by default): a fault is named within two rounds.
+            watch: vec![std::path::PathBuf::from(format!("{STATE_DIR}/{FILE}"))],
             ..Decision::default()
         }
     }
