@@ -168,12 +168,17 @@ all_ok() {
     done
 }
 show() { for n in $NODES; do echo "node$n: $(peers_check "$n")"; done; }
-# Each node's daemon, its CPU seconds since start, children (the probe
-# helpers, reaped) included: utime stime cutime cstime in clock ticks.
+# Each node's CPU in clock ticks: its daemon's (utime stime, and cutime
+# cstime: the probe helpers' pings it reaped), then its two responders'.
 cpu() {
     for n in $NODES; do
         pid=$(systemctl show -P MainPID "$(unit "$n")")
-        echo "node$n $(awk '{ print $14 + $15 + $16 + $17 }' "/proc/$pid/stat") $(getconf CLK_TCK)"
+        resp=0
+        for r in $RAILS; do
+            rp=$(responder_pid "$n" "$r")
+            [ -n "$rp" ] && resp=$((resp + $(awk '{ print $14 + $15 }' "/proc/$rp/stat")))
+        done
+        echo "node$n $(awk '{ print $14 + $15 + $16 + $17 }' "/proc/$pid/stat") $(getconf CLK_TCK) $resp"
     done
 }
 save() { # PHASE
