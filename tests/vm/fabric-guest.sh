@@ -151,7 +151,11 @@ node_unit() {
 daemons_start() {
     systemctl daemon-reload || return 1
     for n in $NODES; do
-        systemctl start "$(unit "$n")" || { systemctl status --no-pager "$(unit "$n")"; return 1; }
+        systemctl start "$(unit "$n")" || {
+            systemctl status --no-pager "$(unit "$n")"
+            journalctl -b --no-pager -n 40
+            return 1
+        }
     done
     # Every node's first rounds: rdma.peers ok everywhere.
     i=0
@@ -274,6 +278,12 @@ peer_list >"$F/peers.toml"
 step install install_agent "$(node_config 0)"
 for n in 1 2 3; do step "unit-node$n" node_unit "$n"; done
 step daemons-start daemons_start
+# Without four daemons there is nothing to prove: the records so far, and out.
+[ "$(cat "$R/daemons-start.rc")" = 0 ] || {
+    for n in $NODES; do journalctl -b -u "$(unit "$n")" --no-pager -o cat >"$R/journal-node$n.txt"; done
+    cat "/etc/systemd/system/rdma-fabric-node1.service" >"$R/unit-node1.service"
+    exit 1
+}
 step calm calm
 # The MTU fault: node 1's rail-0 switch port carries 1500 against the
 # port's 9000 (RoCE MTU 4096): small messages pass, path-MTU ones do not.
