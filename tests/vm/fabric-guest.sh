@@ -133,8 +133,9 @@ kind = "file"
 path = "$F/peers.toml"
 [peers.rails]
 EOF
-    for n in $NODES; do
-        for r in $RAILS; do echo "rxe$n$r = $r"; done
+    # (Its own loop names: POSIX sh has no locals, and its callers loop on n.)
+    for nn in $NODES; do
+        for rr in $RAILS; do echo "rxe$nn$rr = $rr"; done
     done
 }
 # Nodes 1..3: the installed unit, its directories its own.
