@@ -240,9 +240,10 @@ some_peer_names() {
 # until it holds (seconds recorded in PHASE.out) or DEADLINE passes, save,
 # restore (a function), and wait for every node's rdma.peers to be ok again.
 fault() {
-    name=$1 cond=$2
+    # `ph`, not `name`: step's own variable.
+    ph=$1 cond=$2
     t0=$(date +%s)
-    step "$name-inject" "$3"
+    step "$ph-inject" "$3"
     hit=
     while [ $(($(date +%s) - t0)) -le "$DEADLINE" ]; do
         if eval "$cond"; then
@@ -251,10 +252,10 @@ fault() {
         fi
         sleep 2
     done
-    save "$name"
-    { echo "{\"phase\": \"$name\", \"seen_after_s\": ${hit:-null}, \"deadline_s\": $DEADLINE}"; show; } >"$R/$name.out"
-    echo 0 >"$R/$name.rc"
-    step "$name-restore" restored "$4"
+    save "$ph"
+    { echo "{\"phase\": \"$ph\", \"seen_after_s\": ${hit:-null}, \"deadline_s\": $DEADLINE}"; show; } >"$R/$ph.out"
+    echo 0 >"$R/$ph.rc"
+    step "$ph-restore" restored "$4"
 }
 restored() {
     "$1" || return 1
