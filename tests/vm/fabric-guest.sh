@@ -153,7 +153,35 @@ node_unit() {
         /lib/systemd/system/rdma-node-agent.service >"/etc/systemd/system/rdma-fabric-node$n.service" || return 1
     grep -E '^(RuntimeDirectory|StateDirectory|BindPaths)=' "/etc/systemd/system/rdma-fabric-node$n.service"
 }
+# The shipped unit's IP firewall (IPAddressDeny=any, IPAddressAllow=localhost)
+# is a cgroup BPF filter; rxe's data QPs send through kernel sockets created
+# by the process that makes the QP (the probe helper, in the unit's cgroup),
+# so their RoCE packets are dropped on egress, while RDMA-CM's MADs (QP1,
+# the kernel's own) pass: probes connect and their first SEND never
+# completes. A NIC does RoCE in hardware and is not filtered; a Soft-RoCE
+# fabric needs its subnets allowed, as an operator does with this drop-in.
+# Recorded first as shipped (shipped-sandbox), then with it.
+DROPIN='[Service]
+IPAddressAllow=10.70.0.0/24 10.71.0.0/24'
+dropin() { # UNIT
+    mkdir -p "/etc/systemd/system/$1.service.d" &&
+        printf '%s\n' "$DROPIN" >"/etc/systemd/system/$1.service.d/50-soft-roce-fabric.conf"
+}
+shipped_sandbox() {
+    systemctl daemon-reload || return 1
+    systemctl start rdma-node-agent rdma-fabric-node1 || return 1
+    t=$(date +%s)
+    until peers_check 0 | jq -e '.details.ports[] | select(.port == "rxe00/1") | select(.message | contains("node1 10.70.0.2 (small"))' >/dev/null; do
+        [ $(($(date +%s) - t)) -lt 90 ] || break
+        sleep 3
+    done
+    peers_check 0
+    systemctl stop rdma-node-agent rdma-fabric-node1
+    # Both start afresh below: no record of these rounds is kept.
+    rm -f /var/lib/rdma-node-agent/peers.json /var/lib/rdma-fabric-node1/peers.json
+}
 daemons_start() {
+    for n in $NODES; do dropin "$(unit "$n")" || return 1; done
     systemctl daemon-reload || return 1
     for n in $NODES; do
         systemctl start "$(unit "$n")" || {
@@ -307,6 +335,7 @@ step install install_agent "$(node_config 0)"
 step manual-ping-rail0 manual "$(addr 0 0)" "$(addr 1 0)"
 step manual-ping-rail1 manual "$(addr 2 1)" "$(addr 3 1)"
 for n in 1 2 3; do step "unit-node$n" node_unit "$n"; done
+step shipped-sandbox shipped_sandbox
 step daemons-start daemons_start
 # Without four daemons there is nothing to prove: the records so far, and out.
 [ "$(cat "$R/daemons-start.rc")" = 0 ] || {
