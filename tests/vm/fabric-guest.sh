@@ -298,6 +298,7 @@ fault() {
     { echo "{\"phase\": \"$ph\", \"seen_after_s\": ${hit:-null}, \"deadline_s\": $DEADLINE}"; show; } >"$R/$ph.out"
     echo 0 >"$R/$ph.rc"
     step "$ph-restore" restored "$4"
+    [ "$(cat "$R/$ph-restore.rc")" = 0 ] || { save "$ph-restored"; step "$ph-leftovers" leftovers; }
 }
 restored() {
     "$1" || return 1
@@ -308,6 +309,16 @@ restored() {
     done
     echo "all ok again after $(($(date +%s) - t1)) s"
 }
+# What is left of a fault its restore did not clear: the kernel's RDMA-CM ids
+# (listeners and their devices), the switches' neighbours, the responders.
+leftovers() {
+    rdma res show cm_id
+    for r in $RAILS; do echo "rail$r:"; ip netns exec "rail$r" ip neigh; done
+    pgrep -a -f "rdma-node-agent-probe respond"
+    for n in $NODES; do echo "node$n: $(jq -c .responders "$(state_dir "$n")/peers.json")"; done
+}
+# FABRIC_ONLY=PHASE (development): that fault alone.
+only() { [ -z "${FABRIC_ONLY:-}" ] || [ "$FABRIC_ONLY" = "$1" ]; }
 responder_pid() { # NODE RAIL
     pgrep -f "rdma-node-agent-probe respond --addr $(addr "$1" "$2") " | head -n 1
 }
@@ -348,7 +359,7 @@ step calm calm
 # port's 9000 (RoCE MTU 4096): small messages pass, path-MTU ones do not.
 mtu_on() { ip netns exec rail0 ip link set sw10 mtu 1500; }
 mtu_off() { ip netns exec rail0 ip link set sw10 mtu 9000; }
-fault mtu "port_says 1 rxe10 fail mtu_mismatch && peers_name 1 0" mtu_on mtu_off
+only mtu && fault mtu "port_says 1 rxe10 fail mtu_mismatch && peers_name 1 0" mtu_on mtu_off
 # Node 3's rail-0 cable in rail 1's switch: rail 1 has no route to its
 # address, rail 0 none to it any more.
 move() { # FROM TO
@@ -360,22 +371,22 @@ move() { # FROM TO
 }
 rail_on() { move 0 1; }
 rail_off() { move 1 0 && ip netns exec rail0 ip route add "$(addr 3 0)/32" dev sw30; }
-fault rail "port_says 3 rxe30 fail peer_unreachable && peers_name 3 0" rail_on rail_off
+only rail && fault rail "port_says 3 rxe30 fail peer_unreachable && peers_name 3 0" rail_on rail_off
 # Loss on node 0's rail-1 link, both ways (tc netem on its veth and its switch port).
 loss_on() {
     modprobe sch_netem
     tc qdisc add dev fab01 root netem loss 50% && ip netns exec rail1 tc qdisc add dev sw01 root netem loss 50%
 }
 loss_off() { tc qdisc del dev fab01 root; ip netns exec rail1 tc qdisc del dev sw01 root; }
-fault loss "some_peer_names 0 1" loss_on loss_off
+only loss && fault loss "some_peer_names 0 1" loss_on loss_off
 # Node 2's rail-0 responder hung (SIGSTOP): its peers name it.
 hung_on() { kill -STOP "$(responder_pid 2 0)"; }
 hung_off() { kill -CONT "$(responder_pid 2 0)"; }
-fault responder-hung "peers_name 2 0" hung_on hung_off
+only responder-hung && fault responder-hung "peers_name 2 0" hung_on hung_off
 # Node 1's rail-1 responder killed: node 1 says so until its prober starts
 # it again (the next round).
 killed_on() { kill -KILL "$(responder_pid 1 1)"; }
-fault responder-killed "port_says 1 rxe11 fail responder_down" killed_on true
+only responder-killed && fault responder-killed "port_says 1 rxe11 fail responder_down" killed_on true
 # A forged probe (another key) from node 1's rail-0 address to node 2's
 # responder: refused, and node 2 names the sender.
 forged() {
@@ -394,6 +405,6 @@ save forged
 # the address came back (tests/vm_fabric.rs asserts the recovery on its own).
 gid_on() { ip addr del "$(addr 2 1)/32" dev fab21; }
 gid_off() { ip addr add "$(addr 2 1)/32" dev fab21; }
-fault gid "port_says 2 rxe21 fail gid_missing && peers_name 2 1" gid_on gid_off
+only gid && fault gid "port_says 2 rxe21 fail gid_missing && peers_name 2 1" gid_on gid_off
 for n in $NODES; do journalctl -b -u "$(unit "$n")" --no-pager -o cat >"$R/journal-node$n.txt"; done
 cpu >"$R/end-cpu"
