@@ -36,9 +36,11 @@ const TIER: harness::Tier = harness::Tier {
     // One boot: the calm phase (10 min) and the faults (~6 min) under TCG.
     env: &[("VM_BOOTS", "1"), ("VM_BOOT_LIMIT", "2400")],
     payload: |dir| {
+        // FABRIC_ONLY=PHASE (development): one fault alone.
+        let only = std::env::var("FABRIC_ONLY").unwrap_or_default();
         fs::write(
             dir.join("fabric.env"),
-            format!("FABRIC_CALM_S={}\n", calm_s()),
+            format!("FABRIC_CALM_S={}\nFABRIC_ONLY={only}\n", calm_s()),
         )
         .map_err(|e| format!("fabric.env: {e}"))
     },
