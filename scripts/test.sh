@@ -167,6 +167,9 @@ vm_lane() {
     phase vm-acs cargo test --test vm_acs -- --include-ignored --nocapture
     # The peer-probe tier: the package's probe helper over Soft-RoCE, one boot.
     phase vm-peers cargo test --test vm_peers -- --include-ignored --nocapture
+    # The multi-node fabric tier: four daemons on eight rxe ports, a 10-minute
+    # fault-free run and one fault per node, one boot (~18 min).
+    phase vm-fabric cargo test --test vm_fabric -- --include-ignored --nocapture
 }
 lane vm vm_lane
 
@@ -174,7 +177,7 @@ lane vm vm_lane
 # first, and the lanes still finish and report before the script fails.
 tests=(--lib --bins --benches --examples)
 while read -r name; do
-    case $name in vm_rxe | vm_acs | vm_peers) ;; *) tests+=(--test "$name") ;; esac
+    case $name in vm_rxe | vm_acs | vm_peers | vm_fabric) ;; *) tests+=(--test "$name") ;; esac
 done < <(cargo metadata --no-deps --format-version 1 | /usr/bin/python3 -c '
 import json, sys
 for p in json.load(sys.stdin)["packages"]:

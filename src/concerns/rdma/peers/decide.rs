@@ -93,6 +93,16 @@ pub fn unproven(
     None
 }
 
+/// Is this ACTIVE port one the peer list gives this node? The prober runs a
+/// responder (or tried to) or probes from exactly those ports, so the newest
+/// round says: a listed port that lost its address still probes (`source`).
+pub fn assigned(rec: &PeersRecord, p: &LocalPort) -> bool {
+    rec.responders
+        .iter()
+        .any(|r| r.device == p.device && r.port == p.port)
+        || !of_port(rec.rounds.last(), p).is_empty()
+}
+
 fn of_port<'a>(round: Option<&'a Round>, p: &LocalPort) -> Vec<&'a Probe> {
     round
         .map(|r| {

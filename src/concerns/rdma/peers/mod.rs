@@ -16,6 +16,8 @@ pub mod reasons;
 pub mod selftest_record;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_fabric;
 
 use std::time::SystemTime;
 
@@ -115,6 +117,9 @@ impl Concern for Peers {
         Decision {
             checks: vec![check],
             observations,
+            // Each round's record reconciles at once (not at the next timer,
+            // five minutes by default): a fault is named within two rounds.
+            watch: vec![std::path::PathBuf::from(format!("{STATE_DIR}/{FILE}"))],
             ..Decision::default()
         }
     }
@@ -165,18 +170,41 @@ pub fn evaluate(f: &Facts, cfg: &PeersConfig) -> (Check, Vec<Observation>) {
     if let Some(why) = decide::unproven(rec, f.boot_id.as_deref(), f.now, cfg) {
         return unknown(reasons::PEERS_UNPROVEN, why);
     }
-    let mut verdicts: Vec<Verdict> = ports
+    // Only the ports the fleet's peer list gives this node are probed, and
+    // only they are judged: another ACTIVE port (a storage NIC, another
+    // agent's port on a test rig) proves nothing either way.
+    let (mine, unlisted): (Vec<&LocalPort>, Vec<&LocalPort>) =
+        ports.iter().partition(|p| decide::assigned(rec, p));
+    if mine.is_empty() {
+        return unknown(
+            reasons::PEERS_UNPROVEN,
+            format!(
+                "the peer list names none of this node's ACTIVE RDMA ports ({}) under its name ([peers] node, else the hostname): nothing is probed",
+                names(&unlisted)
+            ),
+        );
+    }
+    let mut verdicts: Vec<Verdict> = mine
         .iter()
         .map(|p| decide::judge_port(rec, p, f.now, cfg))
         .collect();
     verdicts.extend(decide::refused_senders(rec, f.now, cfg));
     let observations = metrics::observations(rec, ports);
-    (summarize(&verdicts), observations)
+    (summarize(&verdicts, &unlisted), observations)
+}
+
+fn names(ports: &[&LocalPort]) -> String {
+    ports
+        .iter()
+        .map(|p| p.name())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// One check from the ports' verdicts: the worst status, its reason, and every
-/// port that is not ok named in the message.
-fn summarize(verdicts: &[Verdict]) -> Check {
+/// port that is not ok named in the message; the ports the peer list does not
+/// give this node are named as not judged.
+fn summarize(verdicts: &[Verdict], unlisted: &[&LocalPort]) -> Check {
     let worst = verdicts
         .iter()
         .map(|v| v.status)
@@ -189,13 +217,17 @@ fn summarize(verdicts: &[Verdict]) -> Check {
             "reason": v.reason.map(|r| r.as_str()),
             "message": v.text,
         })).collect::<Vec<_>>(),
+        "not_judged": unlisted.iter().map(|p| p.name()).collect::<Vec<_>>(),
     });
     let message = if worst == Status::Ok {
-        verdicts
-            .iter()
-            .map(|v| v.text.as_str())
-            .collect::<Vec<_>>()
-            .join("; ")
+        let mut parts: Vec<String> = verdicts.iter().map(|v| v.text.clone()).collect();
+        if !unlisted.is_empty() {
+            parts.push(format!(
+                "not probed, not judged (the peer list does not name them for this node): {}",
+                names(unlisted)
+            ));
+        }
+        parts.join("; ")
     } else {
         let mut bad: Vec<&Verdict> = verdicts.iter().filter(|v| v.status != Status::Ok).collect();
         bad.sort_by_key(|v| std::cmp::Reverse(v.status));

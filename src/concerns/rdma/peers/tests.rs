@@ -9,7 +9,7 @@ use crate::host::probe::record::{Inbound, Peer, Probe, Responder, Round, Stage, 
 const NOW: u64 = 1_795_678_855;
 const BOOT: &str = "boot-a";
 
-fn peer(node: &str, rail: u32) -> Peer {
+pub(super) fn peer(node: &str, rail: u32) -> Peer {
     Peer {
         node: node.into(),
         addr: format!(
@@ -21,7 +21,7 @@ fn peer(node: &str, rail: u32) -> Peer {
     }
 }
 
-fn probe(peer_node: &str, stage: Stage) -> Probe {
+pub(super) fn probe(peer_node: &str, stage: Stage) -> Probe {
     let done = stage == Stage::Done;
     Probe {
         device: "rxe0".into(),
@@ -60,7 +60,7 @@ fn round(at: u64, probes: Vec<Probe>) -> Round {
     }
 }
 
-fn record(rounds: Vec<Vec<Probe>>) -> PeersRecord {
+pub(super) fn record(rounds: Vec<Vec<Probe>>) -> PeersRecord {
     let n = rounds.len() as u64;
     PeersRecord {
         version: VERSION,
@@ -82,7 +82,7 @@ fn record(rounds: Vec<Vec<Probe>>) -> PeersRecord {
     }
 }
 
-fn facts(rec: Option<PeersRecord>, rail: Option<u32>) -> Facts {
+pub(super) fn facts(rec: Option<PeersRecord>, rail: Option<u32>) -> Facts {
     Facts {
         record: Ok(rec),
         boot_id: Some(BOOT.into()),
@@ -99,19 +99,19 @@ fn judge(rec: PeersRecord) -> Check {
     evaluate(&facts(Some(rec), Some(0)), &PeersConfig::default()).0
 }
 
-fn all(stage: Stage) -> Vec<Probe> {
+pub(super) fn all(stage: Stage) -> Vec<Probe> {
     ["node-b", "node-c", "node-d"]
         .iter()
         .map(|n| probe(n, stage))
         .collect()
 }
 
-fn healthy() -> Vec<Probe> {
+pub(super) fn healthy() -> Vec<Probe> {
     all(Stage::Done)
 }
 
 #[track_caller]
-fn says(c: &Check, status: Status, reason: Option<Reason>, words: &[&str]) {
+pub(super) fn says(c: &Check, status: Status, reason: Option<Reason>, words: &[&str]) {
     assert_eq!(c.status, status, "{}", c.message);
     assert_eq!(c.reason, reason, "{}", c.message);
     for w in words {
