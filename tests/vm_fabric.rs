@@ -9,7 +9,10 @@
 //! each fault on one node's port named on that node and port and by its
 //! healthy peers (warn, never fail) within two rounds; a forged probe refused
 //! and named by the node it was sent to. Every node's /metrics per phase is
-//! kept as `metrics/<phase>/node<N>.prom` for the fleet view.
+//! kept as `metrics/<phase>/node<N>.prom` and served again to a real
+//! Prometheus with the shipped rules (tests/support/fleet_replay.rs):
+//! `fleet` and the alerts must name the faulty node and rail as the culprit,
+//! and nothing in the fault-free run.
 //! `RDMA_AGENT_VM=0` turns it off (it says so); it fails loudly when it cannot
 //! run. `RDMA_AGENT_VM_RESULTS_FABRIC=DIR` asserts on an earlier run's records.
 
@@ -22,6 +25,7 @@ use serde_json::Value;
 
 #[path = "vm/harness.rs"]
 mod harness;
+mod support;
 
 /// The fault-free run's length unless `FABRIC_CALM_S` shortens it.
 const CALM_S: u64 = 600;
@@ -278,7 +282,7 @@ struct Fault {
     node: u32,
     rail: u32,
     /// The faulty port's status and reason; None where the node cannot know
-    /// (a hung responder, a lossy link: only its peers can say).
+    /// (a lossy link: only its peers can say).
     says: Option<(&'static str, &'static str)>,
     /// Every healthy peer on the rail names it (else at least one).
     all_peers_name_it: bool,
@@ -316,11 +320,13 @@ const FAULTS: [Fault; 6] = [
         says: None,
         all_peers_name_it: false,
     },
+    // Named by its peers within two rounds; by itself (`not_reached`) once
+    // its responder went three intervals unreached (`self_after_s`).
     Fault {
         phase: "responder-hung",
         node: 2,
         rail: 0,
-        says: None,
+        says: Some(("fail", "not_reached")),
         all_peers_name_it: true,
     },
     Fault {
@@ -348,6 +354,14 @@ fn each_fault_is_named_on_its_node_and_port_within_two_rounds() {
             after.is_some_and(|s| s <= head["deadline_s"].as_u64().unwrap()),
             "{phase}: not named within two rounds: {seen}"
         );
+        if !head["self_after_s"].is_null() || phase == "responder-hung" {
+            let s = head["self_after_s"].as_u64();
+            assert!(
+                s.is_some_and(|s| s <= head["self_deadline_s"].as_u64().unwrap()),
+                "{phase}: node{} did not name itself: {seen}",
+                f.node
+            );
+        }
         let bad = port(dir, phase, f.node, f.rail);
         if let Some((status, reason)) = f.says {
             assert_eq!(
@@ -399,8 +413,9 @@ fn each_fault_is_named_on_its_node_and_port_within_two_rounds() {
     }
 }
 
-/// After its IPv4 address (and GID) comes back, a port is proven again: its
-/// responder answers and every node is ok within the restore's wait (90 s).
+/// After its IPv4 address (and GID) comes back, with the routes a node's
+/// network config restores with it, a port is proven again: its responder
+/// answers and every node is ok within the restore's wait (90 s).
 /// The gid fault runs last, so what it leaves behind touches no other phase.
 #[test]
 #[ignore = "boots a VM: run by scripts/test.sh (--include-ignored)"]
@@ -435,4 +450,75 @@ fn a_forged_probe_is_refused_and_its_target_names_the_sender() {
         .find(|i| i["from"] == "10.70.0.2" && i["refused_total"].as_u64() >= Some(1))
         .unwrap_or_else(|| panic!("node2's record counts no refusal: {rec}"));
     assert_eq!(refused["last_refused_why"], "bad_key", "{refused}");
+}
+
+/// The operator's view: each phase's saved /metrics of all four nodes through
+/// a real Prometheus with the shipped fleet and peer rules, and `fleet`. The
+/// fault-free run has no failed probe and no culprit; each fault on one
+/// node's port makes that node and rail the one culprit (its peers victims,
+/// not culprits) and fires `RDMAPeerCulprit` for it alone. (The loss fault
+/// fails a share of probes only; the killed responder is restarted by its
+/// prober within a round: neither is a culprit of every peer.)
+#[test]
+#[ignore = "boots a VM: run by scripts/test.sh (--include-ignored)"]
+fn the_fleet_names_each_faulty_port_as_the_culprit() {
+    let Some(dir) = vm() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let calm = support::fleet_replay::replay(&dir.join("metrics/calm"), &work.path().join("calm"));
+    let m = &calm.fleet["peer_matrix"];
+    harness::say(&format!("vm_fabric: fleet, calm: {m}"));
+    assert_eq!(m["nodes"], 4, "{m}");
+    assert!(m["probes"].as_u64() >= Some(4 * 2 * 3), "{m}");
+    assert_eq!(m["failed"], 0, "{m}");
+    assert_eq!(m["culprits"], serde_json::json!([]), "{m}");
+    assert!(
+        !calm.alerts.contains_key("RDMAPeerCulprit"),
+        "{:?}",
+        calm.alerts
+    );
+    for (phase, node, rail) in [
+        ("mtu", 1, 0),
+        ("rail", 3, 0),
+        ("responder-hung", 2, 0),
+        ("gid", 2, 1),
+    ] {
+        let r = support::fleet_replay::replay(
+            &dir.join("metrics").join(phase),
+            &work.path().join(phase),
+        );
+        let m = &r.fleet["peer_matrix"];
+        harness::say(&format!("vm_fabric: fleet, {phase}: {m}"));
+        let culprits: Vec<(String, String)> = m["culprits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (
+                    c["node"].as_str().unwrap().to_owned(),
+                    c["rail"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            culprits,
+            vec![(format!("node{node}"), rail.to_string())],
+            "{phase}: {m}"
+        );
+        assert_eq!(m["bad_rails"], serde_json::json!([]), "{phase}: {m}");
+        assert_eq!(m["unexplained"], serde_json::json!([]), "{phase}: {m}");
+        assert!(
+            r.fleet["problem_nodes"]
+                .as_array()
+                .unwrap()
+                .contains(&format!("node{node}").into()),
+            "{phase}: {}",
+            r.fleet
+        );
+        assert_eq!(
+            r.alerts.get("RDMAPeerCulprit"),
+            Some(&BTreeSet::from([format!("node{node}/{rail}")])),
+            "{phase}: {:?}",
+            r.alerts
+        );
+    }
 }

@@ -43,6 +43,9 @@ NODES="0 1 2 3"
 RAILS="0 1"
 # Two rounds after a fault, a reconcile and a poll's slack.
 DEADLINE=$((2 * INTERVAL + 15))
+# A port no peer reaches names itself (`not_reached`) once its responder went
+# three intervals unreached; a round and the slack on top.
+SELF_DEADLINE=$((4 * INTERVAL + 15))
 
 addr() { echo "10.7$2.0.$(($1 + 1))"; }
 listen_port() { echo "947$1"; }
@@ -278,12 +281,14 @@ some_peer_names() {
     done
     return 1
 }
-# fault PHASE CONDITION INJECT RESTORE: inject (a function), poll CONDITION
-# until it holds (seconds recorded in PHASE.out) or DEADLINE passes, save,
-# restore (a function), and wait for every node's rdma.peers to be ok again.
+# fault PHASE CONDITION INJECT RESTORE [SELF]: inject (a function), poll
+# CONDITION until it holds (seconds recorded in PHASE.out) or DEADLINE passes;
+# then, if given, SELF (the faulty node naming itself later) until
+# SELF_DEADLINE; save, restore (a function), and wait for every node's
+# rdma.peers to be ok again.
 fault() {
     # `ph`, not `name`: step's own variable.
-    ph=$1 cond=$2
+    ph=$1 cond=$2 self=${5:-}
     t0=$(date +%s)
     step "$ph-inject" "$3"
     hit=
@@ -294,8 +299,18 @@ fault() {
         fi
         sleep 2
     done
+    self_hit=
+    if [ -n "$self" ]; then
+        while [ $(($(date +%s) - t0)) -le "$SELF_DEADLINE" ]; do
+            if eval "$self"; then
+                self_hit=$(($(date +%s) - t0))
+                break
+            fi
+            sleep 2
+        done
+    fi
     save "$ph"
-    { echo "{\"phase\": \"$ph\", \"seen_after_s\": ${hit:-null}, \"deadline_s\": $DEADLINE}"; show; } >"$R/$ph.out"
+    { echo "{\"phase\": \"$ph\", \"seen_after_s\": ${hit:-null}, \"deadline_s\": $DEADLINE, \"self_after_s\": ${self_hit:-null}, \"self_deadline_s\": $SELF_DEADLINE}"; show; } >"$R/$ph.out"
     echo 0 >"$R/$ph.rc"
     step "$ph-restore" restored "$4"
     [ "$(cat "$R/$ph-restore.rc")" = 0 ] || { save "$ph-restored"; step "$ph-leftovers" leftovers; }
@@ -379,10 +394,12 @@ loss_on() {
 }
 loss_off() { tc qdisc del dev fab01 root; ip netns exec rail1 tc qdisc del dev sw01 root; }
 only loss && fault loss "some_peer_names 0 1" loss_on loss_off
-# Node 2's rail-0 responder hung (SIGSTOP): its peers name it.
+# Node 2's rail-0 responder hung (SIGSTOP): its peers name it within two
+# rounds; node 2 names itself (`not_reached`) once three intervals passed
+# with no probe reaching it.
 hung_on() { kill -STOP "$(responder_pid 2 0)"; }
 hung_off() { kill -CONT "$(responder_pid 2 0)"; }
-only responder-hung && fault responder-hung "peers_name 2 0" hung_on hung_off
+only responder-hung && fault responder-hung "peers_name 2 0" hung_on hung_off "port_says 2 rxe20 fail not_reached"
 # Node 1's rail-1 responder killed: node 1 says so until its prober starts
 # it again (the next round).
 killed_on() { kill -KILL "$(responder_pid 1 1)"; }
@@ -404,7 +421,14 @@ save forged
 # removed. Last: an earlier run found the port's responder unreachable after
 # the address came back (tests/vm_fabric.rs asserts the recovery on its own).
 gid_on() { ip addr del "$(addr 2 1)/32" dev fab21; }
-gid_off() { ip addr add "$(addr 2 1)/32" dev fab21; }
+# Removing a netdev's last IPv4 address flushes every route through it
+# (fib_disable_ip); a node's network config puts them back with the address,
+# and so does this restore: RDMA-CM rejects a request whose reply would not
+# leave by the netdev it came in on (cma.c, validate_ipv4_net_dev).
+gid_off() {
+    ip addr add "$(addr 2 1)/32" dev fab21 &&
+        ip route add 10.71.0.0/24 dev fab21 table $((100 + 2 * 2 + 1))
+}
 only gid && fault gid "port_says 2 rxe21 fail gid_missing && peers_name 2 1" gid_on gid_off
 for n in $NODES; do journalctl -b -u "$(unit "$n")" --no-pager -o cat >"$R/journal-node$n.txt"; done
 cpu >"$R/end-cpu"

@@ -107,6 +107,10 @@ pub struct Responder {
     pub addr: String,
     pub running: bool,
     pub error: Option<String>,
+    /// Since when the running responder listens (its `ready`): peers' probes
+    /// are expected from then on (`rdma.peers`'s `not_reached`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_since_unix: Option<u64>,
 }
 
 /// The whole record.

@@ -100,6 +100,8 @@ struct Running {
     next_start: Instant,
     backoff: Duration,
     error: Option<String>,
+    /// When this child said `ready` (seen at a drain); none before, or once it exited.
+    ready_unix: Option<u64>,
 }
 
 type Key = (String, u32, String);
@@ -150,11 +152,13 @@ impl Supervisor {
                 next_start: now,
                 backoff: BACKOFF_MIN,
                 error: None,
+                ready_unix: None,
             });
             if let Some(c) = r.child.as_mut()
                 && let Ok(Some(status)) = c.try_wait()
             {
                 r.child = None;
+                r.ready_unix = None;
                 r.error
                     .get_or_insert_with(|| format!("the responder exited ({status})"));
                 r.next_start = now + r.backoff;
@@ -179,6 +183,7 @@ impl Supervisor {
                 addr: addr.clone(),
                 running: r.child.is_some(),
                 error: r.error.clone(),
+                ready_since_unix: r.ready_unix.filter(|_| r.child.is_some()),
             })
             .collect()
     }
@@ -192,6 +197,7 @@ impl Supervisor {
                     Event::Ready { .. } => {
                         r.error = None;
                         r.backoff = BACKOFF_MIN;
+                        r.ready_unix = Some(unix_now());
                     }
                     Event::Error { error } => r.error = Some(error.clone()),
                     _ => {}
@@ -200,6 +206,12 @@ impl Supervisor {
             fold(inbound, &device, port, &ev);
         }
     }
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// Starts one responder and a thread that queues its events.

@@ -198,8 +198,46 @@ pub fn judge_port(rec: &PeersRecord, local: &LocalPort, now: u64, cfg: &PeersCon
     if !r.failed.is_empty() {
         return r.some_failed();
     }
+    if let Some(v) = not_reached(rec, local, now, cfg) {
+        return v;
+    }
     r.lost_before()
         .unwrap_or_else(|| Verdict::new(local, Status::Ok, None, ok_text(&r.done, r.total)))
+}
+
+/// The port's probes reach its peers, but none of theirs reached it: its
+/// responder has listened for three intervals (every peer that probes it had
+/// two rounds or more) and answered or refused nobody since. Only the way in
+/// is broken; without this the port would be `ok` while its peers name it.
+fn not_reached(rec: &PeersRecord, p: &LocalPort, now: u64, cfg: &PeersConfig) -> Option<Verdict> {
+    let window = 3 * cfg.interval_secs;
+    let since = rec
+        .responders
+        .iter()
+        .find(|r| r.device == p.device && r.port == p.port && r.running)?
+        .ready_since_unix?;
+    if now.saturating_sub(since) < window {
+        return None;
+    }
+    let from = now - window;
+    let reached = rec.inbound.iter().any(|i| {
+        i.device == p.device
+            && i.port == p.port
+            && i.last_answered_unix
+                .max(i.last_refused_unix)
+                .is_some_and(|t| t >= from)
+    });
+    (!reached).then(|| {
+        Verdict::new(
+            p,
+            Status::Fail,
+            Some(reasons::NOT_REACHED),
+            format!(
+                "its probes reach its peers, but no peer's probe reached its responder in the last {window}s (it listens since {}): the way in is broken; its peers name it",
+                crate::concerns::rdma::link::utc(since)
+            ),
+        )
+    })
 }
 
 /// No probe of the newest round counts: why nothing is proven.

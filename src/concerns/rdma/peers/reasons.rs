@@ -39,6 +39,11 @@ crate::reasons! {
         means: "probes were refused over the fleet key: every peer refused this node's (`fail`: its key file differs from the fleet's), or this node's responder refused a sender's (`warn`, naming it: a node with another key, or a forged probe)",
         remedy: "deploy the same `[peers] key_file` to every node (the Ansible role does); a refused sender that is no node of the fleet is someone probing the port: see SECURITY.md",
     },
+    NOT_REACHED = "not_reached" {
+        checks: "`rdma.peers`",
+        means: "this port's own probes reach its peers, but no peer's probe reached its responder (answered or refused) for three intervals while it listened: the way in is broken (a hung responder, requests the kernel no longer matches to it, a route back from the port's address gone, an ACL toward the port); peers name it too",
+        remedy: "`systemctl restart rdma-node-agent` restarts its responders; check the port's routes (`ip route get <peer> from <addr>`: a route through the port's netdev) and the switch port's ACL/VLAN toward it; `rdma-node-agent fleet` shows which peers fail to reach it",
+    },
     RESPONDER_DOWN = "responder_down" {
         checks: "`rdma.peers`",
         means: "this port's probe responder is not running, so no peer can prove the port (the message says why: the helper missing, the port's address gone, the service port taken)",
@@ -56,6 +61,6 @@ crate::reasons! { list GATE;
     GATE_CLOSED = "gate_closed" {
         checks: "`rdma.gate`",
         means: "the return-to-service gate is closed: since a boot, a kernel or RDMA driver change, or `rdma-node-agent gate reset`, the loopback selftest or a round of peer probes (`rdma.peers` ok on every ACTIVE port) has not passed yet; the node is not ready for RDMA jobs",
-        remedy: "run `rdma-node-agent selftest` on the node (after each boot: the daemon does not run it itself) and wait for the next probe round; the message names what is still missing, `rdma-node-agent check --only rdma.peers` what fails; see [peers](peers.md#the-return-to-service-gate)",
+        remedy: "the message names what is still missing: the daemon runs the loopback selftest once per closing event (`journalctl -u 'rdma-node-agent-selftest-*'` shows it; perftest must be installed), then a round of peer probes must pass (`rdma-node-agent check --only rdma.peers` says what fails); after a repair `rdma-node-agent gate reset`; see [peers](peers.md#the-return-to-service-gate)",
     },
 }

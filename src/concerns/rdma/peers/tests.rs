@@ -77,6 +77,7 @@ pub(super) fn record(rounds: Vec<Vec<Probe>>) -> PeersRecord {
             addr: "10.0.0.1".into(),
             running: true,
             error: None,
+            ready_since_unix: None,
         }],
         source_error: None,
     }
