@@ -13,8 +13,10 @@ use std::process::Command;
 /// with the exit code of the check.
 fn traced(root: &Path, args: &[&str]) -> (Vec<String>, i32) {
     let log = tempfile::NamedTempFile::new().unwrap();
+    // -y: a descriptor argument is shown with its path (`openat2(5</…/ports>,
+    // "1/state", …)`), so a path relative to a directory is read whole.
     let out = Command::new("strace")
-        .args(["-f", "-qq", "-e", "trace=%file", "-o"])
+        .args(["-f", "-qq", "-y", "-e", "trace=%file", "-o"])
         .arg(log.path())
         .arg(env!("CARGO_BIN_EXE_rdma-node-agent"))
         .arg("--root")
@@ -26,7 +28,19 @@ fn traced(root: &Path, args: &[&str]) -> (Vec<String>, i32) {
     let paths = std::fs::read_to_string(log.path())
         .unwrap()
         .lines()
-        .filter_map(|l| l.split('"').nth(1).map(str::to_owned))
+        .filter_map(|l| {
+            let (head, rest) = l.split_once('"')?;
+            let path = rest.split('"').next()?;
+            let dir = head
+                .rsplit_once('(')
+                .and_then(|(_, a)| a.split_once('<'))
+                .and_then(|(_, d)| d.split_once('>'))
+                .map(|(d, _)| d);
+            Some(match dir {
+                Some(d) if !path.starts_with('/') => format!("{d}/{path}"),
+                _ => path.to_owned(),
+            })
+        })
         .collect();
     (paths, code)
 }

@@ -14,9 +14,10 @@ use std::collections::BTreeMap;
 
 use super::config::PeersConfig;
 use crate::engine::check::Status;
-use crate::host::probe::record::{Inbound, PeersRecord, Probe, Responder, Round, Stage, VERSION};
+use crate::host::probe::record::{PeersRecord, Probe, Responder, Round, Stage, VERSION};
 use crate::reason::Reason;
 
+use super::inbound;
 use super::reasons;
 
 /// An ACTIVE local port, as the inventory and `[peers.rails]` name it.
@@ -43,7 +44,12 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    fn new(port: &LocalPort, status: Status, reason: Option<Reason>, text: String) -> Self {
+    pub(super) fn new(
+        port: &LocalPort,
+        status: Status,
+        reason: Option<Reason>,
+        text: String,
+    ) -> Self {
         Verdict {
             port: port.name(),
             status,
@@ -163,16 +169,6 @@ fn peer_list(ps: &[&Probe]) -> String {
     names.join(", ")
 }
 
-/// Did this port's responder answer a peer within the last two intervals?
-fn answered_lately(inbound: &[Inbound], p: &LocalPort, now: u64, cfg: &PeersConfig) -> bool {
-    inbound.iter().any(|i| {
-        i.device == p.device
-            && i.port == p.port
-            && i.last_answered_unix
-                .is_some_and(|t| now.saturating_sub(t) <= 2 * cfg.interval_secs)
-    })
-}
-
 /// One port's verdict from the record (already known to be this boot's and fresh).
 pub fn judge_port(rec: &PeersRecord, local: &LocalPort, now: u64, cfg: &PeersConfig) -> Verdict {
     let n = rec.rounds.len();
@@ -190,7 +186,7 @@ pub fn judge_port(rec: &PeersRecord, local: &LocalPort, now: u64, cfg: &PeersCon
     }
     let r = Judged::new(local, counted_now, &before);
     if r.done.len() < r.quorum {
-        return r.below_quorum(answered_lately(&rec.inbound, local, now, cfg));
+        return r.below_quorum(inbound::answered_lately(&rec.inbound, local, now, cfg));
     }
     if let Some(v) = r.rail_mismatch() {
         return v;
@@ -198,46 +194,11 @@ pub fn judge_port(rec: &PeersRecord, local: &LocalPort, now: u64, cfg: &PeersCon
     if !r.failed.is_empty() {
         return r.some_failed();
     }
-    if let Some(v) = not_reached(rec, local, now, cfg) {
+    if let Some(v) = inbound::not_reached(rec, local, now, cfg) {
         return v;
     }
     r.lost_before()
         .unwrap_or_else(|| Verdict::new(local, Status::Ok, None, ok_text(&r.done, r.total)))
-}
-
-/// The port's probes reach its peers, but none of theirs reached it: its
-/// responder has listened for three intervals (every peer that probes it had
-/// two rounds or more) and answered or refused nobody since. Only the way in
-/// is broken; without this the port would be `ok` while its peers name it.
-fn not_reached(rec: &PeersRecord, p: &LocalPort, now: u64, cfg: &PeersConfig) -> Option<Verdict> {
-    let window = 3 * cfg.interval_secs;
-    let since = rec
-        .responders
-        .iter()
-        .find(|r| r.device == p.device && r.port == p.port && r.running)?
-        .ready_since_unix?;
-    if now.saturating_sub(since) < window {
-        return None;
-    }
-    let from = now - window;
-    let reached = rec.inbound.iter().any(|i| {
-        i.device == p.device
-            && i.port == p.port
-            && i.last_answered_unix
-                .max(i.last_refused_unix)
-                .is_some_and(|t| t >= from)
-    });
-    (!reached).then(|| {
-        Verdict::new(
-            p,
-            Status::Fail,
-            Some(reasons::NOT_REACHED),
-            format!(
-                "its probes reach its peers, but no peer's probe reached its responder in the last {window}s (it listens since {}): the way in is broken; its peers name it",
-                crate::concerns::rdma::link::utc(since)
-            ),
-        )
-    })
 }
 
 /// No probe of the newest round counts: why nothing is proven.

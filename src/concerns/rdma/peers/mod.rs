@@ -11,6 +11,7 @@ pub mod decide;
 pub mod gate;
 pub mod gate_check;
 pub mod gate_reset;
+mod inbound;
 pub mod metrics;
 pub mod reasons;
 pub mod selftest_record;

@@ -1,0 +1,63 @@
+//! What the peers' probes to a port say about it, from its responder's
+//! tallies (`Inbound`): the way in, which the port's own probes cannot show.
+
+use super::config::PeersConfig;
+use super::decide::{LocalPort, Verdict};
+use super::reasons;
+use crate::engine::check::Status;
+use crate::host::probe::record::{Inbound, PeersRecord};
+
+/// Did this port's responder answer a peer within the last two intervals?
+pub(super) fn answered_lately(
+    inbound: &[Inbound],
+    p: &LocalPort,
+    now: u64,
+    cfg: &PeersConfig,
+) -> bool {
+    inbound.iter().any(|i| {
+        i.device == p.device
+            && i.port == p.port
+            && i.last_answered_unix
+                .is_some_and(|t| now.saturating_sub(t) <= 2 * cfg.interval_secs)
+    })
+}
+
+/// The port's probes reach its peers, but none of theirs reached it: its
+/// responder has listened for three intervals (every peer that probes it had
+/// two rounds or more) and answered or refused nobody since. Only the way in
+/// is broken; without this the port would be `ok` while its peers name it.
+pub(super) fn not_reached(
+    rec: &PeersRecord,
+    p: &LocalPort,
+    now: u64,
+    cfg: &PeersConfig,
+) -> Option<Verdict> {
+    let window = 3 * cfg.interval_secs;
+    let since = rec
+        .responders
+        .iter()
+        .find(|r| r.device == p.device && r.port == p.port && r.running)?
+        .ready_since_unix?;
+    if now.saturating_sub(since) < window {
+        return None;
+    }
+    let from = now - window;
+    let reached = rec.inbound.iter().any(|i| {
+        i.device == p.device
+            && i.port == p.port
+            && i.last_answered_unix
+                .max(i.last_refused_unix)
+                .is_some_and(|t| t >= from)
+    });
+    (!reached).then(|| {
+        Verdict::new(
+            p,
+            Status::Fail,
+            Some(reasons::NOT_REACHED),
+            format!(
+                "its probes reach its peers, but no peer's probe reached its responder in the last {window}s (it listens since {}): the way in is broken; its peers name it",
+                crate::concerns::rdma::link::utc(since)
+            ),
+        )
+    })
+}
