@@ -13,7 +13,7 @@ use crate::config::nri::MemlockVia;
 use crate::engine::check::CheckId;
 use crate::engine::concern::{Concern, Ctx, Decision, GatherError};
 use crate::fleet::Fact;
-use crate::host::inventory::{Device, Read};
+use crate::host::inventory::{Device, trimmed};
 use crate::host::snapshot::Snapshot;
 use crate::observe::{Observation, Observations};
 use crate::reason::Reason;
@@ -53,7 +53,7 @@ impl Concern for Export {
         Ok(Facts {
             devices,
             kernel: snap.kernel_release().unwrap_or_default(),
-            gpu_driver: text(host, Path::new("/sys/module/nvidia/version")),
+            gpu_driver: host.text_or_empty(Path::new("/sys/module/nvidia/version")),
             memlock_via: memlock_via(cfg, snap),
         })
     }
@@ -84,43 +84,21 @@ impl Concern for Export {
     }
 }
 
-/// A file's text, trimmed; empty when it cannot be read.
-fn text(host: &Snapshot, p: &Path) -> String {
-    host.read_string(p)
-        .ok()
-        .flatten()
-        .map(|t| t.trim().to_owned())
-        .unwrap_or_default()
-}
-
-/// A sysfs file's text as the inventory read it, trimmed; empty when it
-/// could not be read.
-fn value(read: &Read) -> String {
-    read.as_ref()
-        .ok()
-        .and_then(Option::as_deref)
-        .map(|t| t.trim().to_owned())
-        .unwrap_or_default()
-}
-
 /// A device's firmware, board, driver (with its OFED module version) and GUID.
 fn device(host: &Snapshot, dev: &Device) -> Fact {
     let driver = dev.driver.clone().unwrap_or_default();
     // MLNX_OFED and DOCA-OFED modules carry a version; in-tree ones do not.
-    let version = text(
-        host,
-        &Path::new("/sys/module").join(&driver).join("version"),
-    );
+    let version = host.text_or_empty(&Path::new("/sys/module").join(&driver).join("version"));
     Fact::Device {
         device: dev.name.clone(),
-        fw_ver: value(&dev.fw_ver),
-        board_id: value(&dev.board_id),
+        fw_ver: trimmed(&dev.fw_ver),
+        board_id: trimmed(&dev.board_id),
         driver: if driver.is_empty() || version.is_empty() {
             driver
         } else {
             format!("{driver} {version}")
         },
-        node_guid: value(&dev.node_guid),
+        node_guid: trimmed(&dev.node_guid),
     }
 }
 

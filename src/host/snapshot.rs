@@ -383,6 +383,16 @@ impl Snapshot {
             .clone()
     }
 
+    /// A file's text trimmed; empty when absent or unreadable (for labels
+    /// and facts that show "" rather than fail).
+    pub fn text_or_empty(&self, p: &Path) -> String {
+        self.read_string(p)
+            .ok()
+            .flatten()
+            .map(|t| t.trim().to_owned())
+            .unwrap_or_default()
+    }
+
     /// A shared file's content trimmed, `None` when absent or empty.
     pub fn value(&self, path: &'static str) -> Option<String> {
         self.file(path)

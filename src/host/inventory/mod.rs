@@ -25,6 +25,16 @@ pub const CLASS: &str = "/sys/class/infiniband";
 /// A sysfs file as read: absent, its text, or why it could not be read.
 pub type Read = Result<Option<String>, String>;
 
+/// A file's text as the inventory read it, trimmed; empty when absent or
+/// unreadable (for labels and facts that show "" rather than fail).
+pub fn trimmed(read: &Read) -> String {
+    read.as_ref()
+        .ok()
+        .and_then(Option::as_deref)
+        .map(|t| t.trim().to_owned())
+        .unwrap_or_default()
+}
+
 /// Why `/sys/class/infiniband` itself could not be listed (the host layer's
 /// message, unchanged).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

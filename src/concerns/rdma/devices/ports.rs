@@ -8,7 +8,7 @@ use std::path::Path;
 
 use crate::fleet::Fabric;
 use crate::host::inventory::port::LinkLayer;
-use crate::host::inventory::{self, ClassError, Read};
+use crate::host::inventory::{self, ClassError, trimmed};
 use crate::host::snapshot::Snapshot;
 use crate::observe::Port;
 
@@ -38,25 +38,6 @@ pub fn gather(snap: &Snapshot) -> Result<Vec<Port>, ClassError> {
     Ok(ports)
 }
 
-/// A file's text, trimmed; empty when it cannot be read.
-fn text(snap: &Snapshot, p: &Path) -> String {
-    snap.read_string(p)
-        .ok()
-        .flatten()
-        .map(|t| t.trim().to_owned())
-        .unwrap_or_default()
-}
-
-/// A sysfs file's text as the inventory read it, trimmed; empty when it
-/// could not be read.
-fn value(read: &Read) -> String {
-    read.as_ref()
-        .ok()
-        .and_then(Option::as_deref)
-        .map(|t| t.trim().to_owned())
-        .unwrap_or_default()
-}
-
 /// A port's link, its netdev and MTUs, and its fabric (the GID subnet
 /// prefix on InfiniBand, the netdev's IPv4 subnet on RoCE).
 fn port(
@@ -75,19 +56,19 @@ fn port(
             .map(str::to_owned)
     });
     let netdev_mtu = netdev.as_ref().and_then(|n| {
-        text(snap, &Path::new("/sys/class/net").join(n).join("mtu"))
+        snap.text_or_empty(&Path::new("/sys/class/net").join(n).join("mtu"))
             .parse::<u32>()
             .ok()
     });
     let ethernet = link_layer == Some(LinkLayer::Ethernet);
     let fabric = if ethernet {
-        let routes = routes.get_or_insert_with(|| text(snap, Path::new("/proc/net/route")));
+        let routes = routes.get_or_insert_with(|| snap.text_or_empty(Path::new("/proc/net/route")));
         netdev
             .as_deref()
             .and_then(|n| roce_subnet(routes, n))
             .map(|(net, len)| Fabric::Roce(net, len))
     } else {
-        ib_prefix(&value(&p.gid0)).map(Fabric::Ib)
+        ib_prefix(&trimmed(&p.gid0)).map(Fabric::Ib)
     };
     Port {
         device: dev.name.clone(),
