@@ -250,9 +250,11 @@ calm() {
         for n in $NODES; do
             code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 "http://127.0.0.1:$(listen_port "$n")/readyz")
             c=$(peers_check "$n")
-            fin=$(jq -r '.rounds[-1].finished_unix' "$(state_dir "$n")/peers.json" 2>/dev/null)
-            jq -cn --arg node "node$n" --arg code "$code" --argjson check "${c:-null}" --arg fin "$fin" \
-                '{t: now | floor, node: $node, readyz: $code, status: $check.status, reason: $check.reason, message: $check.message, round_finished: $fin}' >>"$R/calm.jsonl"
+            # Every round the record keeps (three: a minute at 20 s), so a
+            # sample that comes late (a slow guest) misses no round.
+            fin=$(jq -c '[.rounds[].finished_unix]' "$(state_dir "$n")/peers.json" 2>/dev/null)
+            jq -cn --arg node "node$n" --arg code "$code" --argjson check "${c:-null}" --argjson fin "${fin:-[]}" \
+                '{t: now | floor, node: $node, readyz: $code, status: $check.status, reason: $check.reason, message: $check.message, rounds_finished: $fin}' >>"$R/calm.jsonl"
         done
         sleep $((INTERVAL / 2))
     done
