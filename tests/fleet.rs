@@ -164,15 +164,7 @@ fn fleet_and_the_alerts_name_exactly_the_planted_nodes_of_200() {
     // the alerts fire within the test.
     let creds = Credentials::new(base.path());
     let rules =
-        std::fs::read_to_string(repo("packaging/prometheus/rdma-node-agent-fleet-rules.yml"))
-            .unwrap()
-            .lines()
-            .map(|l| match l.trim_start().strip_prefix("for:") {
-                Some(_) => format!("{}for: 0s", &l[..l.len() - l.trim_start().len()]),
-                None => l.to_owned(),
-            })
-            .collect::<Vec<_>>()
-            .join("\n");
+        support::fleet_replay::rules_now("packaging/prometheus/rdma-node-agent-fleet-rules.yml");
     let pdir = base.path().join("prometheus");
     std::fs::create_dir_all(&pdir).unwrap();
     std::fs::write(pdir.join("fleet-rules.yml"), rules).unwrap();

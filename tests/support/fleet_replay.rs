@@ -35,7 +35,7 @@ fn repo(p: &str) -> PathBuf {
 
 /// A rule file with every `for:` cut to 0 s, so alerts fire within the test
 /// (their durations are promtool's to test).
-fn rules_now(path: &str) -> String {
+pub fn rules_now(path: &str) -> String {
     std::fs::read_to_string(repo(path))
         .unwrap()
         .lines()
