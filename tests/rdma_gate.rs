@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::peers::{BOOT, now, write};
+use support::peers::{BOOT, now, probe_json, write};
 use support::serve::Serve;
 use support::*;
 
@@ -20,22 +20,7 @@ const NFD: &str = "etc/kubernetes/node-feature-discovery/features.d/rdma-node-ag
 
 /// Two rounds from rxe0/1 to three peers, the newest finished now.
 fn peers_record(stage: &str) -> String {
-    let done = stage == "done";
-    let probe = |peer: &str| {
-        json!({
-            "device": "rxe0", "port": 1, "src": "10.0.0.1",
-            "peer": {"node": peer, "addr": format!("10.0.0.{}", peer.len()), "fabric": "roce:10.0.0.0/24", "rail": null},
-            "stage": stage,
-            "error": if done { "" } else { "RDMA_CM_EVENT_UNREACHABLE" },
-            "reject_why": null,
-            "rtt_us": if done { Some(35) } else { None },
-            "path_mtu": if done { Some(1024) } else { None },
-            "gid_index": 1, "gid_type": "RoCE v2",
-            "answered_node": if done { Some(peer) } else { None },
-            "answered_rail": null,
-            "started_unix": now() - 2,
-        })
-    };
+    let probe = |peer: &str| probe_json(peer, stage, 2);
     let round = |at: u64| {
         let probes = ["node-b", "node-c", "node-d"].map(probe);
         json!({

@@ -9,24 +9,11 @@ mod support;
 use std::path::Path;
 
 use serde_json::{Value, json};
-use support::peers::{BOOT, now, write};
+use support::peers::{BOOT, now, probe_json, write};
 use support::*;
 
 fn probe(peer: &str, stage: &str) -> Value {
-    let done = stage == "done";
-    json!({
-        "device": "rxe0", "port": 1, "src": "10.0.0.1",
-        "peer": {"node": peer, "addr": format!("10.0.0.{}", peer.len()), "fabric": "roce:10.0.0.0/24", "rail": null},
-        "stage": stage,
-        "error": if done { "" } else { "RDMA_CM_EVENT_UNREACHABLE" },
-        "reject_why": null,
-        "rtt_us": if done { Some(35) } else { None },
-        "path_mtu": if done { Some(1024) } else { None },
-        "gid_index": 1, "gid_type": "RoCE v2",
-        "answered_node": if done { Some(peer) } else { None },
-        "answered_rail": null,
-        "started_unix": now() - 10,
-    })
+    probe_json(peer, stage, 10)
 }
 
 fn record(boot: &str, rounds: &[&[(&str, &str)]], age: u64) -> String {

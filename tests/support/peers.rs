@@ -21,3 +21,23 @@ pub fn now() -> u64 {
         .unwrap()
         .as_secs()
 }
+
+/// One probe of rxe0/1 (10.0.0.1) to `peer` in the record's shape, stopped at
+/// `stage` (`done`: answered both ways), started `age` seconds ago. Hand-made
+/// to the record's schema (src/host/probe/record.rs), labelled so.
+pub fn probe_json(peer: &str, stage: &str, age: u64) -> serde_json::Value {
+    let done = stage == "done";
+    serde_json::json!({
+        "device": "rxe0", "port": 1, "src": "10.0.0.1",
+        "peer": {"node": peer, "addr": format!("10.0.0.{}", peer.len()), "fabric": "roce:10.0.0.0/24", "rail": null},
+        "stage": stage,
+        "error": if done { "" } else { "RDMA_CM_EVENT_UNREACHABLE" },
+        "reject_why": null,
+        "rtt_us": if done { Some(35) } else { None },
+        "path_mtu": if done { Some(1024) } else { None },
+        "gid_index": 1, "gid_type": "RoCE v2",
+        "answered_node": if done { Some(peer) } else { None },
+        "answered_rail": null,
+        "started_unix": now() - age,
+    })
+}
