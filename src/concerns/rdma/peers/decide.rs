@@ -253,6 +253,16 @@ impl<'a> Judged<'a> {
         }
     }
 
+    /// Whether `p`'s full-size failure was there the round before too (or
+    /// there is no round before: nothing speaks against it).
+    fn full_confirmed(&self, p: &Probe) -> bool {
+        self.before_counted.is_empty()
+            || self
+                .before_counted
+                .iter()
+                .any(|b| b.peer.addr == p.peer.addr && b.stage == Stage::Full)
+    }
+
     /// A port-level fault is `warn` while the round before still showed the
     /// port healthy (one bad round may pass); with no round before (just
     /// started) nothing speaks for it.
@@ -274,7 +284,7 @@ impl<'a> Judged<'a> {
             self.total,
             self.quorum,
         );
-        let reason = dominant(failed);
+        let reason = dominant(failed, |p| self.full_confirmed(p));
         let reason = if reason == reasons::PEER_UNREACHABLE && inbound_ok {
             reasons::ONE_WAY
         } else {
@@ -286,6 +296,9 @@ impl<'a> Judged<'a> {
             }
             r if r == reasons::MTU_MISMATCH => {
                 "small messages went both ways but none of the path MTU's size did: the path carries less than the ports negotiated".to_owned()
+            }
+            r if r == reasons::LOSS => {
+                "full-size messages timed out on paths that carried them the round before (loss or load; an MTU fault shows again the next round)".to_owned()
             }
             r if r == reasons::KEY_REJECTED => {
                 "peers refused its probes' key (bad_key): this node's key file is not the fleet's".to_owned()
@@ -384,7 +397,7 @@ impl<'a> Judged<'a> {
         Verdict::new(
             local,
             Status::Warn,
-            Some(dominant(failed)),
+            Some(dominant(failed, |p| self.full_confirmed(p))),
             format!(
                 "{} of {total} peers answered both ways (quorum {quorum}); the fault is theirs, not this port's: {}",
                 done.len(),
@@ -434,10 +447,18 @@ fn ok_text(done: &[&Probe], total: usize) -> String {
 
 /// The reason most failed probes stand for (ties: the order of `stage_reason`'s
 /// severity, the local cause first).
-fn dominant(failed: &[&Probe]) -> Reason {
+/// The reason most failed probes stand for; `full_confirmed` says whether a
+/// probe that failed at full size failed so the round before too.
+fn dominant(failed: &[&Probe], full_confirmed: impl Fn(&Probe) -> bool) -> Reason {
     let mut count: BTreeMap<&'static str, (usize, Reason)> = BTreeMap::new();
     for p in failed {
-        let r = stage_reason(p);
+        // A path's MTU does not come and go: one round's full-size timeout
+        // on a path that carried full size the round before is loss (a busy
+        // peer, a dropped packet), not an MTU fault.
+        let r = match stage_reason(p) {
+            r if r == reasons::MTU_MISMATCH && !full_confirmed(p) => reasons::LOSS,
+            r => r,
+        };
         count.entry(r.as_str()).or_insert((0, r)).0 += 1;
     }
     let order = [
@@ -445,6 +466,7 @@ fn dominant(failed: &[&Probe]) -> Reason {
         reasons::KEY_REJECTED,
         reasons::MTU_MISMATCH,
         reasons::PEER_UNREACHABLE,
+        reasons::LOSS,
     ];
     let best = count.values().map(|(n, _)| *n).max().unwrap_or(0);
     order

@@ -16,7 +16,7 @@ crate::reasons! {
     },
     MTU_MISMATCH = "mtu_mismatch" {
         checks: "`rdma.peers`",
-        means: "the small message went both ways but the one of the connection's path-MTU size did not: something on the path carries less than the ports negotiated (a switch port's MTU below the NICs')",
+        means: "the small message went both ways but the one of the connection's path-MTU size did not, in two rounds in a row (one round of it after a healthy one is `loss`): something on the path carries less than the ports negotiated (a switch port's MTU below the NICs')",
         remedy: "make the MTU the same end to end: the netdevs' MTU and the switch ports' (RoCE: a 4096 RDMA MTU needs an Ethernet MTU of at least 4200 everywhere); `fail`: from every peer (this port's link); `warn`: only to the named peers",
     },
     GID_MISSING = "gid_missing" {
@@ -31,7 +31,7 @@ crate::reasons! {
     },
     LOSS = "loss" {
         checks: "`rdma.peers`",
-        means: "probes to the same peers succeeded in one of the last two rounds and failed in the other: an intermittent, lossy path (drops, PFC or ECN misconfigured, a marginal cable)",
+        means: "probes to the same peers succeeded in one of the last two rounds and failed in the other (full-size messages timing out once included): an intermittent, lossy path (drops, PFC or ECN misconfigured, a marginal cable) or an overloaded peer",
         remedy: "the port's error counters (`rdma.counters`: retransmits, symbol errors), PFC/ECN settings on both ends, the cable",
     },
     KEY_REJECTED = "key_rejected" {

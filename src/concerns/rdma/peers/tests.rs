@@ -285,6 +285,36 @@ fn an_mtu_mismatch_on_the_port_fails_on_it_and_warns_on_its_peers() {
 }
 
 #[test]
+fn one_rounds_full_size_timeouts_after_a_healthy_round_are_loss_not_mtu() {
+    // Recorded by the fabric tier's fault-free run on a loaded guest: one
+    // round's full-size exchanges timed out to two of three peers.
+    let mut p = healthy();
+    p[0] = probe("node-a", Stage::Full);
+    p[1] = probe("node-b", Stage::Full);
+    let c = judge(record(vec![healthy(), p.clone()]));
+    says(
+        &c,
+        Status::Warn,
+        Some(reasons::LOSS),
+        &[
+            "1 of 3 peers",
+            "carried them the round before",
+            "node-a",
+            "node-b",
+        ],
+    );
+    // The same paths again the next round: their MTU it is (`warn` still:
+    // one peer answered the round before).
+    let c = judge(record(vec![p.clone(), p]));
+    says(
+        &c,
+        Status::Warn,
+        Some(reasons::MTU_MISMATCH),
+        &["none of the path MTU's size"],
+    );
+}
+
+#[test]
 fn a_lost_ipv4_address_is_gid_missing() {
     let c = judge(record(vec![all(Stage::Source), all(Stage::Source)]));
     says(
