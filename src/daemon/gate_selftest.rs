@@ -1,6 +1,6 @@
 //! The return-to-service gate's selftest, run by the daemon (`[peers] gate`):
 //! while the gate of this boot is closed and no selftest passed since the
-//! event that closed it, the prober thread asks systemd to run
+//! event that closed it, a thread beside the prober asks systemd to run
 //! `rdma-node-agent selftest` as a transient unit with its own sandbox (the
 //! daemon's unit forbids what the selftest needs: prlimit beyond its own
 //! limits, perftest's devices and network). Once per closing event, again

@@ -115,8 +115,8 @@ impl Drop for ProberThread {
 /// The loop: a round every interval while enabled, until `stop`; a changed
 /// `[peers]` or a nudge (a reload) starts a round at once. `helper` replaces
 /// the installed probe helper (tests only: the config cannot name one).
-/// With `[peers] gate`, each round is followed by the gate's selftest when
-/// it owes one (`gate_selftest`).
+/// With `[peers] gate`, each round starts the gate's selftest when it owes
+/// one (`gate_selftest`), on a thread of its own.
 pub fn run(
     host: &Host,
     config: &Mutex<Option<Config>>,
@@ -135,7 +135,7 @@ pub fn run(
     };
     let mut prober: Option<Prober> = None;
     let mut last: Option<(PeerSource, Vec<Peer>)> = None;
-    let mut gate = GateSelftest::default();
+    let mut gate = GateRuns::default();
     loop {
         let seen = nudged.load(Ordering::SeqCst);
         // Rounds start every interval, however long one takes.
@@ -154,7 +154,7 @@ pub fn run(
                 s.key_file = host.path(&s.key_file);
                 round(host, p, cfg, &s, &mut last);
                 if let Some(r) = selftest.filter(|_| cfg.gate) {
-                    gate.maybe_run(host, &r.live, &r.config_path, stop);
+                    gate.maybe_start(host, r, stop);
                 }
                 Duration::from_secs(cfg.interval_secs)
             }
@@ -167,6 +167,41 @@ pub fn run(
             }
             if left <= LOOK || section() != used || nudged.load(Ordering::SeqCst) != seen {
                 break;
+            }
+        }
+    }
+}
+
+/// The gate's selftest on a thread of its own: perftest runs up to 10
+/// minutes, and probe rounds (and the inbound answers the peers judge this
+/// node by) must go on meanwhile. One run at a time.
+#[derive(Default)]
+struct GateRuns {
+    idle: Option<GateSelftest>,
+    running: Option<JoinHandle<GateSelftest>>,
+}
+
+impl GateRuns {
+    fn maybe_start(&mut self, host: &Host, runner: &SelftestRunner, stop: &Stop) {
+        if let Some(h) = self.running.take_if(|h| h.is_finished()) {
+            self.idle = Some(h.join().unwrap_or_default());
+        }
+        if self.running.is_some() {
+            return;
+        }
+        let mut gate = self.idle.take().unwrap_or_default();
+        let (host, stop) = (host.clone(), stop.clone());
+        let (live, config_path) = (runner.live.clone(), runner.config_path.clone());
+        let spawned = std::thread::Builder::new()
+            .name("gate-selftest".into())
+            .spawn(move || {
+                gate.maybe_run(&host, &live, &config_path, &stop);
+                gate
+            });
+        match spawned {
+            Ok(h) => self.running = Some(h),
+            Err(e) => {
+                tracing::error!("return-to-service gate: cannot start the selftest's thread: {e}")
             }
         }
     }
