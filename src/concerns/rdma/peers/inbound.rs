@@ -61,3 +61,41 @@ pub(super) fn not_reached(
         )
     })
 }
+
+/// Senders this node's responder refused over the key in the last two
+/// intervals: a node with another key, or a forged probe.
+pub(super) fn refused_senders(rec: &PeersRecord, now: u64, cfg: &PeersConfig) -> Vec<Verdict> {
+    rec.inbound
+        .iter()
+        .filter(|i| {
+            i.last_refused_unix
+                .is_some_and(|t| now.saturating_sub(t) <= 2 * cfg.interval_secs)
+                && matches!(
+                    i.last_refused_why.as_deref(),
+                    Some("bad_key" | "stale" | "replay")
+                )
+        })
+        .map(|i| {
+            let local = LocalPort {
+                device: i.device.clone(),
+                port: i.port,
+                rail: None,
+            };
+            Verdict::new(
+                &local,
+                Status::Warn,
+                Some(reasons::KEY_REJECTED),
+                format!(
+                    "its responder refused {} probe(s) from {}{} ({}): a node without the fleet key, or a forged or replayed probe",
+                    i.refused_total,
+                    i.from,
+                    i.from_node
+                        .as_ref()
+                        .map(|n| format!(" ({n})"))
+                        .unwrap_or_default(),
+                    i.last_refused_why.as_deref().unwrap_or("")
+                ),
+            )
+        })
+        .collect()
+}

@@ -189,7 +189,7 @@ pub fn evaluate(f: &Facts, cfg: &PeersConfig) -> (Check, Vec<Observation>) {
         .iter()
         .map(|p| decide::judge_port(rec, p, f.now, cfg))
         .collect();
-    verdicts.extend(decide::refused_senders(rec, f.now, cfg));
+    verdicts.extend(inbound::refused_senders(rec, f.now, cfg));
     let observations = metrics::observations(rec, ports);
     (summarize(&verdicts, &unlisted), observations)
 }
