@@ -10,7 +10,7 @@ pub mod run;
 
 use serde::Serialize;
 
-use crate::concerns::rdma::devices::Device;
+use crate::concerns::rdma::devices::{Device, Kind};
 use crate::host::limit::Limit;
 use perftest::{Bandwidth, Failure};
 
@@ -64,6 +64,9 @@ pub struct Target {
     pub port: u32,
     pub rate_gbps: Option<f64>,
     pub link_layer: Option<String>,
+    /// A software device (Soft-RoCE, siw): its rate is the netdev's, its
+    /// bandwidth the CPU's, so the share of the rate proves nothing.
+    pub software: bool,
 }
 
 /// The ports to test, or why there is none.
@@ -95,6 +98,7 @@ pub fn targets(devices: &[Device], only: Option<&str>) -> Result<Vec<Target>, St
                 port: p.port,
                 rate_gbps: p.rate_gbps,
                 link_layer: p.link_layer.map(|l| l.as_str().to_owned()),
+                software: d.kind == Kind::Software,
             })
         })
         .collect();
@@ -210,6 +214,13 @@ pub fn judge(
 ) -> PortReport {
     let name = format!("{}/{}", t.device, t.port);
     let (verdict, mut message) = match (&test.bandwidth, test.percent_of_rate) {
+        (Some(b), _) if t.software => (
+            Verdict::Pass,
+            format!(
+                "{name}: {:.2} Gb/s with memlock {} (a software device: its rate is not compared)",
+                b.average_gbps, test.memlock
+            ),
+        ),
         (Some(b), Some(pct)) if pct >= min_percent => (
             Verdict::Pass,
             format!(

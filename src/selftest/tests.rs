@@ -13,6 +13,7 @@ fn edr() -> Target {
         port: 1,
         rate_gbps: Some(100.0),
         link_layer: Some("InfiniBand".into()),
+        software: false,
     }
 }
 
@@ -138,5 +139,31 @@ fn ipc_lock_is_read_from_the_capability_sets() {
         children_keep_ipc_lock("Name:\tx\nUid:\t0\t0\t0\t0\n")
             .unwrap_err()
             .contains("CapEff")
+    );
+}
+
+#[test]
+fn a_software_devices_rate_is_not_compared() {
+    // Soft-RoCE under an emulated CPU moves a fraction of its netdev's rate:
+    // the transfer with the pod's memlock is what it proves.
+    let rxe = Target {
+        device: "rxe0".into(),
+        rate_gbps: Some(400.0),
+        link_layer: Some("Ethernet".into()),
+        software: true,
+        ..edr()
+    };
+    let r = Recorded {
+        test: recorded("hdr-200g-loopback-gbits.txt"),
+        control: String::new(),
+    };
+    let report = run(&[rxe], &r, &options());
+    assert_eq!(report.exit_code, EXIT_PASS, "{}", report.ports[0].message);
+    assert!(
+        report.ports[0]
+            .message
+            .contains("a software device: its rate is not compared"),
+        "{}",
+        report.ports[0].message
     );
 }
