@@ -74,6 +74,18 @@ impl GateSelftest {
         if boot.is_empty() || !gate::selftest_owed(state.as_ref(), boot, passed, self.tried, now) {
             return None;
         }
+        // One per host, by name: a daemon restarted while its selftest ran
+        // (systemd leaves a running job be) waits for that one's verdict
+        // rather than racing it for the same ports.
+        let unit = format!("{UNIT_PREFIX}.service");
+        if let Some(m) = &manager
+            && m.status(&unit).is_ok_and(|s| s.active_state.is_up())
+        {
+            tracing::info!(
+                "return-to-service gate: the selftest ({unit}) still runs; its verdict is waited for"
+            );
+            return None;
+        }
         let since = state.map_or(0, |s| s.closed_since_unix);
         self.tried = Some(Tried {
             closed_since_unix: since,
@@ -85,7 +97,6 @@ impl GateSelftest {
             );
             return None;
         };
-        let unit = format!("{UNIT_PREFIX}-{:x}{:x}.service", std::process::id(), now);
         let argv = vec![
             exe.display().to_string(),
             "--config".into(),
@@ -155,6 +166,12 @@ mod tests {
         let host = Host::new(t.path());
         write(t.path(), gate::FILE, &closed("b1", 1_000));
         let fake = Arc::new(FakeManager::new(&[], &Stop::new()));
+        // The unit's state at each owed run: the first finds one still
+        // running (a previous daemon's), then none.
+        fake.states
+            .lock()
+            .unwrap()
+            .extend(["active", "inactive", "inactive"]);
         let manager: Arc<dyn ServiceManager> = fake.clone();
         let mut g = GateSelftest::default();
         let run = |g: &mut GateSelftest| {
@@ -167,8 +184,11 @@ mod tests {
                 "/usr/bin/rdma-node-agent".into(),
             )
         };
+        // Owed, but a selftest still runs: waited for, not raced.
+        assert_eq!(run(&mut g), None);
+        assert!(fake.calls().iter().all(|c| !c.starts_with("helper")));
         let unit = run(&mut g).expect("owed after a boot");
-        assert!(unit.starts_with(UNIT_PREFIX), "{unit}");
+        assert_eq!(unit, format!("{UNIT_PREFIX}.service"));
         let calls = fake.calls.lock().unwrap().clone();
         assert_eq!(
             calls.last().unwrap(),

@@ -61,6 +61,6 @@ crate::reasons! { list GATE;
     GATE_CLOSED = "gate_closed" {
         checks: "`rdma.gate`",
         means: "the return-to-service gate is closed: since a boot, a kernel or RDMA driver change, or `rdma-node-agent gate reset`, the loopback selftest or a round of peer probes (`rdma.peers` ok on every ACTIVE port) has not passed yet; the node is not ready for RDMA jobs",
-        remedy: "the message names what is still missing: the daemon runs the loopback selftest once per closing event (`journalctl -u 'rdma-node-agent-selftest-*'` shows it; perftest must be installed), then a round of peer probes must pass (`rdma-node-agent check --only rdma.peers` says what fails); after a repair `rdma-node-agent gate reset`; see [peers](peers.md#the-return-to-service-gate)",
+        remedy: "the message names what is still missing: the daemon runs the loopback selftest once per closing event (`journalctl -u rdma-node-agent-selftest` shows it; perftest must be installed), then a round of peer probes must pass (`rdma-node-agent check --only rdma.peers` says what fails); after a repair `rdma-node-agent gate reset`; see [peers](peers.md#the-return-to-service-gate)",
     },
 }
