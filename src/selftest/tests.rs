@@ -167,3 +167,22 @@ fn a_software_devices_rate_is_not_compared() {
         report.ports[0].message
     );
 }
+
+#[test]
+fn a_listening_server_is_seen_in_proc_net_tcp() {
+    // /proc/net/tcp's layout (include/net/tcp_states.h: TCP_LISTEN is 0x0A),
+    // hand-written here: 0.0.0.0:18515 listening (0x4853), 127.0.0.1:18517
+    // connected, not listening.
+    let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000:4853 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 23456 1 0000000000000000 100 0 0 10 0
+   1: 0100007F:4855 0100007F:9C40 01 00000000:00000000 00:00000000 00000000     0        0 23457 1 0000000000000000 20 4 30 10 -1
+";
+    assert!(run::listening_in(table, 18515));
+    assert!(!run::listening_in(table, 18517));
+    assert!(!run::listening_in(table, 1));
+    // tcp6's addresses are longer; the port is after the last colon all the same.
+    let table6 = "  sl  local_address                         remote_address                        st
+   0: 00000000000000000000000000000000:4853 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1 0 100 0 0 10 0
+";
+    assert!(run::listening_in(table6, 18515));
+}
