@@ -44,6 +44,15 @@ head -c 32 /dev/urandom | base64 >"$BAD"
 chmod 600 "$K" "$BAD"
 step install install_agent '# the peer tier: the daemon is not started'
 step ldd ldd "$P"
+# The selftest with the real perftest on rxe0 (the gate's proof of a port):
+# by hand, and as the daemon runs it for the gate, a transient unit with the
+# same sandbox (src/host/dbus.rs: CAP_SYS_RESOURCE alone, ProtectSystem=strict,
+# the state directory writable).
+step selftest-hand timeout 300 rdma-node-agent selftest --device rxe0 --json
+step selftest-unit timeout 300 systemd-run --wait --collect --quiet -p CapabilityBoundingSet=CAP_SYS_RESOURCE \
+    -p ProtectSystem=strict -p ReadWritePaths=/var/lib/rdma-node-agent -p StandardOutput=file:/run/selftest-unit.json \
+    rdma-node-agent selftest --device rxe0 --json
+sh_step selftest-unit-json 'cat /run/selftest-unit.json'
 step responder-start responder 1
 step ping-ok ping_to "$K" "$A"
 step ping-ok-2 ping_to "$K" "$A"
