@@ -163,6 +163,58 @@ fn four_nodes_come_up_node0_under_the_installed_unit() {
     assert!(!journal.is_empty(), "node0's unit journal is empty");
 }
 
+/// The return-to-service gate through node0's installed unit (`gate =
+/// true`): at the daemon's first answer after the boot the gate is closed
+/// (`/readyz` 503 naming `rdma.gate`); the daemon runs the selftest as its
+/// transient unit (perftest on each ACTIVE port), and once it passed and a
+/// probe round passed, the gate opens (`/readyz` 200). `gate reset`, as an
+/// operator runs it after a repair, closes it again, and the same path opens it.
+#[test]
+#[ignore = "boots a VM: run by scripts/test.sh (--include-ignored)"]
+fn the_gate_holds_node0_until_its_selftest_and_a_probe_round_pass() {
+    let Some(dir) = vm() else { return };
+    let first = json(dir, "gate-first-readyz.json");
+    let failing = first["failing"].to_string();
+    assert!(failing.contains("rdma.gate"), "first /readyz: {first}");
+    let check = json(dir, "gate-first-check.json");
+    assert_eq!(check["status"], "fail", "{check}");
+    assert_eq!(check["reason"], "gate_closed", "{check}");
+    for phase in ["gate-boot", "gate-reopen"] {
+        passed(dir, phase);
+        let out = read(dir, &format!("{phase}.out"));
+        let journal = read(dir, &format!("{phase}-selftest-journal.txt"));
+        // The daemon ran it: a transient unit of its own, which passed.
+        assert!(
+            journal.contains("rdma-node-agent-selftest.service"),
+            "{phase}: no selftest unit ran: {out}\n{journal}"
+        );
+        let selftest = json(dir, &format!("{phase}-selftest.json"));
+        assert_eq!(selftest["passed"], true, "{phase}: {selftest}");
+        let state = json(dir, &format!("{phase}-gate-state.json"));
+        assert!(state["opened_unix"].is_u64(), "{phase}: {state}");
+        // It passed after the event that closed the gate.
+        assert!(
+            selftest["finished_unix"].as_u64() >= state["closed_since_unix"].as_u64(),
+            "{phase}: selftest {selftest}, gate {state}"
+        );
+        harness::say(&format!(
+            "vm_fabric: {phase}: {}",
+            out.lines().next().unwrap_or_default()
+        ));
+    }
+    passed(dir, "gate-reset");
+    let reset = read(dir, "gate-reset.out");
+    assert!(reset.contains("gate_closed"), "{reset}");
+    // Each opening is after its own closing event: the reopened gate's
+    // state is newer than the boot's.
+    let boot = json(dir, "gate-boot-gate-state.json");
+    let again = json(dir, "gate-reopen-gate-state.json");
+    assert!(
+        again["closed_since_unix"].as_u64() > boot["opened_unix"].as_u64(),
+        "boot {boot}, after the reset {again}"
+    );
+}
+
 /// The shipped unit as is, on Soft-RoCE between nodes: its IP firewall
 /// (`IPAddressDeny=any`, a cgroup BPF filter) drops what rxe's data QPs send,
 /// since their kernel sockets are charged to the helper's cgroup; RDMA-CM's

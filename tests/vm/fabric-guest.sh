@@ -91,6 +91,10 @@ fabric_up() {
             t=$((100 + n * 2 + r))
             ip route add "10.7$r.0.0/24" dev "$h" table "$t" || return 1
             ip rule add pref $((10 + n * 2 + r)) oif "$h" lookup "$t" || return 1
+            # A port to its own address (perftest's loopback, the gate's
+            # selftest) stays local, as on a real node: a switch does not
+            # answer ARP for an address behind the port asking.
+            ip rule add pref 5 from "$(addr "$n" "$r")" to "$(addr "$n" "$r")" lookup local || return 1
             rdma link add "rxe$n$r" type rxe netdev "$h" || return 1
         done
     done
@@ -132,6 +136,7 @@ listen = "127.0.0.1:$(listen_port "$1")"
 [peers]
 enabled = true
 node = "node$1"
+$([ "$1" = 0 ] && echo "gate = true")
 key_file = "$F/peers.key"
 interval = "${INTERVAL}s"
 probe_timeout = "4s"
@@ -192,6 +197,7 @@ daemons_start() {
             journalctl -b --no-pager -n 40
             return 1
         }
+        [ "$n" = 0 ] && gate_first
     done
     # Every node's first rounds: rdma.peers ok everywhere.
     t=$(date +%s)
@@ -200,6 +206,52 @@ daemons_start() {
         sleep 2
     done
     show
+}
+# The return-to-service gate (node0 only: `gate = true`). At the daemon's
+# first answer, a fresh boot's gate is closed: /readyz 503 naming rdma.gate.
+gate_first() {
+    t=$(date +%s)
+    until [ "$(curl -s -o "$R/gate-first-readyz.json" -w '%{http_code}' --max-time 10 "http://127.0.0.1:$(listen_port 0)/readyz")" != 000 ]; do
+        [ $(($(date +%s) - t)) -lt 60 ] || break
+        sleep 0.5
+    done
+    get 0 /status | jq -c '.checks[] | select(.id == "rdma.gate")' >"$R/gate-first-check.json"
+}
+# rdma.gate of node0 as its /status has it.
+gate_check() { get 0 /status | jq -c '.checks[] | select(.id == "rdma.gate")' 2>/dev/null; }
+gate_is() { # STATUS: node0's rdma.gate status, and /readyz's code to match
+    [ "$(gate_check | jq -r .status)" = "$1" ] || return 1
+    code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 "http://127.0.0.1:$(listen_port 0)/readyz")
+    case $1 in ok) [ "$code" = 200 ] ;; *) [ "$code" = 503 ] ;; esac
+}
+# Poll until the gate opens (the daemon ran the selftest as its transient
+# unit and a round of probes passed): seconds, the check, the selftest's
+# units' journal, the gate's and the selftest's records.
+gate_opens() { # PHASE
+    t=$(date +%s)
+    until gate_is ok; do
+        [ $(($(date +%s) - t)) -lt 600 ] || break
+        sleep 2
+    done
+    echo "{\"phase\": \"$1\", \"open_after_s\": $(gate_is ok && echo $(($(date +%s) - t)) || echo null)}"
+    gate_check
+    journalctl -b -u rdma-node-agent-selftest --no-pager -o short-monotonic >"$R/$1-selftest-journal.txt"
+    systemctl list-units --all --no-pager 'rdma-node-agent-selftest*' >>"$R/$1-selftest-journal.txt"
+    cp /var/lib/rdma-node-agent/peers-gate.json "$R/$1-gate-state.json"
+    cp /var/lib/rdma-node-agent/selftest.json "$R/$1-selftest.json"
+    gate_is ok
+}
+# After a repair: `rdma-node-agent gate reset` as an operator runs it closes
+# the gate (seconds until /readyz says so), and it opens again as above.
+gate_reset() {
+    rdma-node-agent gate reset || return 1
+    t=$(date +%s)
+    until gate_is fail; do
+        [ $(($(date +%s) - t)) -lt 60 ] || { echo "the gate did not close 60 s after gate reset"; gate_check; return 1; }
+        sleep 1
+    done
+    echo "{\"closed_after_s\": $(($(date +%s) - t))}"
+    gate_check
 }
 # What a guest that does not come up was doing.
 diagnose() {
@@ -371,6 +423,7 @@ step daemons-start daemons_start
     step diagnose diagnose
     exit 1
 }
+step gate-boot gate_opens gate-boot
 step calm calm
 # The MTU fault: node 1's rail-0 switch port carries 1500 against the
 # port's 9000 (RoCE MTU 4096): small messages pass, path-MTU ones do not.
@@ -432,5 +485,7 @@ gid_off() {
         ip route add 10.71.0.0/24 dev fab21 table $((100 + 2 * 2 + 1))
 }
 only gid && fault gid "port_says 2 rxe21 fail gid_missing && peers_name 2 1" gid_on gid_off
+step gate-reset gate_reset
+step gate-reopen gate_opens gate-reopen
 for n in $NODES; do journalctl -b -u "$(unit "$n")" --no-pager -o cat >"$R/journal-node$n.txt"; done
 cpu >"$R/end-cpu"
