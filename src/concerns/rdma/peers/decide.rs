@@ -446,9 +446,8 @@ fn ok_text(done: &[&Probe], total: usize) -> String {
 }
 
 /// The reason most failed probes stand for (ties: the order of `stage_reason`'s
-/// severity, the local cause first).
-/// The reason most failed probes stand for; `full_confirmed` says whether a
-/// probe that failed at full size failed so the round before too.
+/// severity, the local cause first); `full_confirmed` says whether a probe
+/// that failed at full size failed so the round before too.
 fn dominant(failed: &[&Probe], full_confirmed: impl Fn(&Probe) -> bool) -> Reason {
     let mut count: BTreeMap<&'static str, (usize, Reason)> = BTreeMap::new();
     for p in failed {
