@@ -159,7 +159,7 @@ impl Runner for Perftest {
                     break;
                 }
                 Ok(_) => {}
-                Err(mpsc::RecvTimeoutError::Timeout) if listens(tcp_port) => {
+                Err(mpsc::RecvTimeoutError::Timeout) if listens(server.child.id(), tcp_port) => {
                     ready = true;
                     break;
                 }
@@ -190,23 +190,45 @@ impl Runner for Perftest {
     }
 }
 
-/// Whether a socket of this machine listens on TCP `port` (the test runs
-/// here, whatever `--root` says).
-fn listens(port: u16) -> bool {
-    ["/proc/net/tcp", "/proc/net/tcp6"]
+/// Whether the server (`pid`: prlimit and setpriv exec it in place) holds a
+/// socket listening on TCP `port`: another program's listener on that port
+/// (a selftest run by hand beside the daemon's) is not this server's. The
+/// test runs here, whatever `--root` says.
+pub fn listens(pid: u32, port: u16) -> bool {
+    let inodes: Vec<u64> = ["/proc/net/tcp", "/proc/net/tcp6"]
         .iter()
-        .any(|f| std::fs::read_to_string(f).is_ok_and(|t| listening_in(&t, port)))
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .flat_map(|t| listening_in(&t, port))
+        .collect();
+    if inodes.is_empty() {
+        return false;
+    }
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.filter_map(Result::ok)
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .any(|l| {
+            inodes
+                .iter()
+                .any(|i| l.as_os_str() == format!("socket:[{i}]").as_str())
+        })
 }
 
-/// `/proc/net/tcp{,6}` has a socket in state LISTEN (0A) on local `port`.
-pub fn listening_in(table: &str, port: u16) -> bool {
+/// The inodes of the sockets `/proc/net/tcp{,6}` shows in state LISTEN (0A)
+/// on local `port`.
+pub fn listening_in(table: &str, port: u16) -> Vec<u64> {
     let want = format!("{port:04X}");
-    table.lines().skip(1).any(|l| {
-        let mut f = l.split_whitespace();
-        let local = f.nth(1).unwrap_or_default();
-        let state = f.nth(1).unwrap_or_default();
-        state == "0A" && local.rsplit(':').next() == Some(want.as_str())
-    })
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let listening = f.get(3) == Some(&"0A")
+                && f.get(1).and_then(|a| a.rsplit(':').next()) == Some(want.as_str());
+            listening.then(|| f.get(9)?.parse().ok()).flatten()
+        })
+        .collect()
 }
 
 /// A program on this machine's PATH (the test runs here even under `--root`).

@@ -169,7 +169,7 @@ fn a_software_devices_rate_is_not_compared() {
 }
 
 #[test]
-fn a_listening_server_is_seen_in_proc_net_tcp() {
+fn a_listening_servers_socket_is_found_in_proc_net_tcp() {
     // /proc/net/tcp's layout (include/net/tcp_states.h: TCP_LISTEN is 0x0A),
     // hand-written here: 0.0.0.0:18515 listening (0x4853), 127.0.0.1:18517
     // connected, not listening.
@@ -177,12 +177,30 @@ fn a_listening_server_is_seen_in_proc_net_tcp() {
    0: 00000000:4853 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 23456 1 0000000000000000 100 0 0 10 0
    1: 0100007F:4855 0100007F:9C40 01 00000000:00000000 00:00000000 00000000     0        0 23457 1 0000000000000000 20 4 30 10 -1
 ";
-    assert!(run::listening_in(table, 18515));
-    assert!(!run::listening_in(table, 18517));
-    assert!(!run::listening_in(table, 1));
+    assert_eq!(run::listening_in(table, 18515), vec![23456]);
+    assert!(run::listening_in(table, 18517).is_empty());
+    assert!(run::listening_in(table, 1).is_empty());
     // tcp6's addresses are longer; the port is after the last colon all the same.
     let table6 = "  sl  local_address                         remote_address                        st
    0: 00000000000000000000000000000000:4853 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1 0 100 0 0 10 0
 ";
-    assert!(run::listening_in(table6, 18515));
+    assert_eq!(run::listening_in(table6, 18515), vec![1]);
+}
+
+#[test]
+fn only_the_servers_own_listener_counts() {
+    // A real listening socket of this process: seen as this process's, and
+    // not as another process's (the port taken by someone else).
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    assert!(run::listens(std::process::id(), port));
+    let mut other = std::process::Command::new("sleep")
+        .arg("5")
+        .spawn()
+        .unwrap();
+    assert!(!run::listens(other.id(), port));
+    drop(l);
+    assert!(!run::listens(std::process::id(), port));
+    let _ = other.kill();
+    let _ = other.wait();
 }
