@@ -76,6 +76,25 @@ pub struct Probe {
     pub started_unix: u64,
 }
 
+impl Probe {
+    /// Answered both ways, by the node the peer source names for the address.
+    /// An answer from another node (its name proven by the fleet key) proves
+    /// no path to this peer: a stale peer list, or an address reused or
+    /// held twice.
+    pub fn answered(&self) -> bool {
+        self.stage == Stage::Done && !self.answered_by_another()
+    }
+
+    /// Done, but another node than the source's answered at the peer's address.
+    pub fn answered_by_another(&self) -> bool {
+        self.stage == Stage::Done
+            && self
+                .answered_node
+                .as_deref()
+                .is_some_and(|n| n != self.peer.node)
+    }
+}
+
 /// One round: every probe the prober ran in it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Round {

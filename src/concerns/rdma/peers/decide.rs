@@ -10,13 +10,12 @@
 //! the newest round shows while the round before showed the port healthy is
 //! `warn` until the next round confirms it.
 
-use std::collections::BTreeMap;
-
 use super::config::PeersConfig;
 use crate::engine::check::Status;
 use crate::host::probe::record::{PeersRecord, Probe, Responder, Round, Stage, VERSION};
 use crate::reason::Reason;
 
+use super::failures::{dominant, peer_list};
 use super::inbound;
 use super::reasons;
 
@@ -127,10 +126,6 @@ fn counted(p: &&Probe) -> bool {
     !load && p.stage != Stage::Helper
 }
 
-fn bad_key(p: &Probe) -> bool {
-    p.stage == Stage::Rejected && p.reject_why.as_deref() == Some("bad_key")
-}
-
 /// The rail a peer should answer from: this port's when it has one (rails are
 /// separate fabrics), else the one the source gave.
 fn expected_rail(local: &LocalPort, p: &Probe) -> Option<u32> {
@@ -138,35 +133,8 @@ fn expected_rail(local: &LocalPort, p: &Probe) -> Option<u32> {
 }
 
 fn wrong_rail(local: &LocalPort, p: &Probe) -> bool {
-    p.stage == Stage::Done
+    p.answered()
         && matches!((expected_rail(local, p), p.answered_rail), (Some(e), Some(a)) if e != a)
-}
-
-/// The reason a failed probe stands for.
-fn stage_reason(p: &Probe) -> Reason {
-    match p.stage {
-        Stage::Source => reasons::GID_MISSING,
-        Stage::Full => reasons::MTU_MISMATCH,
-        Stage::Rejected if bad_key(p) => reasons::KEY_REJECTED,
-        _ => reasons::PEER_UNREACHABLE,
-    }
-}
-
-fn peer_list(ps: &[&Probe]) -> String {
-    let mut names: Vec<String> = ps
-        .iter()
-        .map(|p| {
-            let why = match (p.stage, &p.reject_why) {
-                (Stage::Rejected, Some(w)) => format!("refused: {w}"),
-                _ if p.error.is_empty() => format!("{:?}", p.stage).to_lowercase(),
-                _ => format!("{:?}: {}", p.stage, p.error).to_lowercase(),
-            };
-            format!("{} {} ({why})", p.peer.node, p.peer.addr)
-        })
-        .collect();
-    names.sort();
-    names.dedup();
-    names.join(", ")
 }
 
 /// One port's verdict from the record (already known to be this boot's and fresh).
@@ -231,17 +199,17 @@ impl<'a> Judged<'a> {
         let done: Vec<&Probe> = counted_now
             .iter()
             .copied()
-            .filter(|p| p.stage == Stage::Done)
+            .filter(|p| p.answered())
             .collect();
         let failed: Vec<&Probe> = counted_now
             .iter()
             .copied()
-            .filter(|p| p.stage != Stage::Done)
+            .filter(|p| !p.answered())
             .collect();
         let total = counted_now.len();
         let before_counted: Vec<&Probe> = before.iter().copied().filter(counted).collect();
         let failed_all_before =
-            !before_counted.is_empty() && before_counted.iter().all(|p| p.stage != Stage::Done);
+            !before_counted.is_empty() && before_counted.iter().all(|p| !p.answered());
         Judged {
             local,
             done,
@@ -303,14 +271,25 @@ impl<'a> Judged<'a> {
             r if r == reasons::KEY_REJECTED => {
                 "peers refused its probes' key (bad_key): this node's key file is not the fleet's".to_owned()
             }
+            r if r == reasons::WRONG_PEER => {
+                "other nodes than the peer source names answered at its peers' addresses: the list is stale or addresses are held twice, not this port's fault".to_owned()
+            }
+            r if r == reasons::CLOCK_SKEW => {
+                "peers refused its probes as outside their ±60 s window (stale): this node's clock is off (chrony, NTP, the RTC)".to_owned()
+            }
             r if r == reasons::ONE_WAY => {
                 "peers' probes reach it (its responder answered in the last two intervals) but its own reach no peer".to_owned()
             }
             _ => "its probes reach no peer: the port, its link or its switch port".to_owned(),
         };
+        // Answers from other nodes prove the port's path works.
+        let status = match reason {
+            r if r == reasons::WRONG_PEER => Status::Warn,
+            _ => self.confirmed(Status::Fail),
+        };
         Verdict::new(
             local,
-            self.confirmed(Status::Fail),
+            status,
             Some(reason),
             format!(
                 "{} of {total} peers answered both ways (quorum {quorum}); {what}; failed: {}",
@@ -375,7 +354,7 @@ impl<'a> Judged<'a> {
         let answered_before = |p: &Probe| {
             self.before_counted
                 .iter()
-                .any(|b| b.peer.addr == p.peer.addr && b.stage == Stage::Done)
+                .any(|b| b.peer.addr == p.peer.addr && b.answered())
         };
         let flaky: Vec<&Probe> = failed
             .iter()
@@ -413,9 +392,7 @@ impl<'a> Judged<'a> {
             .before_counted
             .iter()
             .copied()
-            .filter(|b| {
-                b.stage != Stage::Done && self.done.iter().any(|d| d.peer.addr == b.peer.addr)
-            })
+            .filter(|b| !b.answered() && self.done.iter().any(|d| d.peer.addr == b.peer.addr))
             .collect();
         (!lost_before.is_empty() && !self.failed_all_before).then(|| {
             Verdict::new(
@@ -443,35 +420,6 @@ fn ok_text(done: &[&Probe], total: usize) -> String {
         t.push_str(&format!(", path MTU {m}"));
     }
     t
-}
-
-/// The reason most failed probes stand for (ties: the order of `stage_reason`'s
-/// severity, the local cause first); `full_confirmed` says whether a probe
-/// that failed at full size failed so the round before too.
-fn dominant(failed: &[&Probe], full_confirmed: impl Fn(&Probe) -> bool) -> Reason {
-    let mut count: BTreeMap<&'static str, (usize, Reason)> = BTreeMap::new();
-    for p in failed {
-        // A path's MTU does not come and go: one round's full-size timeout
-        // on a path that carried full size the round before is loss (a busy
-        // peer, a dropped packet), not an MTU fault.
-        let r = match stage_reason(p) {
-            r if r == reasons::MTU_MISMATCH && !full_confirmed(p) => reasons::LOSS,
-            r => r,
-        };
-        count.entry(r.as_str()).or_insert((0, r)).0 += 1;
-    }
-    let order = [
-        reasons::GID_MISSING,
-        reasons::KEY_REJECTED,
-        reasons::MTU_MISMATCH,
-        reasons::PEER_UNREACHABLE,
-        reasons::LOSS,
-    ];
-    let best = count.values().map(|(n, _)| *n).max().unwrap_or(0);
-    order
-        .into_iter()
-        .find(|r| count.get(r.as_str()).is_some_and(|(n, _)| *n == best))
-        .unwrap_or(reasons::PEER_UNREACHABLE)
 }
 
 fn responder(rs: &[Responder], local: &LocalPort) -> Option<Verdict> {

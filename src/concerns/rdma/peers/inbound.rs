@@ -62,8 +62,8 @@ pub(super) fn not_reached(
     })
 }
 
-/// Senders this node's responder refused over the key in the last two
-/// intervals: a node with another key, or a forged probe.
+/// Senders this node's responder refused over the key or the clock in the
+/// last two intervals: a node with another key, a forged probe, a clock off.
 pub(super) fn refused_senders(rec: &PeersRecord, now: u64, cfg: &PeersConfig) -> Vec<Verdict> {
     rec.inbound
         .iter()
@@ -81,12 +81,23 @@ pub(super) fn refused_senders(rec: &PeersRecord, now: u64, cfg: &PeersConfig) ->
                 port: i.port,
                 rail: None,
             };
+            // The key is checked first: `stale` had the right one.
+            let (reason, what) = match i.last_refused_why.as_deref() {
+                Some("stale") => (
+                    reasons::CLOCK_SKEW,
+                    "outside the ±60 s window: that node's clock or this one's is off, or an old probe was replayed",
+                ),
+                _ => (
+                    reasons::KEY_REJECTED,
+                    "a node without the fleet key, or a forged or replayed probe",
+                ),
+            };
             Verdict::new(
                 &local,
                 Status::Warn,
-                Some(reasons::KEY_REJECTED),
+                Some(reason),
                 format!(
-                    "its responder refused {} probe(s) from {}{} ({}): a node without the fleet key, or a forged or replayed probe",
+                    "its responder refused {} probe(s) from {}{} ({}): {what}",
                     i.refused_total,
                     i.from,
                     i.from_node

@@ -12,7 +12,8 @@ use crate::host::probe::record::{PeersRecord, Stage};
 use crate::observe::{Observation, Own, owned};
 
 /// One probe of the newest round: a cell of the fleet's rail × node matrix.
-/// `stage` is the record's (`done`, `connect`, …).
+/// `stage` is the record's (`done`, `connect`, …), or `wrong_peer` when another
+/// node answered at the peer's address.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PeerProbe {
     pub device: String,
@@ -80,8 +81,13 @@ pub fn observations(rec: &PeersRecord, ports: &[LocalPort]) -> Vec<Observation> 
             rail: local.rail,
             peer_node: p.peer.node.clone(),
             peer_rail: p.peer.rail,
-            stage: stage_name(p.stage),
-            rtt_us: p.rtt_us,
+            // Another node's answer is no answer from this peer.
+            stage: if p.answered_by_another() {
+                "wrong_peer"
+            } else {
+                stage_name(p.stage)
+            },
+            rtt_us: p.rtt_us.filter(|_| p.answered()),
             path_mtu: p.path_mtu,
         })))
     }));
@@ -124,7 +130,7 @@ fn cells(m: &mut Families, rows: &[&PeerProbe]) {
     let f = m.family(
         "peer_probe_ok",
         Kind::Gauge,
-        "1 when the newest round's probe from a local RDMA port to a peer answered both ways, else 0; labels: device, port, rail (the local port's, empty when unknown), peer (its node), peer_rail, stage (how far it got: done, source, resolve, connect, rejected, small, full); k series per port",
+        "1 when the newest round's probe from a local RDMA port to a peer answered both ways, else 0; labels: device, port, rail (the local port's, empty when unknown), peer (its node), peer_rail, stage (how far it got: done, source, resolve, connect, rejected, small, full; wrong_peer: another node answered at its address); k series per port",
     );
     for p in rows {
         f.sample(

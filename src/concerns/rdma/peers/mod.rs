@@ -8,6 +8,7 @@
 
 pub mod config;
 pub mod decide;
+mod failures;
 pub mod gate;
 pub mod gate_check;
 pub mod gate_reset;
@@ -18,7 +19,11 @@ pub mod selftest_record;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_clock;
+#[cfg(test)]
 mod tests_fabric;
+#[cfg(test)]
+mod tests_identity;
 
 use std::time::SystemTime;
 

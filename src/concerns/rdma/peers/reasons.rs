@@ -29,6 +29,16 @@ crate::reasons! {
         means: "a peer answered from another rail than expected: every answer (`fail`: this port is cabled into another rail's leaf, or `[peers.rails]` names it wrongly) or the named peers' (`warn`: theirs)",
         remedy: "trace the cable to its leaf switch; fix `[peers.rails]` or the peer source where the rail is written wrongly",
     },
+    CLOCK_SKEW = "clock_skew" {
+        checks: "`rdma.peers`",
+        means: "probes carrying the fleet key were refused as outside the responder's ±60 s time window (`stale`): every peer refused this node's (`fail`: its clock is off), or this node's responder refused a sender's (`warn`, naming it: that node's clock, or an old probe replayed)",
+        remedy: "the clocks: `timedatectl`, `chronyc tracking` (or ntpd) on the named node and this one; a node whose time sync failed after a reboot (RTC, an unreachable NTP server) is the usual cause",
+    },
+    WRONG_PEER = "wrong_peer" {
+        checks: "`rdma.peers`",
+        means: "another node than the peer source names answered at a peer's address (its name proven by the fleet key): the path to that peer is not proven; the list is stale (a node replaced, an address reused) or two nodes hold one address (`warn`: never this port's fault)",
+        remedy: "compare the peer source with the named nodes' addresses (`ip -br addr` on both; `rdma-node-agent fleet` shows whom each address reached); fix the list (the Ansible role templates it from the inventory) or the duplicated address",
+    },
     LOSS = "loss" {
         checks: "`rdma.peers`",
         means: "probes to the same peers succeeded in one of the last two rounds and failed in the other (full-size messages timing out once included): an intermittent, lossy path (drops, PFC or ECN misconfigured, a marginal cable) or an overloaded peer",

@@ -6,7 +6,7 @@
 use super::*;
 use crate::host::probe::record::{Inbound, Peer, Probe, Responder, Round, Stage, VERSION};
 
-const NOW: u64 = 1_795_678_855;
+pub(super) const NOW: u64 = 1_795_678_855;
 const BOOT: &str = "boot-a";
 
 pub(super) fn peer(node: &str, rail: u32) -> Peer {
