@@ -192,5 +192,11 @@ phase_keep_going doctest cargo test --doc
 status=0
 finish_lanes || status=$?
 echo "== what the real-kernel tier said (lane vm):"
-lane_log vm | grep -vE '^\s*(Compiling|Finished|Running|Blocking)|^[a-z0-9-]+ +[0-9.]+ s$' | tail -n 40 || true
+lane_log vm | grep -vE '^\s*(Compiling|Finished|Running|Blocking)|^[a-z0-9-]+ +[0-9.]+ s$' | tail -n 30 | cut -c1-1000 || true
+# Last, where a log's tail is all a reader gets: each failed assertion's
+# place and message (the first 600 characters of each line).
+if lane_log vm | grep -q 'panicked at'; then
+    echo "== the real-kernel tier's failed assertions:"
+    lane_log vm | grep -A1 'panicked at' | grep -v '^--$' | cut -c1-600 | tail -n 24 || true
+fi
 exit "$status"

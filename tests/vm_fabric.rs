@@ -38,7 +38,13 @@ const TIER: harness::Tier = harness::Tier {
     results: "last-fabric-results",
     results_env: "RDMA_AGENT_VM_RESULTS_FABRIC",
     // One boot: the calm phase (10 min) and the faults (~6 min) under TCG.
-    env: &[("VM_BOOTS", "1"), ("VM_BOOT_LIMIT", "2400")],
+    // Two vCPUs: four nodes' daemons and probes on one vCPU time out where
+    // four real nodes would not (the tier runs alone, after the others).
+    env: &[
+        ("VM_BOOTS", "1"),
+        ("VM_BOOT_LIMIT", "2400"),
+        ("VM_SMP", "2"),
+    ],
     payload: |dir| {
         // FABRIC_ONLY=PHASE (development): one fault alone.
         let only = std::env::var("FABRIC_ONLY").unwrap_or_default();
@@ -328,7 +334,7 @@ fn a_fault_free_run_raises_no_alarm() {
         let (daemon, responders) = (cpu1[node].0 - cpu0[node].0, cpu1[node].1 - cpu0[node].1);
         let n = r.len() as f64;
         harness::say(&format!(
-            "vm_fabric: {node}: {} rounds in {calm} s, {probes} probes answered; CPU a round: daemon with its pings {:.3} s, its two responders {:.3} s (TCG, one vCPU shared by four daemons)",
+            "vm_fabric: {node}: {} rounds in {calm} s, {probes} probes answered; CPU a round: daemon with its pings {:.3} s, its two responders {:.3} s (TCG, two vCPUs shared by four daemons)",
             r.len(),
             daemon / n,
             responders / n
@@ -402,6 +408,11 @@ const FAULTS: [Fault; 6] = [
 #[ignore = "boots a VM: run by scripts/test.sh (--include-ignored)"]
 fn each_fault_is_named_on_its_node_and_port_within_two_rounds() {
     let Some(dir) = vm() else { return };
+    let interval: u64 = read(dir, "calm-seconds")
+        .split_whitespace()
+        .nth(1)
+        .and_then(|w| w.parse().ok())
+        .expect("calm-seconds: the run's length and its interval");
     for f in &FAULTS {
         let phase = f.phase;
         passed(dir, &format!("{phase}-inject"));
@@ -409,11 +420,24 @@ fn each_fault_is_named_on_its_node_and_port_within_two_rounds() {
         harness::say(&format!("vm_fabric: {phase}: {}", seen.trim()));
         let head: Value = serde_json::from_str(seen.lines().next().unwrap_or_default())
             .unwrap_or_else(|e| panic!("{phase}.out: {e}: {seen}"));
-        let after = head["seen_after_s"].as_u64();
-        assert!(
-            after.is_some_and(|s| s <= head["deadline_s"].as_u64().unwrap()),
-            "{phase}: not named within two rounds: {seen}"
-        );
+        // The deadline is the end of the second round every node started
+        // after the fault was in place, plus a reconcile and a poll
+        // (tests/vm/fabric-guest.sh); none yet when the fault was named
+        // before every node finished that second round.
+        let after = head["seen_after_s"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{phase}: not named within two rounds: {seen}"));
+        if let Some(deadline) = head["deadline_s"].as_u64() {
+            assert!(
+                after <= deadline,
+                "{phase}: named after {after} s, two rounds and the slack took {deadline} s: {seen}"
+            );
+            // The rounds kept their schedule meanwhile.
+            assert!(
+                deadline <= 3 * interval + 10,
+                "{phase}: two rounds took {deadline} s (interval {interval} s): {seen}"
+            );
+        }
         if !head["self_after_s"].is_null() || phase == "responder-hung" {
             let s = head["self_after_s"].as_u64();
             assert!(

@@ -20,7 +20,9 @@
 # /boot files, on the same disk. An empty `reboot` boots the same kernel again.
 #
 # TCG, 1 vCPU, 2 GiB: KVM cannot boot a stock kernel on the CI machines (the guest
-# hangs after "Probing EDD"). RDMA_AGENT_VM_ACCEL=kvm tries it anyway.
+# hangs after "Probing EDD"). RDMA_AGENT_VM_ACCEL=kvm tries it anyway. VM_SMP=N
+# gives the guest N vCPUs, each its own host thread (multi-threaded TCG): the
+# fabric tier, whose four daemons would otherwise share one vCPU, runs alone.
 #
 # VM_QEMU_ARGS (split on blanks) adds machine and device options, VM_APPEND words
 # to the kernel command line: tests/vm_acs.rs boots a q35 machine with PCIe root
@@ -37,12 +39,15 @@ payload=${1:?usage: run.sh PAYLOAD_DIR RESULTS_DIR}
 results=${2:?usage: run.sh PAYLOAD_DIR RESULTS_DIR}
 here=$(cd "$(dirname "$0")" && pwd)
 accel=${RDMA_AGENT_VM_ACCEL:-tcg}
+smp=${VM_SMP:-1}
 max_boots=${VM_BOOTS:-3}
 # Boot 1 of the whole tier takes about 9 minutes under TCG beside the rest of
 # the suite on 2 cores (NRI's containerd alone 2): 20 is a hung guest.
 boot_limit=${VM_BOOT_LIMIT:-1200}
 
 fail() { echo "vm: $*" >&2; exit 1; }
+[[ "$smp" =~ ^[1-8]$ ]] || fail "VM_SMP=$smp: a vCPU count from 1 to 8"
+if [ "$accel" = tcg ] && [ "$smp" -gt 1 ]; then accel=tcg,thread=multi; fi
 for tool in qemu-system-x86_64:qemu-system-x86 qemu-img:qemu-utils tar:tar; do
     command -v "${tool%%:*}" >/dev/null \
         || fail "${tool%%:*} is not installed (Debian package ${tool##*:}): run scripts/test.sh, or RDMA_AGENT_VM=0 to turn the VM tier off"
@@ -87,7 +92,7 @@ while :; do
         helper=$!
     fi
     nice -n 5 timeout --kill-after=10 "$boot_limit" qemu-system-x86_64 \
-        -accel "$accel" -cpu max -smp 1 -m 2048 \
+        -accel "$accel" -cpu max -smp "$smp" -m 2048 \
         -nodefaults -display none -no-reboot "${monitor[@]}" \
         -serial "file:$results/console-$boot.log" \
         -kernel "$image/vmlinuz-$kernel" -initrd "$image/initrd.img-$kernel" \
