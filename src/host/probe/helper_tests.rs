@@ -146,4 +146,14 @@ fn the_helper_gets_its_arguments_and_is_killed_past_its_budget() {
     );
     assert_eq!(p.stage, Stage::Helper);
     assert!(p.error.contains("killed"), "{}", p.error);
+    // Its line printed, then no exit within the budget: the line stands.
+    let slow_exit = script(
+        t.path(),
+        "echo '{\"stage\":\"full\",\"error\":\"timed out after 10 ms\",\"reject_why\":null}'\nexec sleep 30",
+    );
+    let p = ping(&settings(&slow_exit, 10), "n1", &local(), &peer(), 0);
+    assert_eq!(
+        (p.stage, p.error.as_str()),
+        (Stage::Full, "timed out after 10 ms")
+    );
 }
