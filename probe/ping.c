@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 enum stage { S_SOURCE, S_RESOLVE, S_CONNECT, S_REJECTED, S_SMALL, S_FULL, S_HELPER, S_DONE, S_COUNT };
@@ -286,6 +287,34 @@ out:
 	return rc;
 }
 
+/* Milliseconds since this process was forked (its /proc/self/stat start time
+ * against CLOCK_BOOTTIME), or 0 when unreadable. The daemon's kill deadline
+ * runs from the spawn, so the time the loader and the verbs providers took to
+ * start under load comes off this probe's timeout: otherwise a slow start plus
+ * a full timeout outran the daemon's grace and the probe said nothing. */
+static long started_ms_ago(void)
+{
+	char stat[1024];
+	FILE *f = fopen("/proc/self/stat", "r");
+	if (!f)
+		return 0;
+	size_t n = fread(stat, 1, sizeof stat - 1, f);
+	fclose(f);
+	stat[n] = 0;
+	/* Field 2 (comm) may hold spaces and parentheses: count from its end. */
+	char *p = strrchr(stat, ')');
+	unsigned long long start = 0;
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+			 &start) != 1)
+		return 0;
+	long hz = sysconf(_SC_CLK_TCK);
+	struct timespec now;
+	if (hz <= 0 || clock_gettime(CLOCK_BOOTTIME, &now))
+		return 0;
+	long long ago = (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000 - (long long)(start * 1000 / (unsigned long long)hz);
+	return ago > 0 ? (long)ago : 0;
+}
+
 int cmd_ping(const struct opts *o)
 {
 	struct result r = {.rtt_us = -1, .path_mtu = -1, .gid_index = -1, .answered_rail = -1};
@@ -299,9 +328,17 @@ int cmd_ping(const struct opts *o)
 		snprintf(timeout_line[s], sizeof timeout_line[s],
 			 "{\"stage\":\"%s\",\"error\":\"timed out after %d ms\",\"reject_why\":null}\n",
 			 stage_name[s], o->timeout_ms);
+	long left = o->timeout_ms - started_ms_ago();
+	if (left <= 0) {
+		r.stage = S_HELPER;
+		snprintf(r.error, sizeof r.error, "the helper took longer than the %d ms timeout to start (a loaded node)",
+			 o->timeout_ms);
+		print(&r);
+		return 0;
+	}
 	struct sigaction sa = {.sa_handler = on_alarm};
 	sigaction(SIGALRM, &sa, NULL);
-	struct itimerval it = {.it_value = {.tv_sec = o->timeout_ms / 1000, .tv_usec = (o->timeout_ms % 1000) * 1000}};
+	struct itimerval it = {.it_value = {.tv_sec = left / 1000, .tv_usec = (left % 1000) * 1000}};
 	setitimer(ITIMER_REAL, &it, NULL);
 	probe(o, &key, &r);
 	OPENSSL_cleanse(&key, sizeof key);
