@@ -5,7 +5,7 @@
 //! it the kernel ignores RLIMIT_MEMLOCK).
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -203,16 +203,15 @@ pub fn listens(pid: u32, port: u16) -> bool {
     if inodes.is_empty() {
         return false;
     }
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+    // This machine's /proc, whatever `--root` says: the host layer's walk
+    // of a descriptor directory, rooted at /.
+    let Ok(links) = crate::host::Host::new("/").link_targets(Path::new(&format!("/proc/{pid}/fd")))
+    else {
         return false;
     };
-    fds.filter_map(Result::ok)
-        .filter_map(|e| std::fs::read_link(e.path()).ok())
-        .any(|l| {
-            inodes
-                .iter()
-                .any(|i| l.as_os_str() == format!("socket:[{i}]").as_str())
-        })
+    links
+        .iter()
+        .any(|l| inodes.iter().any(|i| *l == format!("socket:[{i}]")))
 }
 
 /// The inodes of the sockets `/proc/net/tcp{,6}` shows in state LISTEN (0A)
