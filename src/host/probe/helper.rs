@@ -5,7 +5,10 @@
 
 use std::io::Read;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
@@ -49,6 +52,16 @@ pub enum HelperFailure {
     Spawn { path: String, why: String },
     #[error("the probe helper gave no answer within {0:?} and was killed")]
     Killed(Duration),
+    #[error(
+        "the probe helper (pid {pid}) gave no answer within {budget:?}, was killed and has not exited: \
+         it is stuck in the kernel (look for a soft lockup or hung task in dmesg); it is reaped when it exits"
+    )]
+    Stuck { pid: u32, budget: Duration },
+    #[error(
+        "{0} probe helpers killed earlier have not exited (stuck in the kernel; see dmesg): \
+         no probe runs until they do"
+    )]
+    TooManyStuck(usize),
     #[error("the probe helper exited with {status} and printed no result: {stderr}")]
     Failed { status: String, stderr: String },
     #[error("the probe helper's output does not parse ({why}): {line}")]
@@ -108,7 +121,15 @@ pub fn to_probe(
             p.answered_node = l.answered_node;
             p.answered_rail = l.answered_rail;
         }
-        Err(e) => p.error = e.to_string(),
+        Err(e) => {
+            if matches!(
+                e,
+                HelperFailure::Stuck { .. } | HelperFailure::TooManyStuck(_)
+            ) {
+                p.stage = Stage::Stuck;
+            }
+            p.error = e.to_string();
+        }
     }
     p
 }
@@ -166,6 +187,7 @@ pub fn ping(
         &s.helper,
         &ping_args(s, node, local, src, peer),
         s.probe_timeout + HELPER_GRACE,
+        &REAPER,
     );
     to_probe(
         local,
@@ -175,11 +197,129 @@ pub fn ping(
     )
 }
 
+/// Helpers killed past their budget that have not exited (yet): a task
+/// inside the kernel (e.g. an RDMA teardown under a soft lockup) cannot die
+/// until it leaves it. Each is waited for by a thread of its own so the
+/// prober goes on; past `MAX_STUCK` no helper is started, so a kernel that
+/// keeps swallowing them costs a bounded number of processes and threads.
+#[derive(Debug, Default, Clone)]
+pub struct Reaper {
+    stuck: Arc<AtomicUsize>,
+}
+
+/// The prober's own reaper (one per process: stuck tasks are the host's).
+pub static REAPER: LazyLock<Reaper> = LazyLock::new(Reaper::default);
+
+/// Stuck helpers held at once before no new one starts.
+pub const MAX_STUCK: usize = 4;
+/// How long a killed helper has to exit before it counts as stuck.
+const EXIT_WAIT: Duration = Duration::from_millis(500);
+
+impl Reaper {
+    /// Helpers killed and not exited, now.
+    pub fn stuck(&self) -> usize {
+        self.stuck.load(Ordering::SeqCst)
+    }
+
+    /// Waits for a child (and its output reader) that has not exited, on a
+    /// thread of its own.
+    fn hand_over(&self, mut child: Child, reader: JoinHandle<()>) {
+        self.stuck.fetch_add(1, Ordering::SeqCst);
+        let stuck = self.stuck.clone();
+        let waited = std::thread::Builder::new()
+            .name("probe-reaper".into())
+            .spawn(move || {
+                let _ = child.wait();
+                let _ = reader.join();
+                stuck.fetch_sub(1, Ordering::SeqCst);
+            });
+        if waited.is_err() {
+            // No thread for it: it stays counted (and unreaped) for good,
+            // which is what stops further spawns; nothing else leaks.
+            tracing::warn!("cannot start a thread to reap a stuck probe helper");
+        }
+    }
+}
+
+/// What the helper printed so far, filled while it runs so a line printed
+/// before a hang is not lost with the process.
+type Printed = Arc<Mutex<(Vec<u8>, Vec<u8>)>>;
+
+fn read_into(mut from: impl Read, into: &Printed, stderr: bool) {
+    let mut buf = [0u8; 4096];
+    loop {
+        match from.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                let mut g = into.lock().unwrap_or_else(|e| e.into_inner());
+                let v = if stderr { &mut g.1 } else { &mut g.0 };
+                let room = (MAX_OUTPUT as usize).saturating_sub(v.len());
+                v.extend_from_slice(&buf[..n.min(room)]);
+            }
+        }
+    }
+}
+
+fn printed(p: &Printed) -> (String, String) {
+    let g = p.lock().unwrap_or_else(|e| e.into_inner());
+    (
+        String::from_utf8_lossy(&g.0).into_owned(),
+        String::from_utf8_lossy(&g.1).into_owned(),
+    )
+}
+
+/// Polls a child until it exits or `wait` passes; its status if it exited.
+fn exit_within(child: &mut Child, wait: Duration) -> Option<ExitStatus> {
+    let until = Instant::now() + wait;
+    loop {
+        match child.try_wait() {
+            Ok(Some(st)) => return Some(st),
+            Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(10)),
+            _ => return None,
+        }
+    }
+}
+
+/// Gives the reader of an exited helper's pipes `EXIT_WAIT` to see them
+/// close. They stay open only if something the helper started holds them;
+/// then the reader is left to finish on its own (what it read so far is
+/// in `Printed`).
+fn settle(reader: &JoinHandle<()>) {
+    let until = Instant::now() + EXIT_WAIT;
+    while !reader.is_finished() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Runs the helper with a hard deadline; its stdout when it exited 0.
-fn run(helper: &Path, args: &[String], budget: Duration) -> Result<String, HelperFailure> {
+fn run(
+    helper: &Path,
+    args: &[String],
+    budget: Duration,
+    reaper: &Reaper,
+) -> Result<String, HelperFailure> {
+    run_killing_with(helper, args, budget, reaper, |c| {
+        let _ = c.kill();
+    })
+}
+
+/// `run`, with how a helper past its budget is killed as a parameter: the
+/// tests stand in for a task the kernel does not let die with one that was
+/// never sent the signal (from outside the two look the same: still there).
+fn run_killing_with(
+    helper: &Path,
+    args: &[String],
+    budget: Duration,
+    reaper: &Reaper,
+    kill: impl FnOnce(&mut Child),
+) -> Result<String, HelperFailure> {
     let path = helper.display().to_string();
     if !helper.exists() {
         return Err(HelperFailure::Missing(path));
+    }
+    let held = reaper.stuck();
+    if held >= MAX_STUCK {
+        return Err(HelperFailure::TooManyStuck(held));
     }
     let mut child = Command::new(helper)
         .args(args)
@@ -191,39 +331,44 @@ fn run(helper: &Path, args: &[String], budget: Duration) -> Result<String, Helpe
             path: path.clone(),
             why: e.to_string(),
         })?;
-    let (mut out, mut err) = (child.stdout.take(), child.stderr.take());
+    let (out, err) = (child.stdout.take(), child.stderr.take());
+    let said: Printed = Arc::default();
+    let into = said.clone();
+    // One thread drains both pipes (stdout first: the helper writes its
+    // line and little else), into `said` as it goes.
     let reader = std::thread::spawn(move || {
-        let (mut o, mut e) = (String::new(), String::new());
-        if let Some(s) = out.as_mut() {
-            let _ = s.take(MAX_OUTPUT).read_to_string(&mut o);
+        if let Some(o) = out {
+            read_into(o, &into, false);
         }
-        if let Some(s) = err.as_mut() {
-            let _ = s.take(MAX_OUTPUT).read_to_string(&mut e);
+        if let Some(e) = err {
+            read_into(e, &into, true);
         }
-        (o, e)
     });
-    let deadline = Instant::now() + budget;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(st)) => break st,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                let (stdout, _) = reader.join().unwrap_or_default();
-                // It printed its result and then did not exit in time (its
-                // RDMA teardown in the kernel): the probe's answer stands.
-                // Dropping it made a path that failed one probe disappear
-                // from the port's count (the fabric tier's MTU fault: "2 of
-                // 2 peers answered" on a node whose third probe timed out).
-                if parse_ping(&stdout).is_ok() {
-                    return Ok(stdout);
-                }
-                return Err(HelperFailure::Killed(budget));
-            }
+    let Some(status) = exit_within(&mut child, budget) else {
+        kill(&mut child);
+        let exited = exit_within(&mut child, EXIT_WAIT).is_some();
+        let pid = child.id();
+        if exited {
+            settle(&reader);
+        } else {
+            reaper.hand_over(child, reader);
         }
+        let (stdout, _) = printed(&said);
+        // It printed its result and then did not exit in time (its RDMA
+        // teardown in the kernel): the probe's answer stands. Dropping it
+        // made a path that failed one probe disappear from the port's count
+        // (the fabric tier's MTU fault: "2 of 2 peers answered" on a node
+        // whose third probe timed out).
+        if parse_ping(&stdout).is_ok() {
+            return Ok(stdout);
+        }
+        if exited {
+            return Err(HelperFailure::Killed(budget));
+        }
+        return Err(HelperFailure::Stuck { pid, budget });
     };
-    let (stdout, stderr) = reader.join().unwrap_or_default();
+    settle(&reader);
+    let (stdout, stderr) = printed(&said);
     if status.success() {
         return Ok(stdout);
     }

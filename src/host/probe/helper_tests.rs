@@ -1,5 +1,5 @@
 use std::os::unix::fs::PermissionsExt;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::*;
 
@@ -156,4 +156,78 @@ fn the_helper_gets_its_arguments_and_is_killed_past_its_budget() {
         (p.stage, p.error.as_str()),
         (Stage::Full, "timed out after 10 ms")
     );
+}
+
+/// A helper that does not exit when killed (a task inside the kernel) is
+/// handed to a thread that waits for it; the prober goes on at once, the
+/// probe is `stuck`, and past `MAX_STUCK` held no new helper starts.
+#[test]
+fn a_helper_that_does_not_die_is_reaped_aside_and_bounds_new_ones() {
+    let t = tempfile::tempdir().unwrap();
+    let ran = t.path().join("ran");
+    let undying = script(
+        t.path(),
+        &format!("echo x >> {}\nexec sleep 5", ran.display()),
+    );
+    let reaper = Reaper::default();
+    let not_killed = |_: &mut Child| {};
+    for n in 1..=MAX_STUCK {
+        let started = Instant::now();
+        let said = run_killing_with(
+            &undying,
+            &[],
+            Duration::from_millis(50),
+            &reaper,
+            not_killed,
+        );
+        assert!(
+            started.elapsed() < Duration::from_millis(1500),
+            "the prober waited {:?} for a helper that does not exit",
+            started.elapsed()
+        );
+        assert!(matches!(said, Err(HelperFailure::Stuck { .. })), "{said:?}");
+        assert_eq!(reaper.stuck(), n);
+    }
+    let said = run_killing_with(
+        &undying,
+        &[],
+        Duration::from_millis(50),
+        &reaper,
+        not_killed,
+    );
+    assert_eq!(said, Err(HelperFailure::TooManyStuck(MAX_STUCK)));
+    let p = to_probe(&local(), &peer(), 0, said.and_then(|o| parse_ping(&o)));
+    assert_eq!(p.stage, Stage::Stuck);
+    assert!(p.error.contains("stuck in the kernel"), "{}", p.error);
+    // They exit (the kernel let go): reaped, and probes run again.
+    let until = Instant::now() + Duration::from_secs(20);
+    while reaper.stuck() > 0 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(reaper.stuck(), 0, "exited helpers were not reaped");
+    let runs = std::fs::read_to_string(&ran).unwrap().lines().count();
+    assert_eq!(runs, MAX_STUCK, "a helper was started past the bound");
+    let said = run_killing_with(&undying, &[], Duration::from_millis(50), &reaper, |c| {
+        let _ = c.kill();
+    });
+    assert_eq!(said, Err(HelperFailure::Killed(Duration::from_millis(50))));
+}
+
+/// A helper that exits while something it started keeps its pipes open: its
+/// answer comes back without waiting for that.
+#[test]
+fn an_exited_helper_is_not_waited_on_past_its_pipes() {
+    let t = tempfile::tempdir().unwrap();
+    let forks = script(
+        t.path(),
+        "echo '{\"stage\":\"done\",\"rtt_us\":9}'\nsleep 5 &\nexit 0",
+    );
+    let started = Instant::now();
+    let said = run(&forks, &[], Duration::from_secs(3), &Reaper::default());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(parse_ping(&said.unwrap()).unwrap().rtt_us, Some(9));
 }

@@ -45,6 +45,10 @@ pub enum Stage {
     Full,
     /// The helper could not run, or said something unreadable.
     Helper,
+    /// The helper was killed past its budget and did not exit (stuck in the
+    /// kernel), or earlier ones are still stuck so none was started: this
+    /// node's own RDMA stack is not answering, whatever the peers do.
+    Stuck,
     Done,
 }
 

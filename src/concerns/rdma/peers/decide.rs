@@ -123,7 +123,7 @@ fn of_port<'a>(round: Option<&'a Round>, p: &LocalPort) -> Vec<&'a Probe> {
 fn counted(p: &&Probe) -> bool {
     let load = p.stage == Stage::Rejected
         && matches!(p.reject_why.as_deref(), Some("rate_limited" | "busy"));
-    !load && p.stage != Stage::Helper
+    !load && !matches!(p.stage, Stage::Helper | Stage::Stuck)
 }
 
 /// The rail a peer should answer from: this port's when it has one (rails are
@@ -147,6 +147,12 @@ pub fn judge_port(rec: &PeersRecord, local: &LocalPort, now: u64, cfg: &PeersCon
     let no_source = !newest.is_empty() && newest.iter().all(|p| p.stage == Stage::Source);
     if let Some(v) = responder(&rec.responders, local).filter(|_| !no_source) {
         return v;
+    }
+    // A helper that cannot die is this node's own RDMA stack not answering:
+    // what the other probes say of the peers is not proof of this port.
+    if let Some(h) = newest.iter().find(|p| p.stage == Stage::Stuck) {
+        let why = format!("a probe from it did not finish: {}", h.error);
+        return Verdict::new(local, Status::Unknown, Some(reasons::PEERS_UNPROVEN), why);
     }
     let counted_now: Vec<&Probe> = newest.iter().copied().filter(counted).collect();
     if counted_now.is_empty() {

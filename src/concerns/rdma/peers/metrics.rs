@@ -45,6 +45,7 @@ pub fn stage_name(s: Stage) -> &'static str {
         Stage::Small => "small",
         Stage::Full => "full",
         Stage::Helper => "helper",
+        Stage::Stuck => "stuck",
         Stage::Done => "done",
     }
 }
@@ -130,7 +131,7 @@ fn cells(m: &mut Families, rows: &[&PeerProbe]) {
     let f = m.family(
         "peer_probe_ok",
         Kind::Gauge,
-        "1 when the newest round's probe from a local RDMA port to a peer answered both ways, else 0; labels: device, port, rail (the local port's, empty when unknown), peer (its node), peer_rail, stage (how far it got: done, source, resolve, connect, rejected, small, full; wrong_peer: another node answered at its address); k series per port",
+        "1 when the newest round's probe from a local RDMA port to a peer answered both ways, else 0; labels: device, port, rail (the local port's, empty when unknown), peer (its node), peer_rail, stage (how far it got: done, source, resolve, connect, rejected, small, full; wrong_peer: another node answered at its address; helper: the probe helper could not run; stuck: it was killed and has not exited); k series per port",
     );
     for p in rows {
         f.sample(

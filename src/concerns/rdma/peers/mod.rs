@@ -24,6 +24,8 @@ mod tests_clock;
 mod tests_fabric;
 #[cfg(test)]
 mod tests_identity;
+#[cfg(test)]
+mod tests_stuck;
 
 use std::time::SystemTime;
 

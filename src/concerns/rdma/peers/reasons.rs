@@ -61,8 +61,8 @@ crate::reasons! {
     },
     PEERS_UNPROVEN = "peers_unproven" {
         checks: "`rdma.peers`",
-        means: "no probe round proves the port: none yet, the newest is older than three intervals, it is from before this boot, the peer source failed (the round ran on its last list), the probe helper could not run, or no peer shares the port's fabric (`unknown`, never `ok`)",
-        remedy: "wait a round after start; otherwise the daemon's log (the prober, the helper) and the peer source (`[peers.source]`): does it list peers on this port's fabric?",
+        means: "no probe round proves the port: none yet, the newest is older than three intervals, it is from before this boot, the peer source failed (the round ran on its last list), the probe helper could not run or is stuck in the kernel (killed and not exited), or no peer shares the port's fabric (`unknown`, never `ok`)",
+        remedy: "wait a round after start; otherwise the daemon's log (the prober, the helper), `dmesg` for a soft lockup or hung task when a helper is stuck, and the peer source (`[peers.source]`): does it list peers on this port's fabric?",
     },
 }
 
