@@ -148,17 +148,34 @@ pub fn judge_port(rec: &PeersRecord, local: &LocalPort, now: u64, cfg: &PeersCon
     if let Some(v) = responder(&rec.responders, local).filter(|_| !no_source) {
         return v;
     }
-    // A helper that cannot die is this node's own RDMA stack not answering:
-    // what the other probes say of the peers is not proof of this port.
-    if let Some(h) = newest.iter().find(|p| p.stage == Stage::Stuck) {
-        let why = format!("a probe from it did not finish: {}", h.error);
-        return Verdict::new(local, Status::Unknown, Some(reasons::PEERS_UNPROVEN), why);
+    let v = judge_counted(rec, local, &newest, &before, now, cfg);
+    // A helper that cannot die is this node's own RDMA stack not finishing a
+    // probe: the answers of the others do not prove the port, so never `ok`;
+    // a fault the counted probes show stands.
+    match newest.iter().find(|p| p.stage == Stage::Stuck) {
+        Some(h) if v.status == Status::Ok => {
+            let why = format!("a probe from it did not finish: {}", h.error);
+            Verdict::new(local, Status::Unknown, Some(reasons::PEERS_UNPROVEN), why)
+        }
+        _ => v,
     }
+}
+
+/// The verdict from the probes that count (refusals for load and the
+/// helper's own failures left out).
+fn judge_counted(
+    rec: &PeersRecord,
+    local: &LocalPort,
+    newest: &[&Probe],
+    before: &[&Probe],
+    now: u64,
+    cfg: &PeersConfig,
+) -> Verdict {
     let counted_now: Vec<&Probe> = newest.iter().copied().filter(counted).collect();
     if counted_now.is_empty() {
-        return nothing_counted(&newest, local);
+        return nothing_counted(newest, local);
     }
-    let r = Judged::new(local, counted_now, &before);
+    let r = Judged::new(local, counted_now, before);
     if r.done.len() < r.quorum {
         return r.below_quorum(inbound::answered_lately(&rec.inbound, local, now, cfg));
     }
@@ -177,7 +194,11 @@ pub fn judge_port(rec: &PeersRecord, local: &LocalPort, now: u64, cfg: &PeersCon
 
 /// No probe of the newest round counts: why nothing is proven.
 fn nothing_counted(newest: &[&Probe], local: &LocalPort) -> Verdict {
-    let why = match newest.iter().find(|p| p.stage == Stage::Helper) {
+    let helper = newest
+        .iter()
+        .find(|p| p.stage == Stage::Stuck)
+        .or_else(|| newest.iter().find(|p| p.stage == Stage::Helper));
+    let why = match helper {
         Some(h) => format!("the probe helper could not run: {}", h.error),
         None if newest.is_empty() => {
             "the last round probed no peer from it (no peer on its fabric in the peer source?)"

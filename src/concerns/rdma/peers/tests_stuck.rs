@@ -1,7 +1,9 @@
 //! `rdma.peers` when a probe helper was killed and did not exit (a task stuck
 //! in the kernel's RDMA code, as a soft lockup in rxe's send path left one in
 //! the fabric tier). Records hand-made (labelled so), in the shape tests.rs
-//! builds, with the error the helper runner writes.
+//! builds, with the error the helper runner writes; the last test has the
+//! rounds of the fabric tier's MTU fault on node1 (stages as it recorded them:
+//! `full,full,full` then `full,full,stuck`).
 
 use super::tests::{all, healthy, probe, record, says};
 use super::*;
@@ -55,4 +57,19 @@ fn a_stuck_helper_is_unknown_never_ok_even_with_a_quorum() {
     // Once reaped and probing again, the port is judged on its probes.
     let c = judge(record(vec![all(Stage::Stuck), healthy()]));
     says(&c, Status::Ok, None, &[]);
+}
+
+/// A stuck probe keeps `ok` away; it does not hide a fault the probes that
+/// finished show: the MTU fault stays `fail` `mtu_mismatch` on its port.
+#[test]
+fn a_fault_the_other_probes_show_stands_beside_a_stuck_one() {
+    let mut now = all(Stage::Full);
+    now[2] = stuck("node-d");
+    let c = judge(record(vec![all(Stage::Full), now]));
+    says(
+        &c,
+        Status::Fail,
+        Some(reasons::MTU_MISMATCH),
+        &["0 of 2 peers answered"],
+    );
 }
