@@ -201,7 +201,9 @@ pub fn ping(
 /// inside the kernel (e.g. an RDMA teardown under a soft lockup) cannot die
 /// until it leaves it. Each is waited for by a thread of its own so the
 /// prober goes on; past `MAX_STUCK` no helper is started, so a kernel that
-/// keeps swallowing them costs a bounded number of processes and threads.
+/// keeps swallowing them costs a bounded number of processes and threads
+/// (at most `MAX_STUCK` plus the probes of a round run at once, less one:
+/// each checks the count before it starts).
 #[derive(Debug, Default, Clone)]
 pub struct Reaper {
     stuck: Arc<AtomicUsize>,
