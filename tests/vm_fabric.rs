@@ -420,11 +420,12 @@ fn each_fault_is_named_on_its_node_and_port_within_two_rounds() {
         harness::say(&format!("vm_fabric: {phase}: {}", seen.trim()));
         let head: Value = serde_json::from_str(seen.lines().next().unwrap_or_default())
             .unwrap_or_else(|e| panic!("{phase}.out: {e}: {seen}"));
-        // The guest's kernel locked up during the first attempt: it ran twice
+        // The guest's kernel held a task during the first attempt (a soft
+        // lockup, or a probe helper that did not die): it ran twice
         // (tests/vm/fabric-guest.sh, `fault`); this is the second.
-        if let Some(lockup) = head["rerun_after"].as_str() {
+        if let Some(held) = head["rerun_after"].as_str() {
             harness::say(&format!(
-                "vm_fabric: {phase}: run again after a soft lockup of the guest's kernel ({lockup}); the first attempt: {phase}-first.out"
+                "vm_fabric: {phase}: run again, the guest's kernel held a task during the first attempt ({held}); it is in {phase}-first.out"
             ));
         }
         // The deadline is the end of the second round every node started

@@ -363,6 +363,16 @@ two_rounds_done() {
 # every node's rdma.peers to be ok again.
 # Soft lockups the guest's kernel reported so far.
 lockups() { dmesg | grep -c 'soft lockup'; }
+# The first probe since unix time $1 whose helper was killed and did not exit
+# (stage `stuck`: a task held in the kernel), as "nodeN: error"; none: fails.
+stuck_since() {
+    for n in $NODES; do
+        jq -er --argjson t0 "$1" --arg node "node$n" \
+            'first(.rounds[] | select(.started_unix >= $t0) | .probes[] | select(.stage == "stuck")) | "\($node): \(.error)"' \
+            "$(state_dir "$n")/peers.json" 2>/dev/null && return 0
+    done
+    return 1
+}
 fault() {
     # `ph`, not `name`: step's own variable.
     ph=$1 cond=$2 self=${5:-}
@@ -401,15 +411,23 @@ fault() {
     echo 0 >"$R/$ph.rc"
     step "$ph-restore" restored "$4"
     [ "$(cat "$R/$ph-restore.rc")" = 0 ] || { save "$ph-restored"; step "$ph-leftovers" leftovers; }
-    # A soft lockup of the guest's kernel during the phase (rxe's requester
-    # spinning in post_send on this Debian 6.1 kernel, seen twice under the
-    # MTU fault) stalls every "node" at once: they share the guest's vCPUs,
-    # as nodes of a real fabric share nothing. The phase says nothing then;
-    # it runs once more, and PHASE.out keeps the lockup (`rerun_after`) and
-    # the first attempt (PHASE-first.out). A second lockup is not rerun.
-    if [ -z "${RERUN_AFTER:-}" ] && [ "$(lockups)" -gt "$locked" ]; then
+    # The guest's kernel holding a task during the phase (rxe's requester
+    # spinning in post_send on this Debian 6.1 kernel, seen three times under
+    # the MTU fault: a soft lockup in dmesg, or, shorter than the watchdog's
+    # 20 s, a probe helper that did not die when killed) stalls every "node"
+    # at once: they share the guest's vCPUs, as nodes of a real fabric share
+    # nothing. The phase says nothing then; it runs once more, and PHASE.out
+    # keeps why (`rerun_after`) and the first attempt (PHASE-first.out). The
+    # rerun is not rerun.
+    held=
+    if [ "$(lockups)" -gt "$locked" ]; then
+        held=$(dmesg | grep 'soft lockup' | tail -n 1)
+    else
+        held=$(stuck_since "$t0") || held=
+    fi
+    if [ -z "${RERUN_AFTER:-}" ] && [ -n "$held" ]; then
         cp "$R/$ph.out" "$R/$ph-first.out"
-        RERUN_AFTER=$(dmesg | grep 'soft lockup' | tail -n 1 | jq -Rs 'rtrimstr("\n")')
+        RERUN_AFTER=$(printf '%s' "$held" | jq -Rs .)
         fault "$@"
         RERUN_AFTER=
     fi
